@@ -1,0 +1,51 @@
+"""Relay: periodic tasks that any number of instances can run, each run happening once, on purpose.
+
+The public surface: :class:`Scheduler` and its ``job`` decorator, the :class:`Run` a handler
+receives, the errors, the backend contract, and the fencing helpers.
+"""
+
+from relay.backends import open_backend
+from relay.contract import AcquireRequest, AcquireResult, ClaimBackend, LeaseBackend, Outcome
+from relay.engine import current_run
+from relay.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    InvalidSchedule,
+    LeaseLost,
+    MissingDependency,
+    RelayError,
+    UnknownBackend,
+    UnsupportedOption,
+)
+from relay.jobs import Job
+from relay.runs import Run, RunRecord, RunState, run_id
+from relay.scheduler import Scheduler
+
+__all__ = [
+    "AcquireRequest",
+    "AcquireResult",
+    "BackendError",
+    "BackendUnavailable",
+    "ClaimBackend",
+    "ConfigurationError",
+    "InvalidSchedule",
+    "Job",
+    "LeaseBackend",
+    "LeaseLost",
+    "MissingDependency",
+    "Outcome",
+    "RelayError",
+    "Run",
+    "RunRecord",
+    "RunState",
+    "Scheduler",
+    "UnknownBackend",
+    "UnsupportedOption",
+    "__version__",
+    "current_run",
+    "open_backend",
+    "run_id",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,91 @@
+"""Backends: one module per store, opened from a URL.
+
+==========================================  =======  =====================================
+URL                                          kind     module
+==========================================  =======  =====================================
+``sqlite:///relay.db``                       lease    :mod:`relay.backends.sqlite`
+``postgresql://…`` / ``postgres://…``        lease    :mod:`relay.backends.postgres`
+``redis://…`` (``rediss``, ``valkey``)       lease    :mod:`relay.backends.redis_lease`
+``redis://…?strategy=stream-id|idmp|script`` claim    :mod:`relay.backends.redis_claim`
+``amqp://…`` (``amqps``)                     claim    :mod:`relay.backends.rabbitmq`
+``nats://…`` (strategy ``kv``, the default)  lease    :mod:`relay.backends.nats_kv`
+``nats://…?strategy=dedup``                  claim    :mod:`relay.backends.nats_dedup`
+==========================================  =======  =====================================
+
+Drivers are imported only when a backend of theirs is opened; a missing one raises
+:class:`~relay.errors.MissingDependency` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, TypeAlias
+
+from relay.backends._url import BackendURL
+from relay.contract import ClaimBackend, LeaseBackend
+from relay.errors import MissingDependency, UnknownBackend
+
+__all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
+
+Backend: TypeAlias = "ClaimBackend | LeaseBackend"
+
+# (scheme, strategy) -> (module, class, extra, driver package). Strategy "" is the scheme's default.
+_REGISTRY: dict[tuple[str, str], tuple[str, str, str, str]] = {
+    ("sqlite", ""): ("sqlite", "SQLiteLeaseBackend", "sqlite", "sqlite3"),
+    ("postgresql", ""): ("postgres", "PostgresLeaseBackend", "postgres", "psycopg"),
+    ("redis", "lease"): ("redis_lease", "RedisLeaseBackend", "redis", "redis"),
+    ("redis", "stream-id"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
+    ("redis", "idmp"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
+    ("redis", "script"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
+    ("amqp", ""): ("rabbitmq", "RabbitMQClaimBackend", "rabbitmq", "pika"),
+    ("nats", "kv"): ("nats_kv", "NatsLeaseBackend", "nats", "nats"),
+    ("nats", "dedup"): ("nats_dedup", "NatsClaimBackend", "nats", "nats"),
+}
+_ALIASES = {
+    "postgres": "postgresql",
+    "rediss": "redis",
+    "valkey": "redis",
+    "valkeys": "redis",
+    "amqps": "amqp",
+    "tls": "nats",
+}
+_DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
+
+LEASE_BACKENDS = (
+    "sqlite://",
+    "postgresql://",
+    "redis:// (strategy=lease)",
+    "nats:// (strategy=kv)",
+)
+"""URL forms of the lease backends, for messages that point users to them."""
+
+
+def open_backend(url: str, **options: Any) -> Backend:
+    """Open the backend a URL names; ``options`` go to its ``from_url`` (e.g. an injected clock)."""
+    parsed = BackendURL(url)
+    scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
+    strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
+    entry = _REGISTRY.get((scheme, strategy))
+    if entry is None:
+        raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
+    module_name, class_name, extra, driver = entry
+    try:
+        importlib.import_module(driver)
+    except ImportError:
+        raise MissingDependency(driver, extra) from None
+    module = importlib.import_module(f"relay.backends.{module_name}")
+    backend: Backend = getattr(module, class_name).from_url(url, **options)
+    return backend
+
+
+def _unknown_message(raw_scheme: str, scheme: str, strategy: str) -> str:
+    schemes = sorted({s for s, _ in _REGISTRY} | set(_ALIASES))
+    if any(s == scheme for s, _ in _REGISTRY):
+        strategies = sorted(st for s, st in _REGISTRY if s == scheme and st)
+        return (
+            f"unknown strategy {strategy!r} for {raw_scheme}:// URLs; "
+            f"known strategies: {', '.join(strategies)}"
+        )
+    return f"unknown backend URL scheme {raw_scheme + '://'!r}; known schemes: " + ", ".join(
+        f"{s}://" for s in schemes
+    )

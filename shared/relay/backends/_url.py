@@ -1,0 +1,69 @@
+"""Parsing backend URLs once, refusing options nobody reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from relay.errors import ConfigurationError
+
+__all__ = ["BackendURL"]
+
+
+class BackendURL:
+    """A backend URL split into its parts, with its query options checked against a known set."""
+
+    def __init__(self, url: str) -> None:
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigurationError(
+                f"backend URL {url!r} is malformed: expected 'scheme://…', "
+                "such as 'sqlite:///relay.db' or 'redis://localhost:6379/0'"
+            )
+        self.url = url
+        self.parts = urlsplit(url)
+        self.scheme = self.parts.scheme.lower()
+        try:
+            pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
+        except ValueError as exc:
+            raise ConfigurationError(f"backend URL {url!r} has a malformed query: {exc}") from None
+        self.options = dict(pairs)
+
+    def check_options(self, known: Iterable[str], backend: str) -> None:
+        """Refuse query options the backend does not read, naming those it does."""
+        allowed = set(known)
+        unknown = sorted(set(self.options) - allowed)
+        if unknown:
+            names = ", ".join(sorted(allowed)) or "none"
+            raise ConfigurationError(
+                f"{backend} does not know the URL option(s) {', '.join(unknown)}; it reads: {names}"
+            )
+
+    def option(self, name: str, default: str) -> str:
+        """A query option's value, or ``default``."""
+        return self.options.get(name, default)
+
+    def float_option(self, name: str, default: float) -> float:
+        """A query option that must be a positive number."""
+        raw = self.options.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise ConfigurationError(f"URL option {name}={raw!r} must be a positive number")
+        return value
+
+    def without_options(self, names: Iterable[str]) -> str:
+        """The URL with the named query options removed (to hand the rest to a driver)."""
+        drop = set(names)
+        kept = [f"{k}={v}" for k, v in self.options.items() if k not in drop]
+        return urlunsplit(self.parts._replace(query="&".join(kept)))
+
+    def redacted(self) -> str:
+        """The URL with any password replaced by ``***``, for messages."""
+        if self.parts.password is None:
+            return self.url
+        netloc = self.parts.netloc.replace(f":{self.parts.password}@", ":***@")
+        return urlunsplit(self.parts._replace(netloc=netloc))

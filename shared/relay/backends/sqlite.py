@@ -1,0 +1,346 @@
+"""SQLite lease backend: the embedded default, safe for many processes on one host.
+
+Every step is one ``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock at once, so the
+read, the decision and the write of a step happen as one. WAL mode lets readers go on meanwhile,
+and a busy timeout makes concurrent writers wait their turn instead of failing. The host's clock
+decides expiry (all processes share it); tests can inject another.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from relay.backends._url import BackendURL
+from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
+from relay.lease_rules import Action, StoredRun, decide
+from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
+
+__all__ = ["SQLiteLeaseBackend"]
+
+SCHEMA_VERSION = "1"
+_SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
+
+_COLUMNS = (
+    "run_id, job, slot_ms, state, attempt, failures, token, owner, reason, "
+    "expires_ms, started_ms, finished_ms"
+)
+
+
+class SQLiteLeaseBackend:
+    """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``."""
+
+    capability: Literal["lease"] = "lease"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._create_schema()
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(
+                f"cannot open SQLite database {str(self.path)!r}: {exc}; "
+                "check that its folder exists and is writable"
+            ) from exc
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> SQLiteLeaseBackend:
+        """Open the database a ``sqlite:///…`` URL names (option: ``busy_timeout`` in seconds)."""
+        parsed = BackendURL(url)
+        parsed.check_options(["busy_timeout"], "the SQLite backend")
+        if parsed.parts.netloc:
+            raise ConfigurationError(
+                f"SQLite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
+            )
+        path = parsed.parts.path[1:] if parsed.parts.path.startswith("/") else parsed.parts.path
+        if not path:
+            raise ConfigurationError(f"SQLite URL {url!r} names no file: use sqlite:///relay.db")
+        return cls(path, busy_timeout=parsed.float_option("busy_timeout", 30.0), **kwargs)
+
+    @property
+    def name(self) -> str:
+        return f"SQLite ({self.path})"
+
+    # -- the lease contract ------------------------------------------------------------------
+
+    def acquire(self, request: AcquireRequest) -> AcquireResult:
+        return self.acquire_many([request])[0]
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
+        with self._write() as (conn, now_ms):
+            return [self._acquire_one(conn, request, now_ms) for request in requests]
+
+    def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
+        with self._write() as (conn, now_ms):
+            row = conn.execute(
+                "SELECT state, token, owner, started_ms, job, slot_ms, attempt "
+                "FROM relay_runs WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None or row[1] != token or row[0] != RunState.RUNNING.value:
+                raise LeaseLost(_lost_reason(run_id, token, row))
+            if row[3] is not None and row[2] != owner:
+                raise LeaseLost(f"run {run_id} (token {token}) was already started by {row[2]}")
+            conn.execute(
+                "UPDATE relay_runs SET owner = ?, started_ms = COALESCE(started_ms, ?), "
+                "expires_ms = ?, updated_ms = ? WHERE run_id = ?",
+                (owner, now_ms, now_ms + _ms(lease), now_ms, run_id),
+            )
+            return Run(run_id, row[4], from_ms(row[5]), row[6], token, owner)
+
+    def heartbeat(self, run_id: str, token: int, lease: float) -> None:
+        with self._write() as (conn, now_ms):
+            self._check_held(conn, run_id, token)
+            conn.execute(
+                "UPDATE relay_runs SET expires_ms = ?, updated_ms = ? WHERE run_id = ?",
+                (now_ms + _ms(lease), now_ms, run_id),
+            )
+
+    def finish(
+        self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
+    ) -> RunState:
+        with self._write() as (conn, now_ms):
+            failures, max_attempts = self._check_held(conn, run_id, token)
+            if succeeded:
+                state, failures = RunState.SUCCEEDED, failures
+            else:
+                failures += 1
+                state = RunState.FAILED if failures >= max_attempts else RunState.PENDING
+            conn.execute(
+                "UPDATE relay_runs SET state = ?, failures = ?, error = ?, expires_ms = NULL, "
+                "finished_ms = CASE WHEN ? THEN ? ELSE NULL END, reason = ?, updated_ms = ? "
+                "WHERE run_id = ?",
+                (
+                    state.value, failures, error, state.final, now_ms,
+                    None if succeeded else "failed", now_ms, run_id,
+                ),
+            )  # fmt: skip
+            return state
+
+    def release(self, run_id: str, token: int) -> None:
+        with self._write() as (conn, now_ms):
+            self._check_held(conn, run_id, token)
+            conn.execute(
+                "UPDATE relay_runs SET state = 'pending', reason = 'released', expires_ms = NULL, "
+                "updated_ms = ? WHERE run_id = ?",
+                (now_ms, run_id),
+            )
+
+    def skip(self, job: str, slot: datetime, reason: str) -> bool:
+        with self._write() as (conn, now_ms):
+            return self._insert_skipped(conn, job, slot, reason, now_ms)
+
+    def last_slot(self, job: str) -> datetime | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT MAX(slot_ms) FROM relay_runs WHERE job = ?", (job,))
+            value = row.fetchone()[0]
+        return None if value is None else from_ms(value)
+
+    def reclaimable(self, limit: int = 100) -> list[RunRecord]:
+        now_ms = self._now_ms()
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM relay_runs WHERE state = 'pending' "
+                "OR (state = 'running' AND expires_ms <= ?) ORDER BY slot_ms LIMIT ?",
+                (now_ms, limit),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        where, params = ("WHERE job = ?", (job,)) if job is not None else ("", ())
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM relay_runs {where} ORDER BY slot_ms DESC, run_id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def now(self) -> datetime:
+        return from_ms(self._now_ms())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- inside a transaction ----------------------------------------------------------------
+
+    def _acquire_one(
+        self, conn: sqlite3.Connection, request: AcquireRequest, now_ms: int
+    ) -> AcquireResult:
+        rid = run_id(request.job, request.slot)
+        row = conn.execute(
+            "SELECT state, expires_ms, failures, max_attempts, reason FROM relay_runs "
+            "WHERE run_id = ?",
+            (rid,),
+        ).fetchone()
+        stored = (
+            None if row is None else StoredRun(RunState(row[0]), row[1], row[2], row[3], row[4])
+        )
+        other_live = request.overlap_skip and _other_live(conn, request.job, rid, now_ms)
+        decision = decide(stored, request, now_ms, other_live)
+        if decision.action is Action.SKIP:
+            self._insert_skipped(conn, request.job, request.slot, decision.reason or "", now_ms)
+        elif decision.action is Action.FAIL:
+            conn.execute(
+                "UPDATE relay_runs SET state = 'failed', failures = ?, reason = ?, "
+                "expires_ms = NULL, finished_ms = ?, updated_ms = ? WHERE run_id = ?",
+                (decision.failures, decision.reason, now_ms, now_ms, rid),
+            )
+        elif decision.action is Action.LEASE:
+            return AcquireResult(
+                Outcome.WON, self._lease(conn, request, rid, decision.failures, now_ms)
+            )
+        return AcquireResult(decision.outcome)
+
+    def _lease(
+        self,
+        conn: sqlite3.Connection,
+        request: AcquireRequest,
+        rid: str,
+        failures: int,
+        now_ms: int,
+    ) -> Run:
+        token = _next_token(conn, request.job)
+        expires = now_ms + _ms(request.lease)
+        conn.execute(
+            "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
+            "token, owner, expires_ms, updated_ms) "
+            "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO UPDATE SET state = 'running', attempt = attempt + 1, "
+            "failures = ?, token = excluded.token, owner = excluded.owner, reason = NULL, "
+            "expires_ms = excluded.expires_ms, started_ms = NULL, updated_ms = excluded.updated_ms",
+            (
+                rid, request.job, slot_ms(request.slot), request.max_attempts, token,
+                request.owner, expires, now_ms, failures,
+            ),
+        )  # fmt: skip
+        attempt = conn.execute("SELECT attempt FROM relay_runs WHERE run_id = ?", (rid,))
+        return Run(rid, request.job, request.slot, attempt.fetchone()[0], token, request.owner)
+
+    @staticmethod
+    def _insert_skipped(
+        conn: sqlite3.Connection, job: str, slot: datetime, reason: str, now_ms: int
+    ) -> bool:
+        cursor = conn.execute(
+            "INSERT INTO relay_runs (run_id, job, slot_ms, state, reason, finished_ms, updated_ms) "
+            "VALUES (?, ?, ?, 'skipped', ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+            (run_id(job, slot), job, slot_ms(slot), reason, now_ms, now_ms),
+        )
+        return cursor.rowcount == 1
+
+    @staticmethod
+    def _check_held(conn: sqlite3.Connection, run_id: str, token: int) -> tuple[int, int]:
+        row = conn.execute(
+            "SELECT state, token, failures, max_attempts FROM relay_runs WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None or row[1] != token or row[0] != RunState.RUNNING.value:
+            raise LeaseLost(_lost_reason(run_id, token, row))
+        return row[2], row[3]
+
+    # -- connection handling -----------------------------------------------------------------
+
+    def _create_schema(self) -> None:
+        with self._write() as (conn, _):
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO relay_meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO NOTHING",
+                (SCHEMA_VERSION,),
+            )
+
+    @contextmanager
+    def _write(self) -> Iterator[tuple[sqlite3.Connection, int]]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(
+                    f"SQLite database {self.path} is unavailable: {exc}"
+                ) from exc
+            try:
+                # Read the clock only once the write lock is held, so steps are ordered by it.
+                yield self._conn, self._now_ms()
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(
+                    f"SQLite database {self.path} is unavailable: {exc}"
+                ) from exc
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _next_token(conn: sqlite3.Connection, job: str) -> int:
+    row = conn.execute(
+        "INSERT INTO relay_jobs (name, token) VALUES (?, 1) "
+        "ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token",
+        (job,),
+    ).fetchone()
+    return int(row[0])
+
+
+def _other_live(conn: sqlite3.Connection, job: str, rid: str, now_ms: int) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM relay_runs WHERE job = ? AND state = 'running' AND expires_ms > ? "
+        "AND run_id != ? LIMIT 1",
+        (job, now_ms, rid),
+    ).fetchone()
+    return row is not None
+
+
+def _lost_reason(run_id: str, token: int, row: Sequence[Any] | None) -> str:
+    if row is None:
+        return f"run {run_id} has no lease"
+    if row[1] != token:
+        return f"run {run_id}: token {token} is stale, the current token is {row[1]}"
+    return f"run {run_id} is {row[0]}, no longer running"
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _record(row: Sequence[Any]) -> RunRecord:
+    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = row
+    return RunRecord(
+        id=rid, job=job, scheduled_for=from_ms(slot), state=RunState(state), attempt=attempt,
+        failures=failures, token=token, owner=owner, reason=reason,
+        expires_at=None if expires is None else from_ms(expires),
+        started_at=None if started is None else from_ms(started),
+        finished_at=None if finished is None else from_ms(finished),
+    )  # fmt: skip

@@ -1,0 +1,28 @@
+-- Relay's SQLite schema, version 1. Times are milliseconds on the host's clock.
+CREATE TABLE IF NOT EXISTS relay_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS relay_jobs (
+    name  TEXT PRIMARY KEY,
+    token INTEGER NOT NULL            -- the last fencing token handed out for this job
+);
+CREATE TABLE IF NOT EXISTS relay_runs (
+    run_id       TEXT PRIMARY KEY,
+    job          TEXT NOT NULL,
+    slot_ms      INTEGER NOT NULL,
+    state        TEXT NOT NULL,       -- running, pending, succeeded, failed, skipped
+    attempt      INTEGER NOT NULL DEFAULT 0,
+    failures     INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL DEFAULT 1,
+    token        INTEGER NOT NULL DEFAULT 0,
+    owner        TEXT,
+    reason       TEXT,
+    error        TEXT,
+    expires_ms   INTEGER,
+    started_ms   INTEGER,
+    finished_ms  INTEGER,
+    updated_ms   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS relay_runs_job_slot ON relay_runs (job, slot_ms);
+CREATE INDEX IF NOT EXISTS relay_runs_state ON relay_runs (state, expires_ms);

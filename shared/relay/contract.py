@@ -1,0 +1,221 @@
+"""The two capabilities a store can offer, written as contracts.
+
+A **claim backend** answers one question for a run, "was I first?", and records nothing else: it
+cannot tell that a runner died, so it gives no backups, overlap protection or catch-up.
+
+A **lease backend** keeps a record per run (state, owner, expiry, attempt, fencing token) and
+replaces it atomically, so other instances can take over a dead runner's run, skip overlapping runs
+and catch up after downtime.
+
+Rules every lease backend follows:
+
+* Each method is one atomic step on the store: a transaction, one Lua script, one compare-and-swap.
+  Two instances calling at once see one of them first, never a mix.
+* **The store's clock decides expiry** (``now()`` of PostgreSQL, ``TIME`` of Redis, the host's clock
+  for SQLite). A backend never compares a caller's clock with a time the store wrote.
+* The **fencing token** is an integer per job that grows strictly with every new lease of that job
+  (a new run, a takeover, a retry), so two tokens of the same job can always be compared.
+* An operation carrying a token that is not the run's current one raises
+  :class:`~relay.errors.LeaseLost` and changes nothing.
+* Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`, never a driver error.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+from typing_extensions import TypeIs
+
+from relay.runs import Run, RunRecord, RunState
+
+__all__ = [
+    "AcquireRequest",
+    "AcquireResult",
+    "ClaimBackend",
+    "LeaseBackend",
+    "Outcome",
+    "is_lease",
+]
+
+
+class Outcome(str, enum.Enum):
+    """What :meth:`LeaseBackend.acquire` decided for one run."""
+
+    WON = "won"
+    """A new lease: a fresh run, a takeover of an expired lease, or a retry."""
+    HELD = "held"
+    """Another owner holds a live lease on the run."""
+    FINISHED = "finished"
+    """The run is already succeeded, failed or skipped."""
+    OVERLAP = "overlap"
+    """Recorded skipped: another run of the job holds a live lease and the job skips overlaps."""
+    STALE = "stale"
+    """Recorded skipped: the run was not started within ``stale_after`` of its slot."""
+    EXHAUSTED = "exhausted"
+    """Recorded failed: the run had ``max_attempts`` attempts and the last one failed or died."""
+
+
+@dataclass(frozen=True)
+class AcquireRequest:
+    """Everything a lease store needs to decide one run in one step."""
+
+    job: str
+    slot: datetime
+    owner: str
+    lease: float
+    """Seconds the lease lasts from the store's ``now`` unless renewed."""
+    max_attempts: int = 1
+    overlap_skip: bool = False
+    stale_after: float | None = None
+    """Refuse (and record skipped) a run not yet leased once ``now - slot`` exceeds this."""
+
+
+@dataclass(frozen=True)
+class AcquireResult:
+    """The decision for one request: ``run`` is set exactly when ``outcome`` is WON."""
+
+    outcome: Outcome
+    run: Run | None = None
+
+
+@runtime_checkable
+class ClaimBackend(Protocol):
+    """A store that picks one winner per run and remembers nothing else."""
+
+    capability: Literal["claim"]
+    """Always ``"claim"``: lets type checkers and the scheduler tell the two kinds apart."""
+
+    @property
+    def name(self) -> str:
+        """A short description for messages, such as ``"Redis (strategy=script)"``."""
+        ...
+
+    @property
+    def remembers_for(self) -> float | None:
+        """Seconds a claim is remembered (``None``: for ever).
+
+        A run claimed again after this could be won twice, so the scheduler never claims a slot
+        older than this (minus the spread between instances' ticks).
+        """
+        ...
+
+    def claim(self, job: str, slot: datetime) -> bool:
+        """Atomically claim the run of ``job`` at ``slot``: ``True`` for exactly one caller.
+
+        Idempotent for losers: asking again after losing answers ``False``. Raises
+        ``BackendUnavailable`` when the store cannot answer; the caller must then not run the job.
+        """
+        ...
+
+    def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        """:meth:`claim` for several runs, in as few round trips as the store allows."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class LeaseBackend(Protocol):
+    """A store that keeps one lease record per run and replaces it atomically."""
+
+    capability: Literal["lease"]
+    """Always ``"lease"``: lets type checkers and the scheduler tell the two kinds apart."""
+
+    @property
+    def name(self) -> str:
+        """A short description for messages, such as ``"SQLite (relay.db)"``."""
+        ...
+
+    def acquire(self, request: AcquireRequest) -> AcquireResult:
+        """Decide one run in one atomic step, on the store's clock.
+
+        * no record: if ``stale_after`` has passed since the slot, record it skipped (``stale``);
+          else if ``overlap_skip`` and another run of the job holds a live lease, record it skipped
+          (``overlap``); else lease it: attempt 1, a new token.
+        * running with a live lease: ``HELD``. Succeeded, failed or skipped: ``FINISHED``.
+        * running with an expired lease (its runner died) or pending after a failure: if it has
+          failed ``max_attempts`` times, record it failed (``EXHAUSTED``); else lease it again with
+          attempt + 1 and a new token.
+        * pending after a hand-over: lease it again (a hand-over is not a failure).
+
+        The ``max_attempts`` of the first lease is stored with the run and used from then on.
+        """
+        ...
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
+        """:meth:`acquire` for several runs in one round trip, each decided in order."""
+        ...
+
+    def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
+        """Mark the run started by ``owner`` and renew its lease: the running half takes it over.
+
+        Raises ``LeaseLost`` (changing nothing) if ``token`` is not the run's current token, the
+        run is no longer running (finished, or handed over), or another owner already started it.
+        Starting again by the same owner is allowed (a redelivery to the same worker).
+        """
+        ...
+
+    def heartbeat(self, run_id: str, token: int, lease: float) -> None:
+        """Extend the lease to ``now + lease`` on the store's clock.
+
+        Raises ``LeaseLost`` if ``token`` is not current or the run is not running. A lease that
+        expired but was not yet taken over is renewed: nobody else has it.
+        """
+        ...
+
+    def finish(
+        self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
+    ) -> RunState:
+        """Record the outcome of the attempt holding ``token``; return the run's new state.
+
+        Success gives ``SUCCEEDED``. Failure gives ``PENDING`` (any instance may retry it at once)
+        while the run has failed fewer than its ``max_attempts`` times, then ``FAILED``.
+        Raises ``LeaseLost`` for a token that is not current or a run that is not running.
+        """
+        ...
+
+    def release(self, run_id: str, token: int) -> None:
+        """Hand the run over: it becomes ``PENDING`` and any instance may lease it at once.
+
+        Used on a graceful stop. Not a failure: it does not count against ``max_attempts``.
+        Raises ``LeaseLost`` like :meth:`heartbeat`.
+        """
+        ...
+
+    def skip(self, job: str, slot: datetime, reason: str) -> bool:
+        """Record the run skipped with ``reason`` unless it has a record; ``True`` if recorded."""
+        ...
+
+    def last_slot(self, job: str) -> datetime | None:
+        """The latest slot of ``job`` that has any record, for catch-up after downtime."""
+        ...
+
+    def reclaimable(self, limit: int = 100) -> list[RunRecord]:
+        """Runs another instance may lease now: running with an expired lease, or pending.
+
+        A hint for the scheduler's sweep; :meth:`acquire` decides for real.
+        """
+        ...
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """The most recent runs (of ``job``, or of every job), newest slot first."""
+        ...
+
+    def now(self) -> datetime:
+        """The store's clock: the one that decides expiry."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+        ...
+
+
+def is_lease(backend: ClaimBackend | LeaseBackend) -> TypeIs[LeaseBackend]:
+    """Whether ``backend`` is a lease backend (the only check the engine makes, once per call)."""
+    return backend.capability == "lease"

@@ -1,0 +1,176 @@
+"""The deciding half: which slots are due, who wins them, and which expired runs to take over.
+
+A :class:`Decider` asks the store nothing while no new slot is due, so a tick is cheap; when one is,
+every due run of every job is decided in one batched call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
+from relay.jobs import Job
+from relay.runs import Run, run_id
+
+__all__ = ["ON_TIME_GRACE", "Decider", "Won"]
+
+log = logging.getLogger("relay.decider")
+UTC = timezone.utc
+
+ON_TIME_GRACE = 60.0
+"""Seconds after its slot that a job's latest run is still attempted when catch_up is off."""
+MISSED_WINDOW = timedelta(days=1)
+"""How far before the catch-up window missed runs are still recorded as skipped."""
+TICK_SPREAD = 5.0
+"""Seconds that instances' ticks may lag one another; claim memory must cover it."""
+
+
+@dataclass(frozen=True)
+class Won:
+    """A run this instance won, with the job it belongs to."""
+
+    run: Run
+    job: Job
+
+
+class Decider:
+    """Decides runs for a set of jobs on one backend, on behalf of one owner."""
+
+    def __init__(
+        self,
+        backend: ClaimBackend | LeaseBackend,
+        *,
+        owner: str,
+        lease: float,
+        clock: Callable[[], float] = time.time,
+        grace: float = ON_TIME_GRACE,
+    ) -> None:
+        self.backend = backend
+        self.owner = owner
+        self.lease = lease
+        self.clock = clock
+        self.grace = grace
+        self.jobs: dict[str, Job] = {}
+        self._decided: dict[str, datetime] = {}
+
+    def add(self, job: Job) -> None:
+        """Decide ``job`` from the next tick on."""
+        if job.name in self.jobs:
+            raise ValueError(f"a job named {job.name!r} is already scheduled")
+        self.jobs[job.name] = job
+
+    def forget_progress(self) -> None:
+        """Re-read each job's state from the store at the next tick (after the store was down)."""
+        self._decided.clear()
+
+    def tick(self) -> list[Won]:
+        """Decide every newly due run; return those this instance won.
+
+        Raises ``BackendUnavailable`` if the store cannot answer; nothing is then marked decided,
+        so the next tick tries again.
+        """
+        now = _utc(self.clock())
+        plans = [(job, self._plan(job, now)) for job in self.jobs.values()]
+        due = [(job, slot) for job, (slots, _) in plans for slot in slots]
+        backend = self.backend
+        if is_lease(backend):
+            won = self._acquire(backend, due)
+            for job, (_, missed) in plans:
+                for slot in missed:
+                    backend.skip(job.name, slot, "missed")
+        else:
+            won = self._claim(backend, due)
+        for job, (slots, missed) in plans:
+            latest = max([*slots, *missed], default=None)
+            if latest is not None:
+                self._decided[job.name] = latest
+        return won
+
+    def sweep(self) -> list[Won]:
+        """Take over runs of our jobs whose runner died or handed them over (lease backends)."""
+        backend = self.backend
+        if not is_lease(backend):
+            return []
+        records = [r for r in backend.reclaimable() if r.job in self.jobs]
+        due = [(self.jobs[r.job], r.scheduled_for) for r in records]
+        return self._acquire(backend, due)
+
+    def _plan(self, job: Job, now: datetime) -> tuple[list[datetime], list[datetime]]:
+        """The slots of ``job`` to decide now, and those to record as missed."""
+        latest = job.schedule.latest_slot(now)
+        after = self._decided.get(job.name)
+        if latest is None or (after is not None and latest <= after):
+            return [], []
+        horizon = self._horizon(job)
+        oldest_due = now - timedelta(seconds=horizon)
+        on_time = now - timedelta(seconds=max(horizon, self.grace))
+        known_history = after is not None
+        if after is None:
+            after = self._last_recorded(job)
+            known_history = after is not None
+        if after is None:
+            after = on_time - timedelta(microseconds=1)
+        after = max(after, oldest_due - MISSED_WINDOW)
+        due, missed = [], []
+        for slot in job.schedule.slots_between(after, now):
+            if slot >= oldest_due or (slot == latest and slot >= on_time):
+                due.append(slot)
+            elif known_history and self.backend.capability == "lease":
+                missed.append(slot)
+        return due, missed
+
+    def _horizon(self, job: Job) -> float:
+        """How old a slot may be and still be decided (catch-up window, or claim memory)."""
+        backend = self.backend
+        if is_lease(backend):
+            return job.catch_up
+        memory = backend.remembers_for
+        limit = job.stale_after if job.stale_after is not None else self.grace
+        if memory is not None:
+            limit = min(limit, max(memory - TICK_SPREAD, 0.0))
+        return limit
+
+    def _last_recorded(self, job: Job) -> datetime | None:
+        return self.backend.last_slot(job.name) if is_lease(self.backend) else None
+
+    def _acquire(self, backend: LeaseBackend, due: Sequence[tuple[Job, datetime]]) -> list[Won]:
+        if not due:
+            return []
+        requests = [
+            AcquireRequest(
+                job=job.name,
+                slot=slot,
+                owner=self.owner,
+                lease=self.lease,
+                max_attempts=job.max_attempts,
+                overlap_skip=job.overlap == "skip",
+                stale_after=job.stale_after,
+            )
+            for job, slot in due
+        ]
+        results = backend.acquire_many(requests)
+        won = []
+        for (job, slot), result in zip(due, results, strict=True):
+            log.debug("%s: %s", run_id(job.name, slot), result.outcome.value)
+            if result.outcome is Outcome.WON and result.run is not None:
+                won.append(Won(result.run, job))
+        return won
+
+    def _claim(self, backend: ClaimBackend, due: Iterable[tuple[Job, datetime]]) -> list[Won]:
+        due = list(due)
+        if not due:
+            return []
+        results = backend.claim_many([(job.name, slot) for job, slot in due])
+        return [
+            Won(Run(run_id(job.name, slot), job.name, slot, 1, 0, self.owner), job)
+            for (job, slot), first in zip(due, results, strict=True)
+            if first
+        ]
+
+
+def _utc(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)

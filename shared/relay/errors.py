@@ -1,0 +1,89 @@
+"""Every error Relay raises, in one tree.
+
+::
+
+    RelayError
+    ├── ConfigurationError          bad options; raised when a job or scheduler is created
+    │   ├── InvalidSchedule         a cron expression or interval that cannot be used
+    │   ├── UnknownBackend          a backend URL whose scheme Relay does not know
+    │   ├── UnsupportedOption       a lease-only option given to a claim backend
+    │   └── MissingDependency       the backend's driver is not installed (names the extra)
+    └── BackendError                the store misbehaved or refused
+        ├── BackendUnavailable      the store cannot be reached, or refused our credentials
+        └── LeaseLost               the lease is no longer ours: a newer token exists,
+                                    or the run already finished
+
+Drivers' own exceptions never leave a backend: each backend translates them at its boundary with
+``raise BackendUnavailable(...) from exc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "ConfigurationError",
+    "InvalidSchedule",
+    "LeaseLost",
+    "MissingDependency",
+    "RelayError",
+    "UnknownBackend",
+    "UnsupportedOption",
+]
+
+
+class RelayError(Exception):
+    """The root of every error Relay raises."""
+
+
+class ConfigurationError(RelayError, ValueError):
+    """An option or combination of options that cannot work; the message names the fix."""
+
+
+class InvalidSchedule(ConfigurationError):
+    """A cron expression, time zone or interval that cannot be turned into slots."""
+
+
+class UnknownBackend(ConfigurationError):
+    """A backend URL whose scheme (or strategy) Relay does not know."""
+
+
+class MissingDependency(ConfigurationError, ImportError):
+    """The driver a backend needs is not installed; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"this backend needs the {package!r} package: pip install 'relay-scheduler[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class UnsupportedOption(ConfigurationError, TypeError):
+    """An option only a lease can honour, given to a scheduler or job on a claim backend."""
+
+    def __init__(self, option: str, backend: str, supported_by: Iterable[str]) -> None:
+        supported = ", ".join(supported_by)
+        super().__init__(
+            f"option {option!r} needs a lease backend, but {backend} only answers 'was I first?'. "
+            f"Drop {option!r}, or use a lease backend: {supported}"
+        )
+        self.option = option
+        self.backend = backend
+
+
+class BackendError(RelayError):
+    """The store failed or refused an operation."""
+
+
+class BackendUnavailable(BackendError):
+    """The store cannot be reached, or refused the connection; the message says what to check."""
+
+
+class LeaseLost(BackendError):
+    """The lease is no longer held with this token: a newer token exists or the run is finished.
+
+    The operation that raised it changed nothing.
+    """

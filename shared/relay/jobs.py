@@ -1,0 +1,111 @@
+"""Jobs: the definition of a periodic task, validated once when it is created."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import Any, Literal
+
+from relay.contract import ClaimBackend, LeaseBackend
+from relay.durations import Duration, non_negative_seconds, optional_seconds
+from relay.errors import ConfigurationError, UnsupportedOption
+from relay.schedules import Schedule, make_schedule
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "Job",
+    "Overlap",
+    "check_scheduler_options",
+    "make_job",
+]
+
+Overlap = Literal["allow", "skip"]
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts a run gets by default: a failure and a dead runner each use one."""
+
+_LEASE_BACKENDS = "sqlite:///…, postgresql://…, redis://… (strategy=lease), nats://… (strategy=kv)"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A periodic task: its name, its schedule, and what a lease backend should enforce for it.
+
+    ``handler`` is the function the standalone scheduler calls; integrations keep their own task
+    or actor and leave it ``None``.
+    """
+
+    name: str
+    schedule: Schedule
+    handler: Callable[..., Any] | None = None
+    overlap: Overlap = "allow"
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    catch_up: float = 0.0
+    stale_after: float | None = None
+
+
+def make_job(
+    backend: ClaimBackend | LeaseBackend,
+    *,
+    name: str,
+    handler: Callable[..., Any] | None = None,
+    cron: str | None = None,
+    every: Duration | None = None,
+    tz: str | tzinfo | None = None,
+    overlap: Overlap | None = None,
+    max_attempts: int | None = None,
+    catch_up: Duration | None = None,
+    stale_after: Duration | None = None,
+) -> Job:
+    """Validate a job's options against its backend and build it.
+
+    Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
+    ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them.
+    """
+    if not isinstance(name, str) or not name or "@" in name:
+        raise ConfigurationError(f"job name {name!r} must be a non-empty string without '@'")
+    schedule = make_schedule(cron=cron, every=every, tz=tz)
+    if backend.capability == "claim":
+        lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
+        for option, value in lease_only.items():
+            if value is not None:
+                raise UnsupportedOption(option, backend.name, [_LEASE_BACKENDS])
+    if overlap not in (None, "allow", "skip"):
+        raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise ConfigurationError(f"max_attempts={max_attempts!r} must be a whole number >= 1")
+    return Job(
+        name=name,
+        schedule=schedule,
+        handler=handler,
+        overlap=overlap or "allow",
+        max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
+        catch_up=non_negative_seconds(catch_up or 0, "catch_up"),
+        stale_after=optional_seconds(stale_after, "stale_after"),
+    )
+
+
+def check_scheduler_options(
+    backend: ClaimBackend | LeaseBackend, *, lease: Duration | None, heartbeat: Duration | None
+) -> tuple[float, float]:
+    """Validate ``lease`` and ``heartbeat`` (seconds) against the backend; return them as floats.
+
+    On a claim backend both must be left out. On a lease backend they default to 30 s and 10 s, and
+    the heartbeat must be shorter than the lease so a live runner renews before it expires.
+    """
+    if backend.capability == "claim":
+        for option, value in {"lease": lease, "heartbeat": heartbeat}.items():
+            if value is not None:
+                raise UnsupportedOption(option, backend.name, [_LEASE_BACKENDS])
+        return 0.0, 0.0
+    lease_s = optional_seconds(lease, "lease") or 30.0
+    heartbeat_s = optional_seconds(heartbeat, "heartbeat") or min(10.0, lease_s / 3)
+    if heartbeat_s >= lease_s:
+        raise ConfigurationError(
+            f"heartbeat ({heartbeat_s:g}s) must be shorter than lease ({lease_s:g}s), "
+            "or a live runner loses its lease between two heartbeats: "
+            "a third of the lease is a good heartbeat"
+        )
+    return lease_s, heartbeat_s

@@ -1,0 +1,108 @@
+"""Runs: one firing of one job, named by ``(job name, slot)`` alone."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+__all__ = [
+    "Run",
+    "RunRecord",
+    "RunState",
+    "format_slot",
+    "from_ms",
+    "parse_run_id",
+    "run_id",
+    "slot_ms",
+]
+
+UTC = timezone.utc
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def format_slot(slot: datetime) -> str:
+    """The slot as an exact UTC string: seconds, or milliseconds where the slot has them."""
+    slot = slot.astimezone(UTC)
+    if slot.microsecond:
+        return slot.strftime("%Y-%m-%dT%H:%M:%S.") + f"{slot.microsecond // 1000:03d}Z"
+    return slot.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_id(job: str, slot: datetime) -> str:
+    """The id every instance derives for ``job`` at ``slot``: ``"job@2026-11-29T21:30:00Z"``."""
+    return f"{job}@{format_slot(slot)}"
+
+
+def parse_run_id(value: str) -> tuple[str, datetime]:
+    """Split a run id back into its job name and slot."""
+    job, _, stamp = value.rpartition("@")
+    if not job or not stamp.endswith("Z"):
+        raise ValueError(f"not a run id: {value!r}")
+    text = stamp[:-1]
+    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
+    return job, datetime.strptime(text, fmt).replace(tzinfo=UTC)
+
+
+def slot_ms(slot: datetime) -> int:
+    """The slot in whole milliseconds since the Unix epoch, as stores keep it."""
+    return round(slot.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    """The UTC datetime ``ms`` milliseconds after the Unix epoch (exact, no float rounding)."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+class RunState(str, enum.Enum):
+    """Where a run stands in a lease store."""
+
+    RUNNING = "running"
+    """Leased to an owner until its lease expires (it may still be waiting in a queue)."""
+    PENDING = "pending"
+    """Handed over or failed with attempts left: any instance may lease it again at once."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Failed, or abandoned, on its last allowed attempt."""
+    SKIPPED = "skipped"
+    """Never run; ``reason`` says why: ``overlap``, ``missed`` or ``stale``."""
+
+    @property
+    def final(self) -> bool:
+        """Whether the run can never be leased again."""
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run a process holds: what a handler receives.
+
+    ``token`` is the fencing token of this lease: it grows strictly with every new lease of the
+    same job, so a resource that stores the highest token it has seen can refuse a stale writer.
+    On a claim backend there is no lease and ``token`` is 0.
+    """
+
+    id: str
+    job: str
+    scheduled_for: datetime
+    attempt: int
+    token: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a lease store knows of one run, for status displays and sweeps."""
+
+    id: str
+    job: str
+    scheduled_for: datetime
+    state: RunState
+    attempt: int
+    failures: int
+    token: int
+    owner: str | None
+    reason: str | None
+    expires_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None

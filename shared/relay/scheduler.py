@@ -1,0 +1,300 @@
+"""The standalone scheduler: each instance ticks on its own timer and runs what it wins."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import tzinfo
+from types import FrameType
+from typing import Any, Generic, TypeVar, overload
+
+from relay.backends import open_backend
+from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.durations import Duration, seconds
+from relay.engine import ActiveRun, Decider, Runner, Won
+from relay.errors import BackendUnavailable
+from relay.jobs import Job, Overlap, check_scheduler_options, make_job
+from relay.runs import Run
+
+__all__ = ["Handler", "Scheduler", "default_owner"]
+
+log = logging.getLogger("relay.scheduler")
+
+BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
+Handler = Callable[[Run], Any]
+"""A job's function: called with the :class:`~relay.Run` it should perform."""
+H = TypeVar("H", bound=Handler)
+
+MAX_BACKOFF = 30.0
+
+
+def default_owner() -> str:
+    """An owner name unique to this process: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+class Scheduler(Generic[BackendT]):
+    """Runs periodic jobs; any number of instances may run side by side on one backend.
+
+    ``backend`` is a URL (``"sqlite:///relay.db"``) or a backend object. On a lease backend,
+    ``lease`` (default 30 s) is how long a run stays ours without a heartbeat and ``heartbeat``
+    (default a third of the lease, at most 10 s) how often a running run renews it. Both are refused
+    on a claim backend. ``tick`` is how often the instance looks for due runs; ``clock`` (seconds
+    since the epoch) decides which slots are due and exists for tests.
+    """
+
+    @overload
+    def __init__(
+        self: Scheduler[LeaseBackend],
+        backend: LeaseBackend,
+        *,
+        lease: Duration | None = None,
+        heartbeat: Duration | None = None,
+        tick: Duration = 1.0,
+        owner: str | None = None,
+        max_workers: int = 8,
+        stop_timeout: Duration = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Scheduler[ClaimBackend],
+        backend: ClaimBackend,
+        *,
+        tick: Duration = 1.0,
+        owner: str | None = None,
+        max_workers: int = 8,
+        stop_timeout: Duration = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Scheduler[Any],
+        backend: str,
+        *,
+        lease: Duration | None = None,
+        heartbeat: Duration | None = None,
+        tick: Duration = 1.0,
+        owner: str | None = None,
+        max_workers: int = 8,
+        stop_timeout: Duration = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        lease: Duration | None = None,
+        heartbeat: Duration | None = None,
+        tick: Duration = 1.0,
+        owner: str | None = None,
+        max_workers: int = 8,
+        stop_timeout: Duration = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend: ClaimBackend | LeaseBackend = (
+            open_backend(backend) if isinstance(backend, str) else backend
+        )
+        self.lease, self.heartbeat = check_scheduler_options(
+            self.backend, lease=lease, heartbeat=heartbeat
+        )
+        self.tick_interval = seconds(tick, "tick")
+        self.stop_timeout = seconds(stop_timeout, "stop_timeout")
+        self.owner = owner or default_owner()
+        self.decider = Decider(self.backend, owner=self.owner, lease=self.lease, clock=clock)
+        self.runner = Runner(
+            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat
+        )
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="relay-run")
+        self._lock = threading.Lock()
+        self._queued: dict[Future[None], Run] = {}
+        self._active: set[ActiveRun] = set()
+        self._stopping = threading.Event()
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        """The scheduled jobs by name."""
+        return self.decider.jobs
+
+    @overload
+    def job(
+        self: Scheduler[ClaimBackend],
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        tz: str | tzinfo | None = None,
+        name: str | None = None,
+        stale_after: Duration | None = None,
+    ) -> Callable[[H], H]: ...
+
+    @overload
+    def job(
+        self: Scheduler[LeaseBackend],
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        tz: str | tzinfo | None = None,
+        name: str | None = None,
+        stale_after: Duration | None = None,
+        overlap: Overlap | None = None,
+        max_attempts: int | None = None,
+        catch_up: Duration | None = None,
+    ) -> Callable[[H], H]: ...
+
+    def job(
+        self,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        tz: str | tzinfo | None = None,
+        name: str | None = None,
+        stale_after: Duration | None = None,
+        overlap: Overlap | None = None,
+        max_attempts: int | None = None,
+        catch_up: Duration | None = None,
+    ) -> Callable[[H], H]:
+        """Schedule the decorated function; it is called with the :class:`~relay.Run`.
+
+        ``cron`` (with ``tz``) or ``every`` (seconds or timedelta) sets the schedule. Lease
+        backends also honour ``overlap`` ("allow" or "skip"), ``max_attempts`` (default 3) and
+        ``catch_up`` (seconds of missed slots to run after downtime, default 0); ``stale_after``
+        works everywhere. Options are validated here, once.
+        """
+
+        def register(handler: H) -> H:
+            job = make_job(
+                self.backend,
+                name=name or handler.__qualname__,
+                handler=handler,
+                cron=cron,
+                every=every,
+                tz=tz,
+                stale_after=stale_after,
+                overlap=overlap,
+                max_attempts=max_attempts,
+                catch_up=catch_up,
+            )
+            self.decider.add(job)
+            return handler
+
+        return register
+
+    def run(self) -> None:
+        """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish."""
+        restore = self._install_signal_handlers()
+        try:
+            self._loop()
+        finally:
+            self.shutdown()
+            restore()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return; safe from any thread or signal handler."""
+        self._stopping.set()
+
+    def run_pending(self) -> list[Run]:
+        """One tick: decide due runs and take over abandoned ones; start what was won."""
+        won = self.decider.tick()
+        won += self.decider.sweep()
+        for item in won:
+            self._dispatch(item)
+        return [item.run for item in won]
+
+    def shutdown(self) -> None:
+        """Stop taking runs, wait up to ``stop_timeout`` for running ones, hand over the rest."""
+        self._stopping.set()
+        with self._lock:
+            queued = [run for future, run in self._queued.items() if future.cancel()]
+        for run in queued:
+            self.runner.release(run)
+        deadline = time.monotonic() + self.stop_timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._active:
+                    break
+            time.sleep(0.05)
+        with self._lock:
+            unfinished = list(self._active)
+        for active in unfinished:
+            active.release()
+        self._pool.shutdown(wait=not unfinished, cancel_futures=True)
+
+    def _loop(self) -> None:
+        backoff = self.tick_interval
+        next_sweep = 0.0
+        while not self._stopping.is_set():
+            try:
+                won = self.decider.tick()
+                if is_lease(self.backend) and time.monotonic() >= next_sweep:
+                    won += self.decider.sweep()
+                    next_sweep = time.monotonic() + self.heartbeat
+                for item in won:
+                    self._dispatch(item)
+                backoff = self.tick_interval
+            except BackendUnavailable as exc:
+                log.error("%s; retrying in %.1fs", exc, backoff)
+                self.decider.forget_progress()
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+                continue
+            self._stopping.wait(self.tick_interval)
+
+    def _dispatch(self, won: Won) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                stopping = True
+            else:
+                stopping = False
+                future = self._pool.submit(self._execute, won)
+                self._queued[future] = won.run
+                future.add_done_callback(self._forget)
+        if stopping:
+            self.runner.release(won.run)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._queued.pop(future, None)
+
+    def _execute(self, won: Won) -> None:
+        handler = won.job.handler
+        assert handler is not None
+        try:
+            active = self.runner.begin(won.run)
+        except BackendUnavailable as exc:
+            log.error("could not start %s, it will be taken over: %s", won.run.id, exc)
+            return
+        if active is None:
+            return
+        with self._lock:
+            self._active.add(active)
+        try:
+            active.call(handler)
+        finally:
+            with self._lock:
+                self._active.discard(active)
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            self.stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore

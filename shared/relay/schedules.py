@@ -1,0 +1,133 @@
+"""Schedules turn time into slots: the instants at which a job is due.
+
+Slots depend on the schedule alone, never on when an instance ticks, so every instance computes the
+same slots and therefore the same run ids. All slots are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
+
+from relay.durations import Duration, seconds
+from relay.errors import InvalidSchedule
+from relay.runs import from_ms
+
+__all__ = ["CronSchedule", "EverySchedule", "Schedule", "make_schedule"]
+
+UTC = timezone.utc
+
+
+class Schedule(Protocol):
+    """When a job is due."""
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        """The last slot at or before ``at``, or ``None`` if there is none."""
+        ...
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        """Slots ``s`` with ``after < s <= until``, oldest first."""
+        ...
+
+    def describe(self) -> str:
+        """A short human description, such as ``every 60s`` or ``cron '*/5 * * * *' (UTC)``."""
+        ...
+
+
+class EverySchedule:
+    """A slot every ``interval`` seconds, anchored to the Unix epoch (so all instances agree)."""
+
+    def __init__(self, interval: Duration) -> None:
+        try:
+            self.interval = seconds(interval, "every")
+        except Exception as exc:
+            raise InvalidSchedule(str(exc)) from None
+        # Slots are kept in whole milliseconds so that run ids are exact strings everywhere.
+        self._interval_ms = round(self.interval * 1000)
+        if self._interval_ms < 1:
+            raise InvalidSchedule(f"every={interval!r} is shorter than a millisecond")
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        at_ms = math.floor(at.timestamp() * 1000)
+        return from_ms(at_ms - at_ms % self._interval_ms)
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        first = math.floor(after.timestamp() * 1000) // self._interval_ms + 1
+        last = math.floor(until.timestamp() * 1000) // self._interval_ms
+        for index in range(first, last + 1):
+            yield from_ms(index * self._interval_ms)
+
+    def describe(self) -> str:
+        return f"every {self.interval:g}s"
+
+
+class CronSchedule:
+    """Slots from a cron expression evaluated in a time zone (DST-correct, through croniter)."""
+
+    def __init__(self, expression: str, tz: str | tzinfo | None = None) -> None:
+        self.expression = expression
+        self.tz = _zone(tz)
+        if not isinstance(expression, str) or not croniter.is_valid(expression):
+            raise InvalidSchedule(
+                f"cron expression {expression!r} is not valid: expected five fields "
+                "'minute hour day-of-month month day-of-week', such as '*/5 * * * *'"
+            )
+        try:
+            croniter(expression, datetime.now(self.tz)).get_next(datetime)
+        except (CroniterBadCronError, CroniterBadDateError, ValueError) as exc:
+            raise InvalidSchedule(f"cron expression {expression!r} never fires: {exc}") from None
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        # croniter's get_prev is strict, so step from just after ``at`` to include ``at`` itself.
+        start = at.astimezone(self.tz) + timedelta(microseconds=1)
+        try:
+            slot = croniter(self.expression, start).get_prev(datetime)
+        except CroniterBadDateError:
+            return None
+        return _utc(slot)
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        iterator = croniter(self.expression, after.astimezone(self.tz))
+        while True:
+            slot = _utc(iterator.get_next(datetime))
+            if slot > until:
+                return
+            yield slot
+
+    def describe(self) -> str:
+        return f"cron {self.expression!r} ({self.tz})"
+
+
+def make_schedule(*, cron: str | None, every: Duration | None, tz: str | tzinfo | None) -> Schedule:
+    """Build the schedule a job asked for; exactly one of ``cron`` and ``every`` must be given."""
+    if cron is not None and every is not None:
+        raise InvalidSchedule("give cron= or every=, not both")
+    if cron is not None:
+        return CronSchedule(cron, tz)
+    if every is not None:
+        if tz is not None:
+            raise InvalidSchedule("tz= only applies to cron=; every= slots are epoch-anchored")
+        return EverySchedule(every)
+    raise InvalidSchedule("a job needs a schedule: cron='*/5 * * * *' or every=60 (seconds)")
+
+
+def _zone(tz: str | tzinfo | None) -> tzinfo:
+    if tz is None:
+        return UTC
+    if isinstance(tz, tzinfo):
+        return tz
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidSchedule(
+            f"unknown time zone {tz!r}: use an IANA name such as 'Europe/Paris'"
+        ) from None
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
