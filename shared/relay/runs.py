@@ -13,7 +13,9 @@ __all__ = [
     "format_slot",
     "from_ms",
     "parse_run_id",
+    "run_from_headers",
     "run_id",
+    "run_to_headers",
     "slot_ms",
 ]
 
@@ -106,3 +108,26 @@ class RunRecord:
     expires_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+
+
+HEADER = "relay_run"
+"""The message header (Celery) or message option (Dramatiq) that carries a run."""
+
+
+def run_to_headers(run: Run) -> dict[str, str | int]:
+    """The run as plain values for a message header, so a worker can start it with its token."""
+    return {"id": run.id, "token": run.token, "attempt": run.attempt, "owner": run.owner}
+
+
+def run_from_headers(values: object) -> Run | None:
+    """The run a message carries, or ``None`` if the message carries none (or a malformed one)."""
+    if not isinstance(values, dict):
+        return None
+    try:
+        job, slot = parse_run_id(str(values["id"]))
+        return Run(
+            str(values["id"]), job, slot, int(values["attempt"]), int(values["token"]),
+            str(values["owner"]),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError):
+        return None

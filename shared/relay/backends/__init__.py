@@ -4,6 +4,7 @@
 URL                                          kind     module
 ==========================================  =======  =====================================
 ``sqlite:///relay.db``                       lease    :mod:`relay.backends.sqlite`
+``sqlite:///claims.db?strategy=claim``       claim    :mod:`relay.backends.sqlite_claim`
 ``postgresql://…`` / ``postgres://…``        lease    :mod:`relay.backends.postgres`
 ``redis://…`` (``rediss``, ``valkey``)       lease    :mod:`relay.backends.redis_lease`
 ``redis://…?strategy=stream-id|idmp|script`` claim    :mod:`relay.backends.redis_claim`
@@ -32,6 +33,7 @@ Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 # (scheme, strategy) -> (module, class, extra, driver package). Strategy "" is the scheme's default.
 _REGISTRY: dict[tuple[str, str], tuple[str, str, str, str]] = {
     ("sqlite", ""): ("sqlite", "SQLiteLeaseBackend", "sqlite", "sqlite3"),
+    ("sqlite", "claim"): ("sqlite_claim", "SQLiteClaimBackend", "sqlite", "sqlite3"),
     ("postgresql", ""): ("postgres", "PostgresLeaseBackend", "postgres", "psycopg"),
     ("redis", "lease"): ("redis_lease", "RedisLeaseBackend", "redis", "redis"),
     ("redis", "stream-id"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),

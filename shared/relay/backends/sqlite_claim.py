@@ -1,0 +1,85 @@
+"""SQLite claim backend (``sqlite:///claims.db?strategy=claim``): one winner per run, on one host.
+
+It exists for trying claim mode without a server and to exercise the claim contract; for
+production claims use Redis, RabbitMQ or NATS, and for anything more a lease backend.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from relay.backends._url import BackendURL
+from relay.errors import BackendUnavailable, ConfigurationError
+from relay.runs import run_id
+
+__all__ = ["SQLiteClaimBackend"]
+
+
+class SQLiteClaimBackend:
+    """Claims as rows of one table: the ``INSERT`` that does not conflict wins."""
+
+    capability: Literal["claim"] = "claim"
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS relay_claims (run_id TEXT PRIMARY KEY, job TEXT)"
+            )
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> SQLiteClaimBackend:
+        """Open the database a ``sqlite:///…?strategy=claim`` URL names."""
+        parsed = BackendURL(url)
+        parsed.check_options(["strategy", "busy_timeout"], "the SQLite claim backend")
+        path = parsed.parts.path[1:]
+        if parsed.parts.netloc or not path:
+            raise ConfigurationError(f"SQLite URL {url!r} must look like sqlite:///claims.db")
+        return cls(path, busy_timeout=parsed.float_option("busy_timeout", 30.0), **kwargs)
+
+    @property
+    def name(self) -> str:
+        return f"SQLite claims ({self.path})"
+
+    @property
+    def remembers_for(self) -> float | None:
+        return None
+
+    def claim(self, job: str, slot: datetime) -> bool:
+        return self.claim_many([(job, slot)])[0]
+
+    def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                won = [
+                    self._conn.execute(
+                        "INSERT INTO relay_claims (run_id, job) VALUES (?, ?) "
+                        "ON CONFLICT (run_id) DO NOTHING",
+                        (run_id(job, slot), job),
+                    ).rowcount
+                    == 1
+                    for job, slot in runs
+                ]
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise BackendUnavailable(f"SQLite {self.path} is unavailable: {exc}") from exc
+        return won
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

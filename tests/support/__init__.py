@@ -1,0 +1,1 @@
+"""Shared test support: services, backend URLs per test, and real-process helpers."""

@@ -1,0 +1,48 @@
+"""Backend URLs, one fresh store per test: a file, a schema, a key prefix, a bucket.
+
+Each entry maps a backend name to a context manager factory that yields a URL isolated to one
+test. Tests pass the URL to real processes, which open the same store from it. A backend module
+plugs into the contract suites by adding its entry to ``LEASE_BACKENDS`` or ``CLAIM_BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import pytest
+
+UrlFactory = Callable[[Path], AbstractContextManager[str]]
+
+
+def unique(prefix: str = "relay_t") -> str:
+    """A name no other test uses."""
+    return f"{prefix}_{secrets.token_hex(4)}"
+
+
+@contextmanager
+def sqlite_lease(tmp_path: Path) -> Iterator[str]:
+    yield f"sqlite:///{tmp_path / 'relay.db'}"
+
+
+@contextmanager
+def sqlite_claim(tmp_path: Path) -> Iterator[str]:
+    yield f"sqlite:///{tmp_path / 'claims.db'}?strategy=claim"
+
+
+LEASE_BACKENDS: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]] = {
+    "sqlite": (sqlite_lease, []),
+}
+"""Lease backends the lease contract suite runs against: name -> (URL factory, marks)."""
+
+CLAIM_BACKENDS: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]] = {
+    "sqlite-claim": (sqlite_claim, []),
+}
+"""Claim backends the claim contract suite runs against: name -> (URL factory, marks)."""
+
+
+def params(registry: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]]) -> list[object]:
+    """pytest params for a registry, each carrying its service marks."""
+    return [pytest.param(name, marks=marks, id=name) for name, (_, marks) in registry.items()]
