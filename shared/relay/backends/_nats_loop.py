@@ -1,0 +1,54 @@
+"""A private asyncio event loop on a background thread, for the asyncio-only NATS client.
+
+The NATS backends are called from ordinary threads; each owns one :class:`LoopThread` and submits
+its coroutines to it. Every call waits at most ``timeout`` seconds: a call that does not finish in
+time is cancelled and raises :class:`~relay.errors.BackendUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from relay.errors import BackendUnavailable
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running in a daemon thread until :meth:`close`."""
+
+    def __init__(self, name: str = "relay-nats") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run ``coro`` on the loop and return its result; raise what it raises.
+
+        After ``timeout`` seconds the coroutine is cancelled and ``BackendUnavailable`` raised.
+        """
+        if self._loop.is_closed():
+            coro.close()
+            raise BackendUnavailable("the NATS backend is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise BackendUnavailable(
+                f"NATS did not answer within {timeout:g}s; check that the server is up"
+            ) from None
+
+    def close(self) -> None:
+        """Stop the loop and its thread. Idempotent."""
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
