@@ -17,7 +17,7 @@ from relay.errors import ConfigurationError
 __all__ = ["DEFAULT_BACKEND", "Settings", "from_django", "from_mapping"]
 
 DEFAULT_BACKEND = "sqlite:///relay.db"
-_KEYS = {"BACKEND", "LEASE", "HEARTBEAT", "TICK"}
+_KEYS = {"BACKEND", "LEASE", "HEARTBEAT", "TICK", "QUEUE_LEASE"}
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,12 @@ class Settings:
     lease: float | None = None
     heartbeat: float | None = None
     tick: float | None = None
+    queue_lease: float | None = None
+    """Lease a scheduler takes on a run it enqueues for a worker: it must outlive the queue wait."""
 
 
 def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Settings:
-    """Read ``BACKEND``, ``LEASE``, ``HEARTBEAT`` and ``TICK`` (any case) from ``values``.
+    """Read ``BACKEND``, ``LEASE``, ``HEARTBEAT``, ``TICK`` and ``QUEUE_LEASE`` (any case).
 
     Unknown keys and bad values raise :class:`ConfigurationError` naming ``source`` and the key.
     """
@@ -52,6 +54,7 @@ def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Setting
         lease=_duration(upper.get("LEASE"), source, "LEASE"),
         heartbeat=_duration(upper.get("HEARTBEAT"), source, "HEARTBEAT"),
         tick=_duration(upper.get("TICK"), source, "TICK"),
+        queue_lease=_duration(upper.get("QUEUE_LEASE"), source, "QUEUE_LEASE"),
     )
 
 
