@@ -1,0 +1,203 @@
+"""The worker half: a Dramatiq middleware that runs each run message through Relay's runner.
+
+Before a run message is processed it starts the run with its token (``Runner.begin``); a stale
+token, a finished run or a run another worker holds is skipped. While the actor runs, the run
+heartbeats; afterwards it is finished as succeeded or failed. A worker that stops gracefully hands
+its runs over. Every hook contains its own failures: a store that cannot confirm a run means the
+run is skipped, never let through.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from typing import Any, Generic, TypeVar, overload
+
+from dramatiq.broker import Broker, MessageProxy
+from dramatiq.middleware import Middleware, Shutdown, SkipMessage
+from dramatiq.worker import Worker
+from relay.backends import LEASE_BACKENDS, open_backend
+from relay.contract import ClaimBackend, LeaseBackend
+from relay.durations import Duration, seconds
+from relay.engine import ActiveRun, Runner
+from relay.errors import ConfigurationError, UnsupportedOption
+from relay.jobs import check_scheduler_options
+from relay.runs import HEADER, Run, run_from_headers
+from relay.scheduler import default_owner
+
+__all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
+
+log = logging.getLogger("relay.dramatiq")
+
+BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
+
+DEFAULT_QUEUE_LEASE = 300.0
+"""Seconds a scheduler's lease on an enqueued run lasts: the longest a run message may wait."""
+
+_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
+    "relay_dramatiq_run", default=None
+)
+
+
+def current_run() -> Run | None:
+    """The run the current actor call performs, or ``None`` (not a run message, or no actor).
+
+    Set in the worker thread for the duration of the actor call: synchronous actors see it,
+    ``async def`` actors (run on Dramatiq's event loop thread) do not.
+    """
+    return _current.get()
+
+
+class RelayMiddleware(Middleware, Generic[BackendT]):
+    """Runs Relay's run messages on a Dramatiq worker; also holds the settings of the scheduler.
+
+    ``backend`` is a URL (``"sqlite:///relay.db"``) or a backend object (not closed by the
+    middleware). On a lease backend, ``lease`` (default 30 s) is how long a started run stays
+    ours without a heartbeat, ``heartbeat`` (default a third of the lease, at most 10 s) how often
+    it is renewed, and ``queue_lease`` (default 300 s) how long the scheduler's lease on an
+    enqueued run lasts: the longest a message may wait in the queue before the run is taken over.
+    All three are refused on a claim backend. ``tick`` is how often ``relay-dramatiq`` looks for
+    due runs.
+    """
+
+    @overload
+    def __init__(
+        self: RelayMiddleware[LeaseBackend],
+        backend: LeaseBackend,
+        *,
+        lease: Duration | None = None,
+        heartbeat: Duration | None = None,
+        queue_lease: Duration | None = None,
+        tick: Duration | None = None,
+        owner: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RelayMiddleware[ClaimBackend],
+        backend: ClaimBackend,
+        *,
+        tick: Duration | None = None,
+        owner: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RelayMiddleware[Any],
+        backend: str,
+        *,
+        lease: Duration | None = None,
+        heartbeat: Duration | None = None,
+        queue_lease: Duration | None = None,
+        tick: Duration | None = None,
+        owner: str | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        lease: Duration | None = None,
+        heartbeat: Duration | None = None,
+        queue_lease: Duration | None = None,
+        tick: Duration | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.backend: ClaimBackend | LeaseBackend = (
+            open_backend(backend) if isinstance(backend, str) else backend
+        )
+        self.lease, self.heartbeat = check_scheduler_options(
+            self.backend, lease=lease, heartbeat=heartbeat
+        )
+        self.queue_lease = _queue_lease(self.backend, queue_lease, self.lease)
+        self.tick = 1.0 if tick is None else seconds(tick, "tick")
+        self.owner = owner or default_owner()
+        self._lock = threading.Lock()
+        self._active: dict[int, tuple[ActiveRun, contextvars.Token[Run | None]]] = {}
+
+    def runner(self) -> Runner:
+        """A runner owned by this worker thread, so two threads never share a run."""
+        owner = f"{self.owner}/{threading.current_thread().name}"
+        return Runner(self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat)
+
+    # -- Dramatiq hooks ----------------------------------------------------------------------
+
+    def before_process_message(self, broker: Broker, message: MessageProxy) -> None:
+        """Start the message's run, or raise ``SkipMessage`` if it must not run."""
+        if HEADER not in message.options or message.failed:
+            return
+        run = run_from_headers(message.options[HEADER])
+        if run is None:
+            log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
+            raise SkipMessage("malformed Relay run option")
+        try:
+            active = self.runner().begin(run)
+        except Exception:
+            log.exception("skipping %s: could not start it; it will be taken over", run.id)
+            raise SkipMessage(f"could not start {run.id}") from None
+        if active is None:
+            raise SkipMessage(f"{run.id} (token {run.token}) is stale, finished or held")
+        with self._lock:
+            self._active[threading.get_ident()] = (active, _current.set(active.run))
+
+    def after_process_message(
+        self,
+        broker: Broker,
+        message: MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        """Finish the run: succeeded, failed, or handed over if the worker is shutting down."""
+        active = self._leave()
+        if active is None:
+            return
+        try:
+            if exception is None:
+                active.succeed()
+            elif isinstance(exception, Shutdown):
+                active.release()
+            else:
+                active.fail(f"{type(exception).__name__}: {exception}")
+        except Exception:
+            log.exception("could not record the result of %s", active.run.id)
+
+    def after_skip_message(self, broker: Broker, message: MessageProxy) -> None:
+        """A later middleware skipped a message we started: hand its run over."""
+        active = self._leave()
+        if active is not None:
+            active.release()
+
+    def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
+        """Hand over runs whose actors did not finish before the worker stopped waiting."""
+        with self._lock:
+            unfinished = [active for active, _ in self._active.values()]
+            self._active.clear()
+        for active in unfinished:
+            active.release()
+
+    def _leave(self) -> ActiveRun | None:
+        with self._lock:
+            entry = self._active.pop(threading.get_ident(), None)
+        if entry is None:
+            return None
+        active, token = entry
+        _current.reset(token)
+        return active
+
+
+def _queue_lease(
+    backend: ClaimBackend | LeaseBackend, queue_lease: Duration | None, lease: float
+) -> float:
+    if backend.capability == "claim":
+        if queue_lease is not None:
+            raise UnsupportedOption("queue_lease", backend.name, LEASE_BACKENDS)
+        return 0.0
+    value = DEFAULT_QUEUE_LEASE if queue_lease is None else seconds(queue_lease, "queue_lease")
+    if value < lease:
+        raise ConfigurationError(
+            f"queue_lease ({value:g}s) must be at least the lease ({lease:g}s): it covers the "
+            "time a run message waits in the queue, before the worker's lease takes over"
+        )
+    return value

@@ -1,0 +1,115 @@
+"""``@periodic``: turn a Dramatiq actor into a periodic job, validated when it is declared."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import Any, TypeVar
+
+import dramatiq
+from relay.durations import Duration
+from relay.errors import ConfigurationError
+from relay.jobs import Job, Overlap, make_job
+
+from relay_dramatiq._middleware import RelayMiddleware
+
+__all__ = ["Periodic", "periodic", "periodic_actors"]
+
+A = TypeVar("A", bound="dramatiq.Actor[Any, Any]")
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A periodic actor: the actor, its job, and the middleware whose backend decides its runs."""
+
+    actor: dramatiq.Actor[Any, Any]
+    job: Job
+    middleware: RelayMiddleware[Any]
+
+
+_registry: dict[dramatiq.Actor[Any, Any], Periodic] = {}
+
+
+def periodic_actors() -> list[Periodic]:
+    """Every periodic actor declared in this process, in declaration order."""
+    return list(_registry.values())
+
+
+def periodic(
+    *,
+    cron: str | None = None,
+    every: Duration | None = None,
+    tz: str | tzinfo | None = None,
+    overlap: Overlap | None = None,
+    max_attempts: int | None = None,
+    catch_up: Duration | None = None,
+    stale_after: Duration | None = None,
+) -> Callable[[A], A]:
+    """Run the decorated actor on a schedule; put it above ``@dramatiq.actor``.
+
+    The backend is the one of the :class:`RelayMiddleware` on the actor's broker, so add the
+    middleware before declaring periodic actors. Options are checked here, once, against that
+    backend: ``overlap``, ``max_attempts`` and ``catch_up`` raise ``UnsupportedOption`` on a claim
+    backend. The actor must take no required arguments (run messages carry none); it reads its
+    run with :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the
+    actor must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
+    """
+
+    def register(actor: A) -> A:
+        if not isinstance(actor, dramatiq.Actor):
+            raise TypeError("@periodic goes above @dramatiq.actor, on an actor")
+        middleware = _middleware_of(actor)
+        _check_arguments(actor)
+        _check_retries(actor)
+        if actor in _registry:
+            raise ConfigurationError(f"actor {actor.actor_name!r} is already periodic")
+        job = make_job(
+            middleware.backend,
+            name=actor.actor_name,
+            cron=cron,
+            every=every,
+            tz=tz,
+            overlap=overlap,
+            max_attempts=max_attempts,
+            catch_up=catch_up,
+            stale_after=stale_after,
+        )
+        _registry[actor] = Periodic(actor, job, middleware)
+        return actor
+
+    return register
+
+
+def _middleware_of(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:
+    found = [m for m in actor.broker.middleware if isinstance(m, RelayMiddleware)]
+    if not found:
+        raise ConfigurationError(
+            f"actor {actor.actor_name!r} is periodic, but its broker has no RelayMiddleware: "
+            "call broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) "
+            "before declaring periodic actors"
+        )
+    return found[0]
+
+
+def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:
+    required = [
+        p.name
+        for p in inspect.signature(actor.fn).parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        raise ConfigurationError(
+            f"periodic actor {actor.actor_name!r} takes required argument(s) "
+            f"{', '.join(required)}, but run messages carry none: give them defaults, "
+            "and read the run with relay_dramatiq.current_run()"
+        )
+
+
+def _check_retries(actor: dramatiq.Actor[Any, Any]) -> None:
+    if actor.options.get("retry_when") is not None or actor.options.get("max_retries", 0) != 0:
+        raise ConfigurationError(
+            f"periodic actor {actor.actor_name!r} sets Dramatiq retries, but Relay retries its "
+            "runs (max_attempts, each with a new token): drop max_retries / retry_when"
+        )
