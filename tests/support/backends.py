@@ -32,8 +32,42 @@ def sqlite_claim(tmp_path: Path) -> Iterator[str]:
     yield f"sqlite:///{tmp_path / 'claims.db'}?strategy=claim"
 
 
+@contextmanager
+def postgres_lease(tmp_path: Path) -> Iterator[str]:
+    """A fresh schema on the test server's database, dropped afterwards."""
+    import psycopg
+
+    from tests.support.services import SERVICES
+
+    base, schema = SERVICES["postgres"].url, unique()
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    finally:
+        with psycopg.connect(base, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@contextmanager
+def redis_lease(tmp_path: Path) -> Iterator[str]:
+    """A fresh key prefix on the test Redis, its keys deleted afterwards."""
+    import redis
+
+    from tests.support.services import SERVICES
+
+    base, prefix = SERVICES["redis"].url, unique() + ":"
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}prefix={prefix}"
+    finally:
+        with redis.Redis.from_url(base) as client:
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+            if keys:
+                client.delete(*keys)
+
+
 LEASE_BACKENDS: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]] = {
     "sqlite": (sqlite_lease, []),
+    "postgres": (postgres_lease, [pytest.mark.postgres]),
+    "redis": (redis_lease, [pytest.mark.redis]),
 }
 """Lease backends the lease contract suite runs against: name -> (URL factory, marks)."""
 

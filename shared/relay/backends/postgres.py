@@ -1,0 +1,377 @@
+"""PostgreSQL lease backend: ``postgresql://user:password@host:5432/db?schema=relay``.
+
+Every step is one statement in autocommit, so it is one transaction on the run's row:
+``acquire_many`` calls a PL/pgSQL function created with the schema, which decides a whole batch in
+one round trip; the other steps are single ``UPDATE``/``SELECT`` statements. The server's clock
+(``clock_timestamp()``) decides expiry, never the caller's. Nothing lives in the session between
+steps (no prepared statements, advisory session locks or temporary tables), so a transaction-mode
+pooler such as PgBouncer works in front of the server. The schema is created and migrated on first
+use under an advisory transaction lock.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+from urllib.parse import urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import ConnectionPool
+
+from relay.backends._url import BackendURL
+from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
+from relay.runs import Run, RunRecord, RunState, run_id
+
+__all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
+
+UTC = timezone.utc
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
+_SETUP = "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL)"  # noqa: E501
+
+
+def _sections(filename: str, marker: str) -> dict[str, str]:
+    """Split a SQL data file at ``-- <marker> <key>`` lines."""
+    text = resources.files("relay.backends").joinpath(filename).read_text()
+    parts = re.split(rf"^-- {marker} (\w+)\s*$", text, flags=re.MULTILINE)
+    return {key: body.strip() for key, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+_MIGRATIONS = {int(version): body for version, body in _sections("postgres.sql", "version").items()}
+_QUERIES = _sections("postgres_queries.sql", "name:")
+SCHEMA_VERSION = max(_MIGRATIONS)
+"""The schema version this module creates; older schemas are migrated up to it on first use."""
+
+
+class PostgresLeaseBackend:
+    """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
+
+    URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
+    each), ``pool_max`` (connections per process, default 5), ``pool_timeout`` (seconds to wait for
+    a connection before ``BackendUnavailable``, default 5), and any libpq parameter such as
+    ``sslmode``, ``connect_timeout`` (default 10) or ``application_name``.
+    """
+
+    capability: Literal["lease"] = "lease"
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "relay",
+        pool_max: int = 5,
+        pool_timeout: float = 5.0,
+        display: str | None = None,
+    ) -> None:
+        self.schema = _checked_schema(schema)
+        self._display = display or "PostgreSQL"
+        self._timeout = pool_timeout
+        self._queries = _ensure_schema(conninfo, self.schema, self._display)
+        self._closed = threading.Event()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max(pool_max, 1),
+            timeout=pool_timeout,
+            kwargs={"autocommit": True, "prepare_threshold": None},
+            check=_check_idle,
+            name=f"relay-{self.schema}",
+            open=True,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> PostgresLeaseBackend:
+        """Open the backend a ``postgresql://`` (or ``postgres://``) URL names."""
+        parsed = BackendURL(url)
+        parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
+        try:
+            parsed.parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+        except ValueError:
+            raise ConfigurationError(
+                f"PostgreSQL URL {parsed.redacted()!r} has a malformed port; "
+                "use postgresql://user:password@host:5432/database"
+            ) from None
+        libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
+        libpq.setdefault("connect_timeout", "10")
+        try:
+            conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigurationError(
+                f"PostgreSQL URL {parsed.redacted()!r} is malformed ({exc}); "
+                "use postgresql://user:password@host:5432/database"
+            ) from None
+        display = urlunsplit(parsed.parts._replace(query=""))
+        display = BackendURL(display).redacted()
+        return cls(
+            conninfo,
+            schema=parsed.option("schema", "relay"),
+            pool_max=int(parsed.float_option("pool_max", 5)),
+            pool_timeout=parsed.float_option("pool_timeout", 5.0),
+            display=display,
+            **kwargs,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"PostgreSQL ({self._display}, schema {self.schema})"
+
+    # -- the lease contract ------------------------------------------------------------------
+
+    def acquire(self, request: AcquireRequest) -> AcquireResult:
+        return self.acquire_many([request])[0]
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
+        if not requests:
+            return []
+        ids = [run_id(r.job, r.slot) for r in requests]
+        params = (
+            ids, [r.job for r in requests], [r.slot for r in requests],
+            [r.owner for r in requests], [float(r.lease) for r in requests],
+            [r.max_attempts for r in requests], [r.overlap_skip for r in requests],
+            [None if r.stale_after is None else float(r.stale_after) for r in requests],
+        )  # fmt: skip
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["acquire_many"], params).fetchall()
+        decided = {index: (outcome, attempt, token) for index, outcome, attempt, token in rows}
+        results = []
+        for index, (request, rid) in enumerate(zip(requests, ids, strict=True), start=1):
+            outcome, attempt, token = decided[index]
+            run = None
+            if outcome == Outcome.WON.value:
+                run = Run(rid, request.job, request.slot, attempt, token, request.owner)
+            results.append(AcquireResult(Outcome(outcome), run))
+        return results
+
+    def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
+        params = {"run_id": run_id, "token": token, "owner": owner, "lease": lease}
+        with self._connection() as conn:
+            row = conn.execute(self._queries["start"], params).fetchone()
+            if row is None:
+                raise LeaseLost(self._lost_reason(conn, run_id, token, owner))
+        job, slot, attempt = row
+        return Run(run_id, job, slot.astimezone(UTC), attempt, token, owner)
+
+    def heartbeat(self, run_id: str, token: int, lease: float) -> None:
+        params = {"run_id": run_id, "token": token, "lease": lease}
+        with self._connection() as conn:
+            if conn.execute(self._queries["heartbeat"], params).rowcount != 1:
+                raise LeaseLost(self._lost_reason(conn, run_id, token))
+
+    def finish(
+        self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
+    ) -> RunState:
+        params = {"run_id": run_id, "token": token, "ok": succeeded, "error": error}
+        with self._connection() as conn:
+            row = conn.execute(self._queries["finish"], params).fetchone()
+            if row is None:
+                raise LeaseLost(self._lost_reason(conn, run_id, token))
+        return RunState(row[0])
+
+    def release(self, run_id: str, token: int) -> None:
+        params = {"run_id": run_id, "token": token}
+        with self._connection() as conn:
+            if conn.execute(self._queries["release"], params).rowcount != 1:
+                raise LeaseLost(self._lost_reason(conn, run_id, token))
+
+    def skip(self, job: str, slot: datetime, reason: str) -> bool:
+        with self._connection() as conn:
+            row = conn.execute(self._queries["skip"], (run_id(job, slot), job, slot, reason))
+            return bool(row.fetchone()[0])  # type: ignore[index]
+
+    def last_slot(self, job: str) -> datetime | None:
+        with self._connection() as conn:
+            value = conn.execute(self._queries["last_slot"], (job,)).fetchone()[0]  # type: ignore[index]
+        return None if value is None else value.astimezone(UTC)
+
+    def reclaimable(self, limit: int = 100) -> list[RunRecord]:
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["reclaimable"], (limit,)).fetchall()
+        return [_record(row) for row in rows]
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        with self._connection() as conn:
+            if job is None:
+                rows = conn.execute(self._queries["runs"], (limit,)).fetchall()
+            else:
+                rows = conn.execute(self._queries["runs_of_job"], (job, limit)).fetchall()
+        return [_record(row) for row in rows]
+
+    def now(self) -> datetime:
+        with self._connection() as conn:
+            value = conn.execute(self._queries["now"]).fetchone()[0]  # type: ignore[index]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if not self._closed.is_set():
+            self._closed.set()
+            self._pool.close()
+
+    # -- connections and errors --------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; driver errors leave as ``BackendUnavailable``."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.errors.UndefinedTable as exc:
+            raise BackendUnavailable(
+                f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
+                f"(was the schema dropped?); reopen the backend to create them again: {exc}"
+            ) from exc
+        except psycopg.Error as exc:
+            raise BackendUnavailable(
+                f"PostgreSQL at {self._display} is unavailable: {_first_line(exc)}; "
+                f"check that the server is up and reachable (waited up to {self._timeout:g}s "
+                "for a connection)"
+            ) from exc
+
+    def _lost_reason(
+        self, conn: psycopg.Connection[Any], run_id: str, token: int, owner: str | None = None
+    ) -> str:
+        """Why a step on ``run_id`` with ``token`` changed nothing (a second, read-only look)."""
+        row = conn.execute(self._queries["lost"], (run_id,)).fetchone()
+        if row is None:
+            return f"run {run_id} has no lease"
+        state, current, started_by, started_at = row
+        if current != token:
+            return f"run {run_id}: token {token} is stale, the current token is {current}"
+        if state != RunState.RUNNING.value:
+            return f"run {run_id} is {state}, no longer running"
+        if owner is not None and started_at is not None and started_by != owner:
+            return f"run {run_id} (token {token}) was already started by {started_by}"
+        return f"run {run_id} changed while we looked; token {token} is not ours to use"
+
+
+def _ensure_schema(conninfo: str, schema: str, display: str) -> dict[str, str]:
+    """Create or migrate the schema once, on a direct connection; return the formatted queries.
+
+    A direct connection (not the pool) so that a refused login surfaces as its real cause.
+    """
+    try:
+        with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
+            name = sql.Identifier(schema)
+            if _installed_version(conn, schema) != SCHEMA_VERSION:
+                _migrate(conn, schema, name)
+            return {
+                key: sql.SQL(text).format(schema=name).as_string(conn)
+                for key, text in _QUERIES.items()
+            }
+    except psycopg.OperationalError as exc:
+        raise _connect_error(exc, display) from exc
+    except psycopg.Error as exc:
+        raise BackendUnavailable(
+            f"could not create Relay's schema {schema!r} on {display}: {_first_line(exc)}; "
+            "the user needs the CREATE privilege on the database the first time (or create the "
+            "schema once as its owner)"
+        ) from exc
+
+
+def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema's recorded version, 0 if it has none yet."""
+    meta = sql.SQL("{}.meta").format(sql.Identifier(schema)).as_string(conn)
+    if conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() == (None,):
+        return 0
+    query = sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'")
+    row = conn.execute(query.format(sql.Identifier(schema))).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _migrate(conn: psycopg.Connection[Any], schema: str, name: sql.Identifier) -> None:
+    """Bring the schema to :data:`SCHEMA_VERSION` under an advisory transaction lock."""
+    with conn.transaction():
+        conn.execute(_SCHEMA_LOCK, (schema,))
+        conn.execute(sql.SQL(_SETUP).format(schema=name))
+        version = _installed_version(conn, schema)
+        if version > SCHEMA_VERSION:
+            raise ConfigurationError(
+                f"schema {schema!r} has version {version}, made by a newer Relay than this one "
+                f"(version {SCHEMA_VERSION}); upgrade Relay or use another ?schema="
+            )
+        for number in sorted(v for v in _MIGRATIONS if v > version):
+            conn.execute(sql.SQL(_MIGRATIONS[number]).format(schema=name))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            ).format(name),
+            (str(SCHEMA_VERSION),),
+        )
+
+
+def _connect_error(exc: psycopg.OperationalError, display: str) -> BackendUnavailable:
+    """The refused connection as a ``BackendUnavailable`` whose message names the fix."""
+    message = str(exc)
+    if "does not exist" in message and "database" in message:
+        fix = "create the database (createdb NAME) or fix the database name in the URL"
+    elif "role" in message and "does not exist" in message:
+        fix = "fix the user name in the URL, or create the role (CREATE ROLE name LOGIN PASSWORD …)"
+    elif "authentication failed" in message or "no pg_hba.conf entry" in message:
+        fix = "check the user and password in the URL and the server's pg_hba.conf"
+    elif "invalid" in message:
+        return BackendUnavailable(
+            f"PostgreSQL URL {display!r} was refused: {_first_line(exc)}; fix the URL"
+        )
+    else:
+        fix = "check that the server is running and reachable at the URL's host and port"
+    return BackendUnavailable(
+        f"cannot connect to PostgreSQL at {display}: {_first_line(exc)}; {fix}"
+    )
+
+
+def _check_idle(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a pooled connection the server already closed, without a round trip.
+
+    An idle connection has nothing to read; a server that restarted has written its goodbye (or
+    closed the socket), so a readable socket means the connection is gone.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    if readable:
+        raise psycopg.OperationalError("the server closed this connection")
+
+
+@cache
+def _libpq_keywords() -> tuple[str, ...]:
+    """The parameters libpq accepts, which may be passed through as URL options."""
+    return tuple(
+        option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults() if option.keyword
+    )
+
+
+def _checked_schema(schema: str) -> str:
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ConfigurationError(
+            f"schema name {schema!r} is not usable: use lowercase letters, digits and "
+            "underscores, starting with a letter, such as ?schema=relay or ?schema=myapp_relay"
+        )
+    return schema
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _record(row: Sequence[Any]) -> RunRecord:
+    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = row
+    return RunRecord(
+        id=rid, job=job, scheduled_for=slot.astimezone(UTC), state=RunState(state),
+        attempt=attempt, failures=failures, token=token, owner=owner, reason=reason,
+        expires_at=_utc(expires), started_at=_utc(started), finished_at=_utc(finished),
+    )  # fmt: skip
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)

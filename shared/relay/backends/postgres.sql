@@ -1,0 +1,140 @@
+-- Relay's PostgreSQL schema. {schema} is replaced by the quoted schema name (URL option ?schema=).
+-- Each "-- version N" section migrates version N-1 to N; the backend runs the missing ones under
+-- an advisory transaction lock and records the version in {schema}.meta. Never edit a released
+-- section: add a new one.
+-- Times are timestamptz on the server's clock, which alone decides expiry.
+
+-- version 1
+CREATE TABLE {schema}.jobs (
+    name  text PRIMARY KEY,
+    token bigint NOT NULL               -- the last fencing token handed out for this job
+);
+
+CREATE TABLE {schema}.runs (
+    run_id       text PRIMARY KEY,
+    job          text NOT NULL,
+    slot         timestamptz NOT NULL,
+    state        text NOT NULL CHECK (state IN ('running', 'pending', 'succeeded', 'failed', 'skipped')),
+    attempt      integer NOT NULL DEFAULT 0,
+    failures     integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL DEFAULT 1,
+    token        bigint NOT NULL DEFAULT 0,
+    owner        text,
+    reason       text,
+    error        text,
+    expires_at   timestamptz,
+    started_at   timestamptz,
+    finished_at  timestamptz,
+    updated_at   timestamptz NOT NULL
+);
+
+CREATE INDEX runs_job_slot ON {schema}.runs (job, slot);
+CREATE INDEX runs_slot ON {schema}.runs (slot);
+-- Only open runs: the overlap check and the sweep read this small index, however long the history.
+CREATE INDEX runs_open ON {schema}.runs (job, expires_at) WHERE state IN ('running', 'pending');
+
+-- acquire_many: decide a batch of runs (parallel arrays, one element per request) in one call.
+-- Requests are taken in rounds: round k holds the k-th request of each job, so a round has at most
+-- one request per job and is decided by one set-based statement; later rounds see earlier ones.
+-- The mirror of relay.lease_rules.decide: keep both in step.
+CREATE FUNCTION {schema}.acquire_many(
+    p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
+    p_max_attempts integer[], p_overlap boolean[], p_stale float8[]
+) RETURNS TABLE (o_index bigint, o_outcome text, o_attempt integer, o_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rounds integer;
+    v_now timestamptz;
+BEGIN
+    -- Every write that creates a run holds its job's row, so acquires of one job take turns: the
+    -- overlap check and the token counter see each other. Locked in name order: no deadlocks.
+    INSERT INTO {schema}.jobs (name, token)
+        SELECT DISTINCT j, 0 FROM unnest(p_jobs) AS j ORDER BY 1
+        ON CONFLICT (name) DO NOTHING;
+    PERFORM 1 FROM {schema}.jobs WHERE name = ANY (p_jobs) ORDER BY name FOR UPDATE;
+    -- Heartbeats, finishes and hand-overs change runs without a job lock: hold the runs as well.
+    PERFORM 1 FROM {schema}.runs WHERE run_id = ANY (p_run_ids) ORDER BY run_id FOR UPDATE;
+    SELECT max(n) INTO v_rounds FROM (SELECT count(*) AS n FROM unnest(p_jobs) AS j GROUP BY j) AS c;
+    FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
+        v_now := clock_timestamp();  -- read once the locks are held, so steps are ordered by it
+        RETURN QUERY
+        WITH req AS (
+            SELECT * FROM (
+                SELECT r.*, row_number() OVER (PARTITION BY r.job ORDER BY r.idx) AS rnd
+                FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
+                            p_overlap, p_stale)
+                     WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
+                                           overlap_skip, stale_after, idx)
+            ) AS numbered
+            WHERE rnd = v_round
+        ), decided AS (
+            SELECT q.*,
+                CASE
+                    WHEN s.run_id IS NULL THEN
+                        CASE
+                            WHEN q.stale_after IS NOT NULL
+                                 AND extract(epoch FROM v_now - q.slot) > q.stale_after THEN 'stale'
+                            WHEN q.overlap_skip AND EXISTS (
+                                SELECT 1 FROM {schema}.runs AS o
+                                WHERE o.job = q.job AND o.state = 'running'
+                                  AND o.expires_at > v_now AND o.run_id <> q.run_id
+                            ) THEN 'overlap'
+                            ELSE 'won'
+                        END
+                    WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held'
+                    -- An expired lease: its runner stopped heartbeating, its attempt failed.
+                    WHEN s.failures + (s.state = 'running')::integer >= s.max_attempts THEN 'exhausted'
+                    ELSE 'won'
+                END AS outcome,
+                coalesce(s.failures + (s.state = 'running')::integer, 0) AS failures
+            FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
+        ), tokens AS (
+            UPDATE {schema}.jobs AS j SET token = j.token + 1
+            FROM decided AS d
+            WHERE d.outcome = 'won' AND j.name = d.job
+            RETURNING j.name, j.token
+        ), leased AS (
+            INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
+                                            max_attempts, token, owner, expires_at, updated_at)
+            SELECT d.run_id, d.job, d.slot, 'running', 1, d.failures, d.max_attempts, t.token,
+                   d.owner, v_now + d.lease * interval '1 second', v_now
+            FROM decided AS d JOIN tokens AS t ON t.name = d.job
+            ON CONFLICT (run_id) DO UPDATE SET
+                state = 'running', attempt = s.attempt + 1, failures = excluded.failures,
+                token = excluded.token, owner = excluded.owner, reason = NULL,
+                expires_at = excluded.expires_at, started_at = NULL,
+                updated_at = excluded.updated_at
+            RETURNING s.run_id, s.attempt, s.token
+        ), skipped AS (
+            INSERT INTO {schema}.runs (run_id, job, slot, state, reason, finished_at, updated_at)
+            SELECT d.run_id, d.job, d.slot, 'skipped', d.outcome, v_now, v_now
+            FROM decided AS d WHERE d.outcome IN ('stale', 'overlap')
+            ON CONFLICT (run_id) DO NOTHING
+        ), exhausted AS (
+            UPDATE {schema}.runs AS s SET
+                state = 'failed', failures = d.failures, reason = 'max_attempts',
+                expires_at = NULL, finished_at = v_now, updated_at = v_now
+            FROM decided AS d
+            WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
+        )
+        SELECT d.idx, d.outcome, l.attempt, l.token
+        FROM decided AS d LEFT JOIN leased AS l ON l.run_id = d.run_id;
+    END LOOP;
+END
+$$;
+
+-- skip: record a run skipped unless it has a record. Holds the job's row like acquire_many, so a
+-- skip never lands between an acquire's read and its write.
+CREATE FUNCTION {schema}.skip(p_run_id text, p_job text, p_slot timestamptz, p_reason text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.jobs (name, token) VALUES (p_job, 0) ON CONFLICT (name) DO NOTHING;
+    PERFORM 1 FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    INSERT INTO {schema}.runs (run_id, job, slot, state, reason, finished_at, updated_at)
+    VALUES (p_run_id, p_job, p_slot, 'skipped', p_reason, clock_timestamp(), clock_timestamp())
+    ON CONFLICT (run_id) DO NOTHING;
+    RETURN FOUND;
+END
+$$;

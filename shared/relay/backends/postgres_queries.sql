@@ -1,0 +1,74 @@
+-- The statements of relay.backends.postgres, one per "-- name:" section. {schema} is replaced by the
+-- quoted schema name once; %s / %(name)s are psycopg parameters. Each is one round trip in
+-- autocommit: no session state survives a statement, so a transaction-mode pooler is fine.
+
+-- name: acquire_many
+SELECT o_index, o_outcome, o_attempt, o_token
+FROM {schema}.acquire_many(%s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::float8[],
+                           %s::integer[], %s::boolean[], %s::float8[])
+
+-- name: start
+UPDATE {schema}.runs SET
+    owner = %(owner)s,
+    started_at = coalesce(started_at, clock_timestamp()),
+    expires_at = clock_timestamp() + %(lease)s::float8 * interval '1 second',
+    updated_at = clock_timestamp()
+WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
+  AND (started_at IS NULL OR owner = %(owner)s)
+RETURNING job, slot, attempt
+
+-- name: heartbeat
+UPDATE {schema}.runs SET
+    expires_at = clock_timestamp() + %(lease)s::float8 * interval '1 second',
+    updated_at = clock_timestamp()
+WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
+
+-- name: finish
+UPDATE {schema}.runs SET
+    state = CASE WHEN %(ok)s THEN 'succeeded'
+                 WHEN failures + 1 >= max_attempts THEN 'failed'
+                 ELSE 'pending' END,
+    failures = failures + CASE WHEN %(ok)s THEN 0 ELSE 1 END,
+    error = %(error)s,
+    expires_at = NULL,
+    finished_at = CASE WHEN %(ok)s OR failures + 1 >= max_attempts THEN clock_timestamp() END,
+    reason = CASE WHEN %(ok)s THEN NULL ELSE 'failed' END,
+    updated_at = clock_timestamp()
+WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
+RETURNING state
+
+-- name: release
+UPDATE {schema}.runs SET
+    state = 'pending', reason = 'released', expires_at = NULL, updated_at = clock_timestamp()
+WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
+
+-- name: lost
+SELECT state, token, owner, started_at FROM {schema}.runs WHERE run_id = %s
+
+-- name: skip
+SELECT {schema}.skip(%s, %s, %s, %s)
+
+-- name: last_slot
+SELECT max(slot) FROM {schema}.runs WHERE job = %s
+
+-- name: reclaimable
+SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+       started_at, finished_at
+FROM {schema}.runs
+WHERE state IN ('pending', 'running')
+  AND (state = 'pending' OR expires_at <= clock_timestamp())
+ORDER BY slot
+LIMIT %s
+
+-- name: runs_of_job
+SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+       started_at, finished_at
+FROM {schema}.runs WHERE job = %s ORDER BY slot DESC, run_id LIMIT %s
+
+-- name: runs
+SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+       started_at, finished_at
+FROM {schema}.runs ORDER BY slot DESC, run_id LIMIT %s
+
+-- name: now
+SELECT clock_timestamp()
