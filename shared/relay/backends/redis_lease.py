@@ -1,0 +1,358 @@
+"""Redis lease backend (``redis://…``, ``rediss://…``, ``valkey://…``; strategy ``lease``).
+
+Every step is one Lua script (``redis_lease_*.lua`` next to this module), loaded once and called by
+its hash. Each script reads ``TIME``, so the server's clock decides expiry; Redis 7 and Valkey
+replicate a script's effects, which allows that. The keys of one job share the hash tag
+``{job}``, so every script touches one Cluster slot; reading across jobs (``runs()``,
+``reclaimable()``) goes through a set of job names and costs one script call per job.
+
+Tokens are ``max(last + 1, server time in µs)``: they grow strictly and stay above every token
+handed out before a restart that lost the keys. Records expire ``retention`` seconds after their
+last write (default 7 days), and the indexes drop them then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from importlib import resources
+from typing import Any, Literal
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import Script
+from redis.exceptions import AuthenticationError, NoScriptError, RedisError, ResponseError
+from redis.retry import Retry
+
+from relay.backends._url import BackendURL
+from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
+from relay.runs import Run, RunRecord, RunState, format_slot, from_ms, parse_run_id, slot_ms
+
+__all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
+
+DEFAULT_PREFIX = "relay:"
+DEFAULT_RETENTION = 7 * 24 * 3600.0
+"""Seconds a run's record is kept after its last write."""
+
+_RELAY_OPTIONS = ("strategy", "prefix", "retention")
+_DRIVER_OPTIONS = (
+    "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
+    "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
+    "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_min_version",
+)  # fmt: skip
+_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
+_STEPS = ("acquire", "start", "heartbeat", "finish", "release", "skip", "read")
+
+
+def _script_text(step: str) -> str:
+    folder = resources.files("relay.backends")
+    common = folder.joinpath("redis_lease_common.lua").read_text()
+    return common + "\n" + folder.joinpath(f"redis_lease_{step}.lua").read_text()
+
+
+_SCRIPTS = {step: _script_text(step) for step in _STEPS}
+
+
+class RedisLeaseBackend:
+    """Leases in Redis or Valkey, one Lua script per step, on the server's clock."""
+
+    capability: Literal["lease"] = "lease"
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        retention: float = DEFAULT_RETENTION,
+        description: str = "Redis",
+    ) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ConfigurationError(
+                f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
+                "per-job hash tags: choose a prefix without braces, such as 'relay:'"
+            )
+        self.prefix = prefix
+        self.retention_ms = round(retention * 1000)
+        self._description = description
+        self._redis = client
+        self._scripts: dict[str, Script] = {
+            step: client.register_script(text) for step, text in _SCRIPTS.items()
+        }
+        with self._errors():
+            self._load_scripts()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisLeaseBackend:
+        """Connect as a URL says; options ``prefix`` (default ``relay:``), ``retention`` (s)."""
+        parsed = BackendURL(url)
+        parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS], "the Redis lease backend")
+        if parsed.option("strategy", "lease") != "lease":
+            raise ConfigurationError(f"{parsed.redacted()} is not a lease URL: use strategy=lease")
+        driver_url = parsed.without_options(_RELAY_OPTIONS)
+        driver_url = _SCHEMES.get(parsed.scheme, parsed.scheme) + driver_url[len(parsed.scheme) :]
+        try:
+            client = redis.Redis.from_url(
+                driver_url,
+                decode_responses=True,
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1),
+                **_timeouts(parsed),
+            )
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"Redis URL {parsed.redacted()} is malformed: {exc}; "
+                "expected redis://[user:password@]host:port/db, such as redis://localhost:6379/0"
+            ) from None
+        description = BackendURL(parsed.redacted()).without_options(parsed.options)
+        return cls(
+            client,
+            prefix=parsed.option("prefix", DEFAULT_PREFIX),
+            retention=parsed.float_option("retention", DEFAULT_RETENTION),
+            description=f"Redis ({description}, prefix={parsed.option('prefix', DEFAULT_PREFIX)})",
+            **kwargs,
+        )
+
+    @property
+    def name(self) -> str:
+        return self._description
+
+    # -- the lease contract ------------------------------------------------------------------
+
+    def acquire(self, request: AcquireRequest) -> AcquireResult:
+        return self.acquire_many([request])[0]
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
+        # One script call per job (its requests in order), all in one pipeline: one round trip.
+        by_job: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            by_job.setdefault(request.job, []).append(index)
+        if not by_job:
+            return []
+        calls = [self._acquire_call([requests[i] for i in indexes]) for indexes in by_job.values()]
+        replies = self._call_many("acquire", calls, before=("SADD", self._jobs_key(), *by_job))
+        results: list[AcquireResult] = [AcquireResult(Outcome.HELD)] * len(requests)
+        for indexes, reply in zip(by_job.values(), replies, strict=True):
+            for index, item in zip(indexes, reply, strict=True):
+                results[index] = _acquire_result(requests[index], item)
+        return results
+
+    def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
+        job, member = _split(run_id)
+        reply = self._call_one("start", job, member, [token, owner, _ms(lease)])
+        _raise_if_lost(run_id, token, reply)
+        return Run(run_id, job, _slot(member), int(reply[1]), token, owner)
+
+    def heartbeat(self, run_id: str, token: int, lease: float) -> None:
+        job, member = _split(run_id)
+        _raise_if_lost(run_id, token, self._call_one("heartbeat", job, member, [token, _ms(lease)]))
+
+    def finish(
+        self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
+    ) -> RunState:
+        job, member = _split(run_id)
+        args = [token, int(succeeded), error or "", int(error is not None)]
+        reply = self._call_one("finish", job, member, args)
+        _raise_if_lost(run_id, token, reply)
+        return RunState(reply[1])
+
+    def release(self, run_id: str, token: int) -> None:
+        job, member = _split(run_id)
+        _raise_if_lost(run_id, token, self._call_one("release", job, member, [token]))
+
+    def skip(self, job: str, slot: datetime, reason: str) -> bool:
+        member = format_slot(slot)
+        keys = [self._run_key(job, member), self._key(job, "slots"), self._key(job, "purge")]
+        args = [member, slot_ms(slot), reason, self.retention_ms]
+        (recorded,) = self._call_many(
+            "skip", [(keys, args)], before=("SADD", self._jobs_key(), job)
+        )
+        return bool(recorded)
+
+    def last_slot(self, job: str) -> datetime | None:
+        (reply,) = self._call_many("read", [self._read_call(job, "last", 1)])
+        return from_ms(int(float(reply[0]))) if reply else None
+
+    def reclaimable(self, limit: int = 100) -> list[RunRecord]:
+        records = self._read_all("reclaimable", limit)
+        return sorted(records, key=lambda r: r.scheduled_for)[:limit]
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        if job is None:
+            records = self._read_all("newest", limit)
+        else:
+            (reply,) = self._call_many("read", [self._read_call(job, "newest", limit)])
+            records = [_record(job, item) for item in reply]
+        records.sort(key=lambda r: (-slot_ms(r.scheduled_for), r.id))
+        return records[:limit]
+
+    def now(self) -> datetime:
+        with self._errors():
+            seconds, micros = self._redis.time()
+        return from_ms(seconds * 1000 + micros // 1000)
+
+    def close(self) -> None:
+        self._redis.close()
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def _key(self, job: str, name: str) -> str:
+        # Escape braces so a job's name can never end its hash tag early.
+        tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+        return f"{self.prefix}{{{tag}}}:{name}"
+
+    def _run_key(self, job: str, member: str) -> str:
+        return self._key(job, f"run:{member}")
+
+    def _jobs_key(self) -> str:
+        return f"{self.prefix}jobs"
+
+    # -- building script calls ---------------------------------------------------------------
+
+    def _acquire_call(self, requests: Sequence[AcquireRequest]) -> tuple[list[str], list[Any]]:
+        job = requests[0].job
+        keys = [self._key(job, name) for name in ("token", "active", "slots", "purge")]
+        args: list[Any] = [self.retention_ms]
+        for request in requests:
+            member = format_slot(request.slot)
+            keys.append(self._run_key(job, member))
+            stale = "" if request.stale_after is None else repr(request.stale_after * 1000)
+            args += [
+                member, slot_ms(request.slot), request.owner, _ms(request.lease),
+                request.max_attempts, int(request.overlap_skip), stale,
+            ]  # fmt: skip
+        return keys, args
+
+    def _read_call(self, job: str, mode: str, limit: int) -> tuple[list[str], list[Any]]:
+        keys = [self._key(job, name) for name in ("active", "slots", "purge")]
+        return keys, [self._run_key(job, ""), mode, limit]
+
+    def _read_all(self, mode: str, limit: int) -> list[RunRecord]:
+        with self._errors():
+            jobs = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        replies = self._call_many("read", [self._read_call(job, mode, limit) for job in jobs])
+        return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
+
+    # -- calling scripts ---------------------------------------------------------------------
+
+    def _call_one(self, step: str, job: str, member: str, args: list[Any]) -> Any:
+        keys = [self._run_key(job, member), self._key(job, "active"), self._key(job, "purge")]
+        with self._errors():
+            return self._scripts[step](keys, [member, *args, self.retention_ms])
+
+    def _call_many(
+        self,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None = None,
+    ) -> list[Any]:
+        """Call a script once per ``calls`` item in one pipeline (``before`` goes first)."""
+        script = self._scripts[step]
+        pending = list(range(len(calls)))
+        replies: list[Any] = [None] * len(calls)
+        with self._errors():
+            for _ in range(2):
+                pipe = self._redis.pipeline(transaction=False)
+                if before is not None:
+                    pipe.execute_command(*before)  # type: ignore[no-untyped-call]
+                for index in pending:
+                    keys, args = calls[index]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
+                for index, answer in zip(pending, answers, strict=True):
+                    if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
+                        raise answer
+                    replies[index] = answer
+                # The server forgot the scripts (a restart): load them, redo only those calls.
+                pending = [i for i in pending if isinstance(replies[i], NoScriptError)]
+                if not pending:
+                    return replies
+                self._load_scripts()
+        raise BackendUnavailable(f"{self.name} keeps forgetting its Lua scripts (SCRIPT FLUSH?)")
+
+    def _load_scripts(self) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        for script in self._scripts.values():
+            pipe.script_load(script.script)
+        pipe.execute()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except AuthenticationError as exc:
+            raise BackendUnavailable(
+                f"{self.name} refused the credentials ({exc}): check the user name and password "
+                "in the URL (redis://user:password@host:port/db)"
+            ) from exc
+        except redis.ConnectionError as exc:
+            raise BackendUnavailable(
+                f"{self.name} cannot be reached ({exc}): check that the server runs and that the "
+                "host and port in the URL are right"
+            ) from exc
+        except ResponseError as exc:
+            raise BackendUnavailable(f"{self.name} refused a command: {exc}") from exc
+        except RedisError as exc:
+            raise BackendUnavailable(f"{self.name} failed: {exc}") from exc
+
+
+def _timeouts(parsed: BackendURL) -> dict[str, float]:
+    """Default timeouts, so an unreachable server fails a step instead of hanging it."""
+    defaults = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+    return {name: value for name, value in defaults.items() if name not in parsed.options}
+
+
+def _split(run_id: str) -> tuple[str, str]:
+    job, _, member = run_id.rpartition("@")
+    return job, member
+
+
+def _slot(member: str) -> datetime:
+    return parse_run_id(f"x@{member}")[1]
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _acquire_result(request: AcquireRequest, item: list[Any]) -> AcquireResult:
+    outcome = Outcome(item[0])
+    if outcome is not Outcome.WON:
+        return AcquireResult(outcome)
+    member = format_slot(request.slot)
+    run = Run(
+        f"{request.job}@{member}", request.job, request.slot, int(item[1]), int(item[2]),
+        request.owner,
+    )  # fmt: skip
+    return AcquireResult(Outcome.WON, run)
+
+
+def _raise_if_lost(run_id: str, token: int, reply: list[Any]) -> None:
+    if reply[0] != "lost":
+        return
+    why = reply[1]
+    if why == "none":
+        raise LeaseLost(f"run {run_id} has no lease")
+    if why == "token":
+        raise LeaseLost(f"run {run_id}: token {token} is stale, the current token is {reply[2]}")
+    if why == "started":
+        raise LeaseLost(f"run {run_id} (token {token}) was already started by {reply[2]}")
+    raise LeaseLost(f"run {run_id} is {reply[2]}, no longer running")
+
+
+def _record(job: str, item: list[Any]) -> RunRecord:
+    member, score, *flat = item
+    fields = dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def moment(name: str) -> datetime | None:
+        value = fields.get(name)
+        return None if value is None else from_ms(int(value))
+
+    return RunRecord(
+        id=f"{job}@{member}", job=job, scheduled_for=from_ms(int(float(score))),
+        state=RunState(fields["state"]), attempt=int(fields.get("attempt", 0)),
+        failures=int(fields.get("failures", 0)), token=int(fields.get("token", 0)),
+        owner=fields.get("owner"), reason=fields.get("reason"),
+        expires_at=moment("expires_ms"), started_at=moment("started_ms"),
+        finished_at=moment("finished_ms"),
+    )  # fmt: skip

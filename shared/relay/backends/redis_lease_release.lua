@@ -1,0 +1,16 @@
+-- release: hand the run over; any instance may lease it at once. Not a failure.
+-- KEYS: run, active, purge. ARGV: member, token, retention_ms.
+-- Returns {'ok'} or {'lost', why, detail}.
+
+local run, active, purge = KEYS[1], KEYS[2], KEYS[3]
+local member = ARGV[1]
+local now = clock()
+local f, lost = held(run, tonumber(ARGV[2]))
+if not f then
+  return lost
+end
+redis.call('HSET', run, 'state', 'pending', 'reason', 'released')
+redis.call('HDEL', run, 'expires_ms')
+redis.call('ZADD', active, 0, member)
+keep(run, purge, member, now, tonumber(ARGV[3]))
+return {'ok'}
