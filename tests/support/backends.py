@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.nats_server import nats_kv_lease
+
 UrlFactory = Callable[[Path], AbstractContextManager[str]]
 
 
@@ -68,6 +70,7 @@ LEASE_BACKENDS: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]] = {
     "sqlite": (sqlite_lease, []),
     "postgres": (postgres_lease, [pytest.mark.postgres]),
     "redis": (redis_lease, [pytest.mark.redis]),
+    "nats": (nats_kv_lease, [pytest.mark.nats_kv]),
 }
 """Lease backends the lease contract suite runs against: name -> (URL factory, marks)."""
 

@@ -1,0 +1,244 @@
+"""The value of one job's key in the NATS lease bucket, and the lease steps applied to it.
+
+A job's key holds its fencing-token counter, its latest slot and every run that is not archived
+yet (all live and pending runs, and the newest finished ones). Each lease step reads that value,
+changes it here (pure functions, no I/O) and writes it back with a compare-and-swap on the
+revision it read, so the check and the write are one step. Finished runs beyond the newest
+:data:`KEEP_FINISHED` move to a key of their own (see :mod:`relay.backends.nats_kv`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.errors import LeaseLost
+from relay.lease_rules import Action, StoredRun, decide
+from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
+
+__all__ = ["KEEP_FINISHED", "JobState", "RunFields"]
+
+KEEP_FINISHED = 32
+"""Finished runs a job's key keeps before older ones are archived to keys of their own."""
+FORMAT = 1
+
+
+@dataclass
+class RunFields:
+    """One run as stored: the columns of the SQLite backend's table, times in server ms."""
+
+    state: str
+    attempt: int = 0
+    failures: int = 0
+    max_attempts: int = 1
+    token: int = 0
+    owner: str | None = None
+    reason: str | None = None
+    error: str | None = None
+    expires_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+
+    @property
+    def run_state(self) -> RunState:
+        """The state as an enum."""
+        return RunState(self.state)
+
+    def encode(self) -> bytes:
+        """JSON for a run's own (archive) key."""
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> RunFields:
+        """Read what :meth:`encode` wrote."""
+        return cls(**json.loads(data))
+
+    def record(self, job: str, slot: int) -> RunRecord:
+        """The run as the contract reports it."""
+        return RunRecord(
+            id=run_id(job, from_ms(slot)), job=job, scheduled_for=from_ms(slot),
+            state=self.run_state, attempt=self.attempt, failures=self.failures, token=self.token,
+            owner=self.owner, reason=self.reason, expires_at=_time(self.expires_ms),
+            started_at=_time(self.started_ms), finished_at=_time(self.finished_ms),
+        )  # fmt: skip
+
+
+@dataclass
+class JobState:
+    """The value of a job's key. ``changed`` says whether a step must write it back."""
+
+    job: str
+    token: int = 0
+    last_slot: int | None = None
+    runs: dict[int, RunFields] = field(default_factory=dict)
+    changed: bool = False
+
+    @classmethod
+    def decode(cls, job: str, data: bytes | None) -> JobState:
+        """The state stored in ``data`` (``None``: the job has no key yet)."""
+        if not data:
+            return cls(job)
+        value: dict[str, Any] = json.loads(data)
+        if value.get("format") != FORMAT:
+            raise ValueError(f"unknown format {value.get('format')!r} for job {job!r}")
+        runs = {int(slot): RunFields(**fields) for slot, fields in value["runs"].items()}
+        return cls(job, value["token"], value["last_slot"], runs)
+
+    def encode(self) -> bytes:
+        """JSON for the job's key."""
+        value = {
+            "format": FORMAT, "job": self.job, "token": self.token, "last_slot": self.last_slot,
+            "runs": {str(slot): asdict(fields) for slot, fields in self.runs.items()},
+        }  # fmt: skip
+        return json.dumps(value, separators=(",", ":")).encode()
+
+    def may_be_archived(self, slot: int) -> bool:
+        """Whether a run not in this key may still have a record in its archive key."""
+        return slot not in self.runs and self.last_slot is not None and slot <= self.last_slot
+
+    def to_archive(self) -> dict[int, RunFields]:
+        """Finished runs beyond the newest ``KEEP_FINISHED``: write them to their own keys
+        first, then drop them from this key (:meth:`drop`)."""
+        finished = sorted((s for s, f in self.runs.items() if f.run_state.final), reverse=True)
+        return {slot: self.runs[slot] for slot in finished[KEEP_FINISHED:]}
+
+    def drop(self, slots: list[int]) -> None:
+        """Forget archived runs."""
+        for slot in slots:
+            del self.runs[slot]
+        self.changed = self.changed or bool(slots)
+
+    # -- the lease steps -------------------------------------------------------------------
+
+    def acquire(
+        self, request: AcquireRequest, now_ms: int, archived: RunFields | None
+    ) -> AcquireResult:
+        """Decide one run with :func:`relay.lease_rules.decide` and apply the decision."""
+        slot = slot_ms(request.slot)
+        fields = self.runs.get(slot, archived)
+        stored = None
+        if fields is not None:
+            stored = StoredRun(
+                fields.run_state, fields.expires_ms, fields.failures, fields.max_attempts,
+                fields.reason,
+            )  # fmt: skip
+        other_live = request.overlap_skip and self._other_live(slot, now_ms)
+        decision = decide(stored, request, now_ms, other_live)
+        if decision.action is Action.SKIP:
+            self._insert_skipped(slot, decision.reason or "", now_ms)
+        elif decision.action is Action.FAIL:
+            assert fields is not None
+            self._set(fields, state="failed", failures=decision.failures, reason=decision.reason,
+                      expires_ms=None, finished_ms=now_ms)  # fmt: skip
+        elif decision.action is Action.LEASE:
+            return AcquireResult(Outcome.WON, self._lease(request, slot, decision.failures, now_ms))
+        return AcquireResult(decision.outcome)
+
+    def start(self, slot: int, token: int, owner: str, lease: float, now_ms: int) -> Run:
+        """Hand a running run to its runner (see ``LeaseBackend.start``)."""
+        fields = self._held(slot, token)
+        if fields.started_ms is not None and fields.owner != owner:
+            raise LeaseLost(f"run {self._id(slot)} (token {token}) was already started by "
+                            f"{fields.owner}")  # fmt: skip
+        self._set(fields, owner=owner, started_ms=fields.started_ms or now_ms,
+                  expires_ms=now_ms + _ms(lease))  # fmt: skip
+        return Run(self._id(slot), self.job, from_ms(slot), fields.attempt, token, owner)
+
+    def heartbeat(self, slot: int, token: int, lease: float, now_ms: int) -> None:
+        """Renew a lease to ``now + lease``."""
+        self._set(self._held(slot, token), expires_ms=now_ms + _ms(lease))
+
+    def finish(
+        self, slot: int, token: int, succeeded: bool, error: str | None, now_ms: int
+    ) -> RunState:
+        """Record an attempt's outcome (see ``LeaseBackend.finish``)."""
+        fields = self._held(slot, token)
+        failures = fields.failures if succeeded else fields.failures + 1
+        if succeeded:
+            state = RunState.SUCCEEDED
+        else:
+            state = RunState.FAILED if failures >= fields.max_attempts else RunState.PENDING
+        self._set(fields, state=state.value, failures=failures, error=error, expires_ms=None,
+                  finished_ms=now_ms if state.final else None,
+                  reason=None if succeeded else "failed")  # fmt: skip
+        return state
+
+    def release(self, slot: int, token: int) -> None:
+        """Hand a run over: pending, not counted as a failure."""
+        self._set(self._held(slot, token), state="pending", reason="released", expires_ms=None)
+
+    def skip(self, slot: int, reason: str, now_ms: int, archived: RunFields | None) -> bool:
+        """Record the run skipped unless it has a record."""
+        if slot in self.runs or archived is not None:
+            return False
+        self._insert_skipped(slot, reason, now_ms)
+        return True
+
+    def reclaimable(self, now_ms: int) -> list[RunRecord]:
+        """Pending runs and running runs whose lease expired."""
+        return [
+            fields.record(self.job, slot)
+            for slot, fields in self.runs.items()
+            if fields.state == "pending"
+            or (fields.state == "running" and (fields.expires_ms or 0) <= now_ms)
+        ]
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _lease(self, request: AcquireRequest, slot: int, failures: int, now_ms: int) -> Run:
+        self.token += 1
+        fields = self.runs.get(slot)
+        if fields is None:
+            fields = self._insert(slot, RunFields("running", max_attempts=request.max_attempts))
+        self._set(fields, state="running", attempt=fields.attempt + 1, failures=failures,
+                  token=self.token, owner=request.owner, reason=None, started_ms=None,
+                  expires_ms=now_ms + _ms(request.lease))  # fmt: skip
+        return Run(
+            self._id(slot), self.job, request.slot, fields.attempt, self.token, request.owner
+        )
+
+    def _insert_skipped(self, slot: int, reason: str, now_ms: int) -> None:
+        self._insert(slot, RunFields("skipped", reason=reason, finished_ms=now_ms))
+
+    def _insert(self, slot: int, fields: RunFields) -> RunFields:
+        self.runs[slot] = fields
+        self.last_slot = slot if self.last_slot is None else max(self.last_slot, slot)
+        self.changed = True
+        return fields
+
+    def _set(self, fields: RunFields, **values: Any) -> None:
+        for name, value in values.items():
+            setattr(fields, name, value)
+        self.changed = True
+
+    def _held(self, slot: int, token: int) -> RunFields:
+        fields = self.runs.get(slot)
+        if fields is None:
+            raise LeaseLost(f"run {self._id(slot)} has no lease")
+        if fields.token != token:
+            raise LeaseLost(
+                f"run {self._id(slot)}: token {token} is stale, the current token is {fields.token}"
+            )
+        if fields.state != "running":
+            raise LeaseLost(f"run {self._id(slot)} is {fields.state}, no longer running")
+        return fields
+
+    def _other_live(self, slot: int, now_ms: int) -> bool:
+        return any(
+            other != slot and fields.state == "running" and (fields.expires_ms or 0) > now_ms
+            for other, fields in self.runs.items()
+        )
+
+    def _id(self, slot: int) -> str:
+        return run_id(self.job, from_ms(slot))
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else from_ms(ms)

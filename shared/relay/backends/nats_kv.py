@@ -1,0 +1,453 @@
+"""NATS JetStream key-value lease backend: ``nats://host:4222?bucket=relay``.
+
+Every lease step is one compare-and-swap on the job's key in a KV bucket: read the key and its
+revision, apply the rules (:mod:`relay.backends._nats_kv_state`, which uses
+:func:`relay.lease_rules.decide`), write the new value only if the key is still at the revision
+read (``create`` when the key is new). A conflict means another instance wrote first: the step
+reads again and decides again, so it may now find the run held.
+
+The server's clock decides expiry. A step first reads the server's time from the ``ts`` field of
+the bucket's stream info (sent by NATS 2.10 and newer), then compares it with expiry times that
+were themselves computed from that field. Older servers are refused when the backend is opened.
+See ``docs/backends/nats.md`` for the layout, the clock and the storage settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import random
+import re
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from relay.backends._nats_kv_state import JobState, RunFields
+from relay.backends._nats_loop import LoopThread
+from relay.backends._url import BackendURL
+from relay.contract import AcquireRequest, AcquireResult
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, RelayError
+from relay.runs import Run, RunRecord, RunState, from_ms, parse_run_id, run_id, slot_ms
+
+__all__ = ["MIN_SERVER_VERSION", "NatsLeaseBackend"]
+
+log = logging.getLogger("relay.backends.nats")
+T = TypeVar("T")
+
+MIN_SERVER_VERSION = (2, 10, 0)
+"""The oldest server whose stream info reports its clock (``ts``)."""
+CAS_TRIES = 64
+_OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
+_BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
+_WRONG_LAST_SEQUENCE = (10071, 10164)
+_STREAM_NAME_IN_USE = 10058
+_KV_OPERATION = "KV-Operation"
+
+
+class NatsLeaseBackend:
+    """Leases in a JetStream KV bucket, one key per job; needs NATS 2.10 or newer.
+
+    URL options: ``bucket`` (default ``relay``), ``storage`` (``file``, the default, or
+    ``memory``), ``replicas`` (default 1), ``history`` (revisions kept per key, default 5) and
+    ``timeout`` (seconds per request, default 5). The bucket is created if missing.
+    """
+
+    capability: Literal["lease"] = "lease"
+
+    def __init__(
+        self,
+        servers: str,
+        *,
+        bucket: str = "relay",
+        storage: Literal["file", "memory"] = "file",
+        replicas: int = 1,
+        history: int = 5,
+        timeout: float = 5.0,
+    ) -> None:
+        self._where = BackendURL(servers).redacted()
+        self.bucket = bucket
+        self._stream = f"KV_{bucket}"
+        self._prefix = f"$KV.{bucket}."
+        self._timeout = timeout
+        self._loop = LoopThread(f"relay-nats-{bucket}")
+        try:
+            self._nc, self._js = self._call(
+                self._open(servers, storage, replicas, history), timeout * 3
+            )
+        except BaseException:
+            self._loop.close()
+            raise
+        self._kv = KeyValue(bucket, self._stream, self._prefix, self._js, direct=False)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> NatsLeaseBackend:
+        """Open the bucket a ``nats://`` (or ``tls://``) URL names; see the class for options."""
+        parsed = BackendURL(url)
+        parsed.check_options([*_OPTIONS, "strategy"], "the NATS lease backend")
+        bucket = parsed.option("bucket", "relay")
+        if not _BUCKET.match(bucket):
+            raise ConfigurationError(
+                f"bucket={bucket!r} is not a valid KV bucket name: use letters, digits, - and _"
+            )
+        storage = parsed.option("storage", "file")
+        if storage not in ("file", "memory"):
+            raise ConfigurationError(f"storage={storage!r} is not known: use 'file' or 'memory'")
+        options: dict[str, Any] = {
+            "bucket": bucket,
+            "storage": storage,
+            "replicas": _int_option(parsed, "replicas", 1, 1, 5),
+            "history": _int_option(parsed, "history", 5, 1, 64),
+            "timeout": parsed.float_option("timeout", 5.0),
+        }
+        return cls(parsed.without_options([*_OPTIONS, "strategy"]), **options, **kwargs)
+
+    @property
+    def name(self) -> str:
+        return f"NATS KV ({self._where}, bucket {self.bucket})"
+
+    # -- the lease contract ------------------------------------------------------------------
+
+    def acquire(self, request: AcquireRequest) -> AcquireResult:
+        return self.acquire_many([request])[0]
+
+    def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
+        by_job: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            by_job.setdefault(request.job, []).append(index)
+
+        async def decide_job(job: str, indexes: list[int]) -> list[AcquireResult]:
+            mine = [requests[i] for i in indexes]
+
+            def change(
+                state: JobState, now_ms: int, archived: dict[int, RunFields]
+            ) -> list[AcquireResult]:
+                return [state.acquire(r, now_ms, archived.get(slot_ms(r.slot))) for r in mine]
+
+            return await self._step(job, [slot_ms(r.slot) for r in mine], change)
+
+        async def decide_all() -> list[list[AcquireResult]]:
+            return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
+
+        results: list[AcquireResult | None] = [None] * len(requests)
+        for indexes, decided in zip(by_job.values(), self._call(decide_all()), strict=True):
+            for index, result in zip(indexes, decided, strict=True):
+                results[index] = result
+        return [result for result in results if result is not None]
+
+    def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
+        job, slot = _parse(run_id)
+        return self._call(
+            self._step(job, [], lambda s, now, _: s.start(slot, token, owner, lease, now))
+        )
+
+    def heartbeat(self, run_id: str, token: int, lease: float) -> None:
+        job, slot = _parse(run_id)
+        self._call(self._step(job, [], lambda s, now, _: s.heartbeat(slot, token, lease, now)))
+
+    def finish(
+        self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
+    ) -> RunState:
+        job, slot = _parse(run_id)
+        return self._call(
+            self._step(job, [], lambda s, now, _: s.finish(slot, token, succeeded, error, now))
+        )
+
+    def release(self, run_id: str, token: int) -> None:
+        job, slot = _parse(run_id)
+        self._call(self._step(job, [], lambda s, now, _: s.release(slot, token)))
+
+    def skip(self, job: str, slot: datetime, reason: str) -> bool:
+        ms = slot_ms(slot)
+        return self._call(
+            self._step(job, [ms], lambda s, now, old: s.skip(ms, reason, now, old.get(ms)))
+        )
+
+    def last_slot(self, job: str) -> datetime | None:
+        data, _ = self._call(self._get(_job_key(job)))
+        last = JobState.decode(job, data).last_slot
+        return None if last is None else from_ms(last)
+
+    def reclaimable(self, limit: int = 100) -> list[RunRecord]:
+        async def find() -> list[RunRecord]:
+            now_ms = await self._now_ms()
+            states = await self._all_jobs()
+            return [record for state in states for record in state.reclaimable(now_ms)]
+
+        records = sorted(self._call(find()), key=lambda r: (r.scheduled_for, r.id))
+        return records[:limit]
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        return self._call(self._runs(job, limit))
+
+    def now(self) -> datetime:
+        return from_ms(self._call(self._now_ms()))
+
+    def close(self) -> None:
+        if not self._loop.closed:
+            with contextlib.suppress(BackendUnavailable, nats.errors.Error, OSError):
+                self._loop.run(self._nc.close(), self._timeout)
+            self._loop.close()
+
+    # -- one step: read, decide, compare-and-swap --------------------------------------------
+
+    async def _step(
+        self,
+        job: str,
+        probe: Sequence[int],
+        change: Callable[[JobState, int, dict[int, RunFields]], T],
+    ) -> T:
+        """Apply ``change`` to the job's key as one compare-and-swap, retrying on conflicts.
+
+        ``probe``: slots whose archived record ``change`` needs if they are not in the key.
+        """
+        key = _job_key(job)
+        for attempt in range(CAS_TRIES):
+            # The clock is read before the key: a lease seen expired then is expired at the write.
+            now_ms = await self._now_ms()
+            data, revision = await self._get(key)
+            state = JobState.decode(job, data)
+            archived = await self._archived(state, probe)
+            result = change(state, now_ms, archived)
+            if not state.changed:
+                return result
+            old = state.to_archive()
+            for slot, fields in old.items():  # written before the key forgets them
+                await self._js.publish(self._prefix + _run_key(job, slot), fields.encode())
+            state.drop(list(old))
+            if await self._swap(key, state.encode(), revision):
+                return result
+            await asyncio.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+        raise BackendUnavailable(
+            f"{CAS_TRIES} writes to job {job!r} in a row lost to other instances' writes"
+        )
+
+    async def _archived(self, state: JobState, probe: Sequence[int]) -> dict[int, RunFields]:
+        found = {}
+        for slot in probe:
+            if state.may_be_archived(slot):
+                data, _ = await self._get(_run_key(state.job, slot))
+                if data is not None:
+                    found[slot] = RunFields.decode(data)
+        return found
+
+    async def _get(self, key: str) -> tuple[bytes | None, int]:
+        """The key's value (``None`` if absent or deleted) and the revision to swap on."""
+        try:
+            msg = await self._js.get_msg(self._stream, subject=self._prefix + key, direct=False)
+        except nats.js.errors.NotFoundError:
+            return None, 0
+        if msg.headers and msg.headers.get(_KV_OPERATION) in ("DEL", "PURGE"):
+            return None, msg.seq or 0
+        return msg.data, msg.seq or 0
+
+    async def _swap(self, key: str, value: bytes, revision: int) -> bool:
+        """Write ``value`` if the key is still at ``revision`` (0: absent); ``False`` if not."""
+        headers = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(revision)}
+        try:
+            await self._js.publish(self._prefix + key, value, headers=headers)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def _now_ms(self) -> int:
+        """The server's clock, from the ``ts`` field of the bucket's stream info."""
+        reply = await self._nc.request(
+            f"$JS.API.STREAM.INFO.{self._stream}", b"", timeout=self._timeout
+        )
+        info = json.loads(reply.data)
+        if "error" in info:
+            raise BackendUnavailable(
+                f"NATS at {self._where} cannot describe bucket {self.bucket!r}: "
+                f"{info['error'].get('description')}; was it deleted?"
+            )
+        if "ts" not in info:
+            raise BackendUnavailable(f"NATS at {self._where} does not report its clock: {_OLD}")
+        return _parse_ts(info["ts"])
+
+    # -- listing -----------------------------------------------------------------------------
+
+    async def _all_jobs(self) -> list[JobState]:
+        entries = await self._watch("job.*", meta_only=False)
+        return [JobState.decode(_job_of(e.key), e.value) for e in entries if e.value]
+
+    async def _runs(self, job: str | None, limit: int) -> list[RunRecord]:
+        if job is None:
+            states = await self._all_jobs()
+            archive = await self._watch("run.>", meta_only=True)
+        else:
+            data, _ = await self._get(_job_key(job))
+            states = [JobState.decode(job, data)]
+            archive = await self._watch(f"run.{_encode(job)}.*", meta_only=True)
+        found: dict[tuple[str, int], RunRecord | None] = {
+            (s.job, slot): f.record(s.job, slot) for s in states for slot, f in s.runs.items()
+        }
+        for entry in archive:  # archived runs: read only those that make the cut
+            found.setdefault((_job_of(entry.key), int(entry.key.rsplit(".", 1)[1])), None)
+        order = sorted(found, key=lambda js: (-js[1], run_id(js[0], from_ms(js[1]))))[:limit]
+        records = []
+        for name, slot in order:
+            record = found[(name, slot)]
+            if record is None:
+                data, _ = await self._get(_run_key(name, slot))
+                if data is None:
+                    continue
+                record = RunFields.decode(data).record(name, slot)
+            records.append(record)
+        return records
+
+    async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        watcher = await self._kv.watch(keys, meta_only=meta_only, ignore_deletes=True)
+        entries = []
+        try:
+            while (entry := await watcher.updates(self._timeout)) is not None:  # type: ignore[no-untyped-call]
+                entries.append(entry)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        return entries
+
+    # -- connecting --------------------------------------------------------------------------
+
+    async def _open(
+        self, servers: str, storage: str, replicas: int, history: int
+    ) -> tuple[Client, JetStreamContext]:
+        nc = await self._connect(servers)
+        try:
+            version = nc.connected_server_version
+            if (version.major, version.minor, version.patch) < MIN_SERVER_VERSION:
+                raise ConfigurationError(
+                    f"NATS at {self._where} is version {version}, but {_OLD}; upgrade the "
+                    "server, or use nats://…?strategy=dedup (claim only) or another lease backend"
+                )
+            js = nc.jetstream(timeout=self._timeout)
+            await self._ensure_bucket(js, storage, replicas, history)
+        except BaseException:
+            await nc.close()
+            raise
+        return nc, js
+
+    async def _connect(self, servers: str) -> Client:
+        errors: list[Exception] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(exc)
+            log.debug("NATS at %s: %r", self._where, exc)
+
+        nc = Client()
+        try:
+            # Reconnect for ever once connected; never buffer writes while disconnected (a
+            # buffered compare-and-swap could land long after its step gave up).
+            await asyncio.wait_for(
+                nc.connect(
+                    servers,
+                    error_cb=on_error,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=1,
+                    pending_size=0,
+                    connect_timeout=max(1, round(self._timeout)),
+                ),
+                self._timeout * 2,
+            )
+        except (asyncio.TimeoutError, nats.errors.Error, OSError) as exc:
+            await nc.close()
+            last = errors[-1] if errors else exc
+            raise BackendUnavailable(
+                f"cannot connect to NATS at {self._where} ({last!r}); check that the server is "
+                "up and the URL's host, port and credentials"
+            ) from exc
+        return nc
+
+    async def _ensure_bucket(
+        self, js: JetStreamContext, storage: str, replicas: int, history: int
+    ) -> None:
+        wanted = api.StorageType.FILE if storage == "file" else api.StorageType.MEMORY
+        try:
+            info = await js.stream_info(self._stream)
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.create_key_value(
+                    bucket=self.bucket, history=history, storage=wanted, replicas=replicas,
+                    direct=False, description="Relay leases",
+                )  # fmt: skip
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != _STREAM_NAME_IN_USE:  # else: another instance was first
+                    raise
+            info = await js.stream_info(self._stream)
+        if info.config.storage != wanted:
+            raise ConfigurationError(
+                f"KV bucket {self.bucket!r} on {self._where} uses {info.config.storage} storage, "
+                f"but the URL asks for {storage}: use storage={info.config.storage} or another "
+                "bucket"
+            )
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine on the loop; translate every driver error at this boundary."""
+        try:
+            return self._loop.run(coro, timeout or self._timeout * 3)
+        except RelayError:
+            raise
+        except nats.js.errors.ServiceUnavailableError as exc:
+            raise BackendUnavailable(
+                f"JetStream is not available on NATS at {self._where}: start the server with -js"
+            ) from exc
+        except (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError, KeyError) as exc:
+            raise BackendUnavailable(f"NATS at {self._where} failed: {exc!r}") from exc
+
+
+_OLD = "the NATS lease backend needs 2.10 or newer (it reads the server's clock from stream info)"
+
+
+def _encode(job: str) -> str:
+    """A job name as a key token: base64url, since names may hold characters keys cannot."""
+    return base64.urlsafe_b64encode(job.encode()).decode().rstrip("=")
+
+
+def _job_of(key: str) -> str:
+    token = key.split(".")[1]
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+
+
+def _job_key(job: str) -> str:
+    return f"job.{_encode(job)}"
+
+
+def _run_key(job: str, slot: int) -> str:
+    return f"run.{_encode(job)}.{slot}"
+
+
+def _parse(value: str) -> tuple[str, int]:
+    try:
+        job, slot = parse_run_id(value)
+    except ValueError:
+        raise LeaseLost(f"{value!r} is not a run id, so it has no lease") from None
+    return job, slot_ms(slot)
+
+
+def _parse_ts(text: str) -> int:
+    """Milliseconds since the epoch of an RFC 3339 UTC time with up to nanoseconds."""
+    whole, _, rest = text.rstrip("Z").partition(".")
+    stamp = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    fraction = (rest + "000")[:3] if rest else "000"
+    return int(stamp.timestamp()) * 1000 + int(fraction)
+
+
+def _int_option(parsed: BackendURL, name: str, default: int, low: int, high: int) -> int:
+    raw = parsed.options.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ConfigurationError(
+            f"URL option {name}={raw!r} must be a whole number {low} to {high}"
+        )
+    return int(raw)
