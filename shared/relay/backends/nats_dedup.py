@@ -1,0 +1,227 @@
+"""NATS claim backend (``nats://…?strategy=dedup``): one winner per run, by JetStream dedup.
+
+Every instance publishes a message with ``Nats-Msg-Id`` set to the run id into one JetStream
+stream. Within the stream's duplicate window the server stores the first message and acknowledges
+every later one as a duplicate: the first publisher won, the others lost.
+
+The window is the claim's memory (``remembers_for``): a run published again after it closes
+could be won twice, so the scheduler never claims a slot older than the window (minus the spread
+between instances' ticks). Messages expire with the window (``max_age``), so the stream stays small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import re
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import StorageType, StreamConfig
+
+from relay.backends._url import BackendURL
+from relay.errors import BackendUnavailable, ConfigurationError
+from relay.runs import run_id
+
+__all__ = ["DEFAULT_STREAM", "DEFAULT_WINDOW", "NatsClaimBackend"]
+
+DEFAULT_STREAM = "RELAY_CLAIMS"
+DEFAULT_WINDOW = 300.0
+"""Seconds the duplicate window (and so a claim) lasts unless told."""
+_STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+_OUR_OPTIONS = ("strategy", "stream", "window", "timeout")
+_STREAM_EXISTS_DIFFERENTLY = 10058
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """A private asyncio event loop in a daemon thread; other threads submit coroutines to it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="relay-nats", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run ``coro`` on the loop and wait for its result (cancelling it after ``timeout``)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        """Stop the loop and its thread. Idempotent."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class NatsClaimBackend:
+    """One winner per run on NATS: the first ``Nats-Msg-Id`` within the duplicate window."""
+
+    capability: Literal["claim"] = "claim"
+
+    def __init__(
+        self,
+        servers: str,
+        *,
+        stream: str = DEFAULT_STREAM,
+        window: float = DEFAULT_WINDOW,
+        timeout: float = 10.0,
+        location: str = "NATS",
+    ) -> None:
+        if not _STREAM_NAME.match(stream):
+            raise ConfigurationError(
+                f"stream={stream!r} is not a JetStream stream name: use letters, digits, _ and -"
+            )
+        self.stream = stream
+        self.subject = f"relay-claims.{stream}"
+        self.window = window
+        self.timeout = timeout
+        self.location = location
+        self._servers = servers
+        self._loop = _LoopThread()
+        self._client: Client | None = None
+        try:
+            with self._translated():
+                self._loop.run(self._connected(), timeout + 5)
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> NatsClaimBackend:
+        """Connect to the server a ``nats://[user:password@]host:port?strategy=dedup`` URL names.
+
+        Options: ``stream`` (default ``RELAY_CLAIMS``), ``window`` in seconds (default 300),
+        ``timeout`` of one request in seconds (default 10).
+        """
+        parsed = BackendURL(url)
+        parsed.check_options(_OUR_OPTIONS, "the NATS claim backend (strategy=dedup)")
+        return cls(
+            parsed.without_options(_OUR_OPTIONS),
+            stream=parsed.option("stream", DEFAULT_STREAM),
+            window=parsed.float_option("window", DEFAULT_WINDOW),
+            timeout=parsed.float_option("timeout", 10.0),
+            location=BackendURL(parsed.without_options(_OUR_OPTIONS)).redacted(),
+            **kwargs,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"NATS (strategy=dedup, stream={self.stream}, window={self.window:g}s)"
+
+    @property
+    def remembers_for(self) -> float | None:
+        return self.window
+
+    def claim(self, job: str, slot: datetime) -> bool:
+        return self.claim_many([(job, slot)])[0]
+
+    def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        if not runs:
+            return []
+        with self._translated():
+            return self._loop.run(self._publish_all(runs), self.timeout + 5)
+
+    def close(self) -> None:
+        if self._loop.loop.is_closed():
+            return
+        # Closing must not fail: the loop goes anyway.
+        if self._client is not None:
+            with suppress(Exception):
+                self._loop.run(self._client.close(), self.timeout)
+        self._loop.stop()
+
+    async def _connected(self) -> Client:
+        """The client, connected again (with the stream checked) if the connection was lost."""
+        if self._client is not None and not self._client.is_closed:
+            return self._client
+        client = await nats.connect(
+            servers=[self._servers],
+            connect_timeout=min(self.timeout, 5.0),
+            # A lost connection is made again by the next claim (see _connected), so the
+            # first failure is reported at once instead of retried in the background.
+            allow_reconnect=False,
+            max_reconnect_attempts=1,  # nats-py retries even the first connect; 0 means for ever
+            reconnect_time_wait=0.2,
+            error_cb=_ignore,
+        )
+        try:
+            await self._ensure_stream(client)
+        except BaseException:
+            await client.close()
+            raise
+        self._client = client
+        return client
+
+    async def _ensure_stream(self, client: Client) -> None:
+        config = StreamConfig(
+            name=self.stream,
+            subjects=[self.subject],
+            duplicate_window=self.window,
+            max_age=self.window,
+            storage=StorageType.FILE,
+        )
+        try:
+            await client.jetstream(timeout=self.timeout).add_stream(config)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_EXISTS_DIFFERENTLY:
+                raise
+            raise ConfigurationError(
+                f"the JetStream stream {self.stream!r} exists with another configuration: every "
+                "instance must use the same window (URL option window=…); to change it, delete "
+                "the stream or choose another name (URL option stream=…)"
+            ) from exc
+
+    async def _publish_all(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        js = (await self._connected()).jetstream(timeout=self.timeout)
+
+        async def publish(job: str, slot: datetime) -> bool:
+            rid = run_id(job, slot)
+            ack = await js.publish(
+                self.subject, rid.encode(), headers={"Nats-Msg-Id": rid}, stream=self.stream
+            )
+            return not ack.duplicate
+
+        return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except (nats.errors.NoServersError, OSError) as exc:
+            raise BackendUnavailable(
+                f"cannot reach NATS at {self.location} ({exc!r}): check that the server is "
+                "running and that the URL's host and port are right"
+            ) from exc
+        except nats.errors.NoRespondersError as exc:
+            raise BackendUnavailable(
+                f"NATS at {self.location} has no JetStream: start the server with -js"
+            ) from exc
+        except (nats.errors.Error, concurrent.futures.TimeoutError) as exc:
+            if "authorization violation" in str(exc).lower():
+                raise BackendUnavailable(
+                    f"NATS at {self.location} refused the credentials: "
+                    "check the user name and password (or token) in the URL"
+                ) from exc
+            raise BackendUnavailable(
+                f"NATS at {self.location} did not answer ({exc!r}): check the server and JetStream"
+            ) from exc
+
+
+async def _ignore(exc: Exception) -> None:
+    """Connection errors surface through the calls that fail; nats-py would only print them."""

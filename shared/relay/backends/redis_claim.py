@@ -1,0 +1,263 @@
+"""Redis claim backend (``redis://…?strategy=stream-id|idmp|script``): one winner per run.
+
+Three primitives give the same guarantee and nothing more:
+
+* ``stream-id``: ``XADD`` to the job's stream with an id made from the slot, ``<slot ms>-1``.
+  A stream's ids must grow, so exactly one add per slot succeeds; the others are refused as
+  "equal or smaller". An instance that claims a slot *older* than one already claimed for the job
+  is refused too: that run is lost (nobody runs it), never run twice. The stream remembers its
+  last id however far it is trimmed, so the claim is remembered for ever.
+* ``idmp``: ``XADD … IDMP`` (Redis 8.6 or newer), with the run id as the idempotent id and one
+  producer id per job. Redis keeps idempotent ids for ``retention`` seconds (at most 86 400), and
+  at most 10 000 per producer, so a job may have at most that many runs within ``retention``.
+* ``script`` (the fastest): one Lua script writes the run's key only if it is absent, expiring
+  after ``retention`` seconds.
+
+Keys are ``<prefix>:{<job>}:…``: the hash tag keeps each job's keys in one Cluster slot. Streams
+are trimmed and run keys expire, so nothing grows without bound.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from importlib import resources
+from typing import Any, Literal
+
+import redis
+from redis.exceptions import AuthenticationError, NoScriptError, RedisError, ResponseError
+
+from relay.backends._url import BackendURL
+from relay.errors import BackendUnavailable, ConfigurationError
+from relay.runs import run_id, slot_ms
+
+__all__ = ["IDMP_MIN_VERSION", "STRATEGIES", "RedisClaimBackend"]
+
+STRATEGIES = ("stream-id", "idmp", "script")
+"""The ``strategy`` values this backend answers to."""
+IDMP_MIN_VERSION = (8, 6)
+"""The first Redis version whose ``XADD`` takes ``IDMP``."""
+DEFAULT_RETENTION = 3600.0
+"""Seconds a claim is remembered by the ``idmp`` and ``script`` strategies unless told."""
+IDMP_MAX_RETENTION = 86_400
+IDMP_MAX_PER_PRODUCER = 10_000
+STREAM_KEEP = 100
+"""Entries (roughly) a ``stream-id`` stream keeps: a short history of the winners, for people."""
+
+_SCRIPTS = resources.files("relay.backends")
+_CLAIM_SCRIPT = _SCRIPTS.joinpath("redis_claim.lua").read_text()
+_IDMP_SETUP_SCRIPT = _SCRIPTS.joinpath("redis_claim_idmp.lua").read_text()
+_OUR_OPTIONS = ("strategy", "prefix", "retention")
+_DRIVER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "client_name")
+_SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
+_PRODUCER = "relay"
+
+
+class RedisClaimBackend:
+    """One winner per run on Redis, by stream id, idempotent ``XADD`` or a Lua ``SET NX``."""
+
+    capability: Literal["claim"] = "claim"
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        strategy: str,
+        prefix: str = "relay",
+        retention: float = DEFAULT_RETENTION,
+        location: str = "Redis",
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigurationError(
+                f"unknown Redis claim strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
+            )
+        self.strategy = strategy
+        self.prefix = prefix
+        self.retention = retention
+        self.location = location
+        self._client = client
+        try:
+            with self._translated():
+                self._claim_sha = str(client.script_load(_CLAIM_SCRIPT))
+                if strategy == "idmp":
+                    self._check_idmp_support()
+        except BaseException:
+            client.close()
+            raise
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisClaimBackend:
+        """Connect to the server a ``redis://…?strategy=…`` URL names.
+
+        Options: ``prefix`` (default ``relay``), ``retention`` (seconds, for ``idmp`` and
+        ``script``), and the driver's ``socket_timeout``, ``socket_connect_timeout``,
+        ``client_name``.
+        """
+        parsed = BackendURL(url)
+        strategy = parsed.option("strategy", "")
+        known = ["strategy", "prefix", *_DRIVER_OPTIONS]
+        if strategy != "stream-id":
+            known.append("retention")
+        parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
+        retention = _retention(parsed, strategy)
+        driver_url = parsed.without_options(_OUR_OPTIONS)
+        scheme = parsed.parts.scheme
+        driver_url = _SCHEMES.get(scheme.lower(), scheme) + driver_url[len(scheme) :]
+        try:
+            client = redis.Redis.from_url(
+                driver_url, socket_connect_timeout=5.0, socket_timeout=10.0
+            )
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"Redis URL {parsed.redacted()!r} is malformed: {exc}"
+            ) from None
+        return cls(
+            client,
+            strategy=strategy,
+            prefix=parsed.option("prefix", "relay"),
+            retention=retention,
+            location=parsed.redacted(),
+            **kwargs,
+        )
+
+    @property
+    def name(self) -> str:
+        if self.strategy == "stream-id":
+            return "Redis (strategy=stream-id)"
+        return f"Redis (strategy={self.strategy}, retention={self.retention:g}s)"
+
+    @property
+    def remembers_for(self) -> float | None:
+        return None if self.strategy == "stream-id" else self.retention
+
+    def claim(self, job: str, slot: datetime) -> bool:
+        return self.claim_many([(job, slot)])[0]
+
+    def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        if not runs:
+            return []
+        with self._translated():
+            if self.strategy == "stream-id":
+                return self._claim_stream_ids(runs)
+            if self.strategy == "idmp":
+                return self._claim_idmp(runs)
+            return self._claim_keys(runs)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def stream_key(self, job: str) -> str:
+        """The key of ``job``'s stream (``stream-id`` and ``idmp``)."""
+        return f"{self.prefix}:{{{job}}}:{self.strategy}"
+
+    def run_key(self, job: str, slot: datetime) -> str:
+        """The key the ``script`` strategy writes for a run."""
+        return f"{self.prefix}:{{{job}}}:run:{slot_ms(slot)}"
+
+    def _claim_stream_ids(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        # Oldest slots first, so a batch never refuses its own older runs.
+        order = sorted(range(len(runs)), key=lambda i: runs[i][1])
+        pipe = self._client.pipeline(transaction=False)
+        for i in order:
+            job, slot = runs[i]
+            pipe.xadd(
+                self.stream_key(job),
+                {"run": run_id(job, slot)},
+                id=f"{slot_ms(slot)}-1",
+                maxlen=STREAM_KEEP,
+                approximate=True,
+            )
+        won = [False] * len(runs)
+        for i, reply in zip(order, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, ResponseError) and "equal or smaller" in str(reply):
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            won[i] = True
+        return won
+
+    def _claim_idmp(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        # The winner is whoever's entry the stream holds for the run id. Each call signs its
+        # entries; reading the newest entry in the same transaction tells whether ours was added.
+        signature = secrets.token_hex(8)
+        pipe = self._client.pipeline(transaction=True)
+        for job, slot in runs:
+            key = self.stream_key(job)
+            oldest_needed = max(slot_ms(slot) - int(self.retention * 1000), 1)
+            # EVAL, not EVALSHA: a missing script inside MULTI would let the XADD create the
+            # stream without its retention.
+            pipe.eval(_IDMP_SETUP_SCRIPT, 1, key, int(self.retention), IDMP_MAX_PER_PRODUCER)
+            pipe.execute_command(  # type: ignore[no-untyped-call]
+                "XADD", key, "IDMP", _PRODUCER, run_id(job, slot),
+                "MINID", "~", oldest_needed, "*", "run", run_id(job, slot), "by", signature,
+            )  # fmt: skip
+            pipe.xrevrange(key, count=1)
+        replies = pipe.execute()
+        newest = replies[2::3]
+        return [
+            bool(entries) and entries[0][1].get(b"by") == signature.encode() for entries in newest
+        ]
+
+    def _claim_keys(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        won: dict[int, bool] = {}
+        todo = list(range(len(runs)))
+        retention_ms = max(int(self.retention * 1000), 1)
+        for _ in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for i in todo:
+                job, slot = runs[i]
+                pipe.evalsha(
+                    self._claim_sha, 1, self.run_key(job, slot), run_id(job, slot), retention_ms
+                )
+            replies = pipe.execute(raise_on_error=False)
+            for i, reply in zip(todo, replies, strict=True):
+                if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+                    raise reply
+                if not isinstance(reply, Exception):
+                    won[i] = reply == 1
+            todo = [i for i in todo if i not in won]
+            if not todo:
+                return [won[i] for i in range(len(runs))]
+            # The server lost its scripts (a restart, SCRIPT FLUSH): load it again, once.
+            self._claim_sha = str(self._client.script_load(_CLAIM_SCRIPT))
+        raise BackendUnavailable(f"Redis at {self.location} keeps forgetting the claim script")
+
+    def _check_idmp_support(self) -> None:
+        info = self._client.info("server")
+        raw = str(info.get("redis_version", "0"))
+        version = tuple(int(part) for part in raw.split(".")[:2] if part.isdigit())
+        if "valkey_version" in info or version < IDMP_MIN_VERSION:
+            server = (
+                f"Valkey {info['valkey_version']}" if "valkey_version" in info else f"Redis {raw}"
+            )
+            raise ConfigurationError(
+                f"strategy=idmp needs Redis 8.6 or newer (XADD … IDMP), but {self.location} runs "
+                f"{server}: upgrade the server, or use strategy=script or strategy=stream-id"
+            )
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except AuthenticationError as exc:
+            raise BackendUnavailable(
+                f"Redis at {self.location} refused the credentials ({exc}): "
+                "check the user name and password in the URL"
+            ) from exc
+        except RedisError as exc:
+            raise BackendUnavailable(
+                f"Redis at {self.location} did not answer ({exc}): check that the server is "
+                "running and that the URL's host, port and database are right"
+            ) from exc
+
+
+def _retention(parsed: BackendURL, strategy: str) -> float:
+    retention = parsed.float_option("retention", DEFAULT_RETENTION)
+    if strategy == "idmp" and (retention != int(retention) or retention > IDMP_MAX_RETENTION):
+        raise ConfigurationError(
+            f"retention={retention:g} cannot be kept by Redis IDMP: "
+            f"use a whole number of seconds from 1 to {IDMP_MAX_RETENTION}"
+        )
+    return retention
