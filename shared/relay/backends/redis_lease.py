@@ -90,6 +90,12 @@ class RedisLeaseBackend:
         parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS], "the Redis lease backend")
         if parsed.option("strategy", "lease") != "lease":
             raise ConfigurationError(f"{parsed.redacted()} is not a lease URL: use strategy=lease")
+        database = parsed.parts.path.strip("/")
+        if database and not database.isdigit():
+            raise ConfigurationError(
+                f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
+                "number, as in redis://localhost:6379/0"
+            )
         driver_url = parsed.without_options(_RELAY_OPTIONS)
         driver_url = _SCHEMES.get(parsed.scheme, parsed.scheme) + driver_url[len(parsed.scheme) :]
         try:
@@ -274,7 +280,8 @@ class RedisLeaseBackend:
         pipe = self._redis.pipeline(transaction=False)
         for script in self._scripts.values():
             pipe.script_load(script.script)
-        pipe.execute()
+        for script, sha in zip(self._scripts.values(), pipe.execute(), strict=True):
+            script.sha = sha
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -291,7 +298,10 @@ class RedisLeaseBackend:
                 "host and port in the URL are right"
             ) from exc
         except ResponseError as exc:
-            raise BackendUnavailable(f"{self.name} refused a command: {exc}") from exc
+            hint = ""
+            if "DB index" in str(exc):
+                hint = "; use a database number the server has (0-15 unless configured)"
+            raise BackendUnavailable(f"{self.name} refused a command: {exc}{hint}") from exc
         except RedisError as exc:
             raise BackendUnavailable(f"{self.name} failed: {exc}") from exc
 

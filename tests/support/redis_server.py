@@ -1,0 +1,90 @@
+"""A redis-server of a test's own, on a free port of 127.0.0.1, to restart, kill or lock.
+
+Like production here it keeps nothing on disk (no RDB, no AOF), so a restart loses every key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+
+__all__ = ["RedisServer", "own_redis"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server process; ``restart()`` kills it with SIGKILL and starts it again."""
+
+    def __init__(self, workdir: Path, *args: str) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.binary = binary
+        self.workdir = workdir
+        self.args = args
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start the server and wait until it answers (or refuses a password: it is up)."""
+        self.process = subprocess.Popen(
+            [
+                self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir), *self.args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with redis.Redis(port=self.port, socket_connect_timeout=1) as client:
+                    client.ping()
+                return
+            except redis.AuthenticationError:
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError(f"redis-server on port {self.port} did not start")
+
+    def kill(self) -> None:
+        """Stop the server at once (SIGKILL): every key is lost."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """Kill the server, stay down ``down_for`` seconds, start it again on the same port."""
+        self.kill()
+        time.sleep(down_for)
+        self.start()
+
+
+@contextmanager
+def own_redis(workdir: Path, *args: str) -> Iterator[RedisServer]:
+    """A started :class:`RedisServer`, killed afterwards."""
+    server = RedisServer(workdir, *args)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
