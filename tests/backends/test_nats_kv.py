@@ -1,0 +1,210 @@
+"""The NATS KV lease backend beyond the contract: server version, options, clock, archive, restarts.
+
+The lease contract suite (tests/contract) holds the backend to the lease rules; these tests check
+what is particular to NATS, against real servers: the session's NATS 2.15 and the machine's older
+NATS on 4222 for the version refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nats
+import pytest
+from relay import AcquireRequest, LeaseBackend, Outcome, RunState, open_backend
+from relay.backends._nats_kv_state import KEEP_FINISHED
+from relay.backends.nats_kv import NatsLeaseBackend
+from relay.errors import BackendUnavailable, ConfigurationError
+
+from tests.support import services
+from tests.support.nats_server import NatsServer, delete_bucket, find_binary, free_port
+
+UTC = timezone.utc
+JOB = "nightly report/é"  # a name NATS keys could not hold as it is
+
+
+def slot(index: int) -> datetime:
+    base = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    return base + timedelta(seconds=index)
+
+
+def req(index: int = 0, owner: str = "a", lease: float = 30, **options: object) -> AcquireRequest:
+    return AcquireRequest(job=JOB, slot=slot(index), owner=owner, lease=lease, **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    from tests.support.nats_server import nats_kv_lease
+
+    with nats_kv_lease(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def backend(nats_url: str) -> Iterator[LeaseBackend]:
+    opened = open_backend(nats_url)
+    assert isinstance(opened, NatsLeaseBackend)
+    yield opened
+    opened.close()
+
+
+def stream_config(url: str, bucket: str) -> dict[str, object]:
+    async def read() -> dict[str, object]:
+        nc = await nats.connect(url)
+        try:
+            reply = await nc.request(f"$JS.API.STREAM.INFO.KV_{bucket}", b"", timeout=5)
+        finally:
+            await nc.close()
+        config: dict[str, object] = json.loads(reply.data)["config"]
+        return config
+
+    return asyncio.run(read())
+
+
+# -- opening -----------------------------------------------------------------------------------
+
+
+@pytest.mark.nats
+def test_a_server_older_than_2_10_is_refused_with_the_fix() -> None:
+    url = services.require("nats")
+    version = asyncio.run(_server_version(url))
+    if version >= (2, 10):
+        pytest.skip(f"the shared NATS at {url} is {version}: new enough, nothing to refuse")
+    with pytest.raises(ConfigurationError) as caught:
+        open_backend(f"{url}?bucket=relay_never_created")
+    message = str(caught.value)
+    assert "2.10 or newer" in message and "strategy=dedup" in message
+    assert ".".join(map(str, version)) in message
+
+
+async def _server_version(url: str) -> tuple[int, int, int]:
+    nc = await nats.connect(url)
+    version = nc.connected_server_version
+    await nc.close()
+    return version.major, version.minor, version.patch
+
+
+@pytest.mark.parametrize(
+    ("query", "complaint"),
+    [
+        ("colour=blue", "does not know the URL option(s) colour"),
+        ("bucket=a.b", "not a valid KV bucket name"),
+        ("storage=disk", "storage='disk' is not known"),
+        ("replicas=0", "replicas='0' must be a whole number"),
+        ("history=65", "history='65' must be a whole number"),
+    ],
+)
+def test_bad_url_options_are_refused_before_connecting(query: str, complaint: str) -> None:
+    with pytest.raises(ConfigurationError, match=complaint.replace("(", r"\(").replace(")", r"\)")):
+        open_backend(f"nats://127.0.0.1:1?{query}")
+
+
+def test_no_server_gives_backend_unavailable_naming_what_to_check() -> None:
+    with pytest.raises(BackendUnavailable, match=r"cannot connect to NATS at nats://127\.0\.0\.1"):
+        open_backend(f"nats://127.0.0.1:{free_port()}?timeout=1")
+
+
+@pytest.mark.nats_kv
+def test_bucket_is_created_for_durability(backend: NatsLeaseBackend, nats_url: str) -> None:
+    config = stream_config(nats_url.split("?")[0], backend.bucket)
+    assert config["storage"] == "file"
+    assert config["max_msgs_per_subject"] == 5  # history
+    assert config["allow_direct"] is False  # reads go to the stream leader, never a stale replica
+    assert config["num_replicas"] == 1
+
+
+@pytest.mark.nats_kv
+def test_a_bucket_with_other_storage_is_refused(nats_url: str) -> None:
+    open_backend(nats_url + "&storage=memory").close()
+    with pytest.raises(ConfigurationError, match="uses memory storage, but the URL asks for file"):
+        open_backend(nats_url)
+
+
+# -- the server's clock ---------------------------------------------------------------------------
+
+
+@pytest.mark.nats_kv
+def test_decisions_ignore_the_instances_clock(
+    backend: NatsLeaseBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_now = backend.now()
+    monkeypatch.setattr(time, "time", lambda: time.monotonic() + 10**9)  # an absurd local clock
+    # stale_after 1 h and the slot 30 min old by the server's clock: not stale
+    result = backend.acquire(req(0, lease=0.5, stale_after=3600, max_attempts=2))
+    assert result.outcome is Outcome.WON and result.run is not None
+    (record,) = backend.runs(JOB)
+    assert record.expires_at is not None
+    assert timedelta(0) < record.expires_at - server_now < timedelta(seconds=5)
+    assert backend.acquire(req(0, owner="b")).outcome is Outcome.HELD
+    monkeypatch.undo()
+    time.sleep(1.0)
+    assert backend.acquire(req(0, owner="b")).outcome is Outcome.WON
+
+
+# -- the job's key stays small ---------------------------------------------------------------------
+
+
+@pytest.mark.nats_kv
+def test_finished_runs_move_to_their_own_keys_and_stay_finished(backend: NatsLeaseBackend) -> None:
+    total = KEEP_FINISHED + 8
+    for index in range(total):
+        run = backend.acquire(req(index)).run
+        assert run is not None
+        backend.finish(run.id, run.token, succeeded=index % 2 == 0)
+    live = backend.acquire(req(total)).run
+    assert live is not None
+    assert len(backend.runs(JOB, limit=1000)) == total + 1
+    assert [r.scheduled_for for r in backend.runs(JOB, limit=3)] == [
+        slot(total - i) for i in range(3)
+    ]
+    oldest = backend.runs(JOB, limit=1000)[-1]
+    assert (oldest.scheduled_for, oldest.state) == (slot(0), RunState.SUCCEEDED)
+    assert backend.acquire(req(0, owner="late")).outcome is Outcome.FINISHED
+    assert backend.skip(JOB, slot(1), "missed") is False
+    assert backend.last_slot(JOB) == slot(total)
+    assert [r.id for r in backend.runs(limit=1)] == [live.id]
+
+
+# -- a server restart ------------------------------------------------------------------------------
+
+
+@pytest.mark.nats_kv
+@pytest.mark.slow
+def test_leases_survive_a_server_restart_and_the_backend_reconnects(tmp_path: Path) -> None:
+    binary = find_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary >= 2.10 to restart")
+    server = NatsServer(binary, tmp_path / "store")
+    server.start()
+    try:
+        backend = open_backend(f"{server.url}?bucket=restart&timeout=2")
+        run = backend.acquire(req(0, lease=60)).run  # type: ignore[union-attr]
+        assert run is not None
+        server.stop(kill=True)
+        with pytest.raises(BackendUnavailable):
+            backend.heartbeat(run.id, run.token, 60)  # type: ignore[union-attr]
+        server.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                backend.heartbeat(run.id, run.token, 60)  # type: ignore[union-attr]
+                break
+            except BackendUnavailable:
+                assert time.monotonic() < deadline, "the backend never reconnected"
+                time.sleep(0.2)
+        assert backend.acquire(req(0, owner="b")).outcome is Outcome.HELD  # type: ignore[union-attr]
+        backend.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.nats_kv
+def test_deleted_bucket_gives_backend_unavailable(backend: NatsLeaseBackend, nats_url: str) -> None:
+    delete_bucket(nats_url.split("?")[0], backend.bucket)
+    with pytest.raises(BackendUnavailable, match="was it deleted"):
+        backend.acquire(req(0))
