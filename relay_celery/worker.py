@@ -1,0 +1,142 @@
+"""The worker side: start a published run with its token, heartbeat, and record its outcome.
+
+:func:`install` adds a worker bootstep. When the worker starts, the step checks Relay's settings
+(a bad one stops the worker with a message naming it) and wraps each task's ``run``, so a message
+carrying a run is started through the core's :class:`~relay.engine.Runner` before the task body
+runs, and is dropped (``celery.exceptions.Ignore``) when the run must not run: a stale token, a
+finished run, or a run another worker already started.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, Task, bootsteps
+from celery.exceptions import Ignore
+from relay.backends import open_backend
+from relay.engine import ActiveRun, Runner
+from relay.runs import HEADER, Run, run_from_headers
+from relay.scheduler import default_owner
+
+from relay_celery.config import CelerySettings, load_settings, open_checked
+
+__all__ = ["RelayStep", "install"]
+
+log = logging.getLogger("relay.celery.worker")
+_WRAPPED = "_relay_wrapped"
+
+
+def install(app: Celery) -> None:
+    """Make ``app``'s workers start, heartbeat and finish the runs that beat publishes.
+
+    Call it where the app is defined, next to ``beat_scheduler``. Idempotent.
+    """
+    steps = app.steps["worker"]
+    if RelayStep not in steps:
+        steps.add(RelayStep)
+
+
+class RelayStep(bootsteps.Step):
+    """Worker bootstep: validates Relay's settings at start and wraps every task."""
+
+    name = "relay_celery.worker.RelayStep"
+    label = "Relay"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        app: Celery = parent.app
+        backend, settings = open_checked(load_settings(app))
+        log.info("relay: worker runs on %s", backend.name)
+        backend.close()
+        hooks = RunHooks(settings)
+        for task in app.tasks.values():
+            hooks.wrap(task)
+
+
+class RunHooks:
+    """Runs a task body under a run's lease; one backend connection per worker process."""
+
+    def __init__(self, settings: CelerySettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._runner: Runner | None = None
+        self._pid = 0
+
+    def wrap(self, task: Task[Any, Any]) -> None:
+        """Replace ``task.run`` with a version that honours a run header (other calls pass)."""
+        if getattr(task, _WRAPPED, False):
+            return
+        body: Callable[..., Any] = task.run
+
+        @functools.wraps(body)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            relay_run = run_from_headers(_header(task))
+            if relay_run is None:
+                return body(*args, **kwargs)
+            return self.execute(relay_run, body, args, kwargs)
+
+        # Celery's tracer calls the instance's ``run`` (or ``__call__``, which calls it).
+        task.run = run  # type: ignore[method-assign]
+        setattr(task, _WRAPPED, True)
+
+    def execute(self, run: Run, body: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+        """Begin ``run``, call the body, record the outcome; ``Ignore`` drops the message."""
+        active = self._begin(run)
+        result: list[Any] = []
+        errors: list[BaseException] = []
+
+        def handler(_: Run) -> None:
+            try:
+                result.append(body(*args, **kwargs))
+            except Exception as exc:
+                errors.append(exc)
+                raise
+
+        try:
+            active.call(handler)
+        except BaseException:
+            # The process is stopping (cold shutdown, SystemExit): hand the run over at once.
+            active.release()
+            raise
+        if errors:
+            raise errors[0]
+        return result[0]
+
+    def _begin(self, run: Run) -> ActiveRun:
+        try:
+            active = self.runner().begin(run)
+        except Exception as exc:
+            # Never run what the store did not confirm: the lease expires and beat re-dispatches.
+            log.error("relay: could not start %s, dropping this message: %s", run.id, exc)
+            raise Ignore() from exc
+        if active is None:
+            log.info("relay: dropping a stale or duplicate message for %s", run.id)
+            raise Ignore()
+        return active
+
+    def runner(self) -> Runner:
+        """This process's runner; opened after a fork, never shared with the parent."""
+        with self._lock:
+            if self._runner is None or self._pid != os.getpid():
+                settings = self.settings
+                self._runner = Runner(
+                    open_backend(settings.backend),
+                    owner=default_owner(),
+                    lease=settings.lease,
+                    heartbeat=settings.heartbeat,
+                )
+                self._pid = os.getpid()
+            return self._runner
+
+
+def _header(task: Task[Any, Any]) -> object:
+    request = task.request
+    value = request.get(HEADER)
+    if value is None and isinstance(request.headers, dict):
+        value = request.headers.get(HEADER)
+    return value

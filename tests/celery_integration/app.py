@@ -1,0 +1,83 @@
+"""The Celery app the integration tests start as real ``celery beat`` / ``celery worker`` processes.
+
+Everything comes from environment variables, so each test isolates its broker queue and its
+Relay store: RELAY_T_BROKER, RELAY_T_QUEUE, RELAY_T_BACKEND, RELAY_T_OUT (a JSON-lines file the
+task appends to), RELAY_T_SCHEDULE (JSON: entry name -> {"every": s | "cron": "...",
+"kwargs": {...}, "relay": {...}}) and optional RELAY_T_LEASE / _HEARTBEAT / _QUEUE_LEASE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from celery.schedules import crontab
+from kombu import Queue
+
+import relay_celery
+
+BROKER = os.environ.get("RELAY_T_BROKER", "redis://127.0.0.1:6379/0")
+QUEUE = os.environ.get("RELAY_T_QUEUE", "relay_test")
+
+app = Celery("relay_test", broker=BROKER)
+app.conf.update(
+    task_default_queue=QUEUE,
+    # A queue of its own per test, gone two minutes after its last consumer left (RabbitMQ).
+    task_queues=[Queue(QUEUE, queue_arguments={"x-expires": 120_000})],
+    broker_transport_options={"global_keyprefix": f"{QUEUE}:"} if "redis" in BROKER else {},
+    beat_scheduler="relay_celery.RelayScheduler",
+    beat_max_loop_interval=5,
+    worker_enable_remote_control=False,
+    beat_enable_remote_control=False,
+    worker_send_task_events=False,
+    broker_connection_retry_on_startup=True,
+    worker_prefetch_multiplier=1,
+    relay_backend=os.environ.get("RELAY_T_BACKEND"),
+    relay_lease=os.environ.get("RELAY_T_LEASE") and float(os.environ["RELAY_T_LEASE"]),
+    relay_heartbeat=os.environ.get("RELAY_T_HEARTBEAT") and float(os.environ["RELAY_T_HEARTBEAT"]),
+    relay_queue_lease=os.environ.get("RELAY_T_QUEUE_LEASE")
+    and float(os.environ["RELAY_T_QUEUE_LEASE"]),
+)
+
+
+def _entry(spec: dict[str, Any]) -> dict[str, Any]:
+    schedule: Any = (
+        timedelta(seconds=spec["every"]) if "every" in spec else crontab(*spec["cron"].split())
+    )
+    entry = {"task": "tests.celery_integration.app.record", "schedule": schedule}
+    entry["kwargs"] = spec.get("kwargs", {})
+    if "relay" in spec:
+        entry["relay"] = spec["relay"]
+    return entry
+
+
+SCHEDULE = json.loads(os.environ.get("RELAY_T_SCHEDULE", "{}"))
+app.conf.beat_schedule = {name: _entry(spec) for name, spec in SCHEDULE.items()}
+relay_celery.install(app)
+
+
+def _write(event: dict[str, Any]) -> None:
+    line = (json.dumps(event) + "\n").encode()
+    fd = os.open(os.environ["RELAY_T_OUT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@app.task
+def record(sleep: float = 0.0, sleep_first: float = 0.0, fail_first: bool = False) -> str:
+    """Append a start and an end event for the current run; optionally sleep or fail once."""
+    run = relay_celery.current_run()
+    assert run is not None, "a task published by RelayScheduler must see its run"
+    event = {"run": run.id, "attempt": run.attempt, "token": run.token, "pid": os.getpid()}
+    _write({**event, "event": "start", "at": time.time()})
+    if run.attempt == 1 and fail_first:
+        raise RuntimeError("failing the first attempt on purpose")
+    time.sleep(sleep + (sleep_first if run.attempt == 1 else 0.0))
+    _write({**event, "event": "end", "at": time.time()})
+    return run.id

@@ -1,0 +1,133 @@
+"""Real ``celery beat`` and ``celery worker`` processes with RelayScheduler: each run happens once.
+
+Every test starts its own processes on its own broker queue and Relay store; the task appends a
+``start`` and an ``end`` event per run to a file, keyed by run id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from relay.backends import open_backend
+from relay.contract import is_lease
+from relay.runs import RunState, parse_run_id
+
+from tests.celery_integration.cluster import cluster
+from tests.support import services
+from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS, params
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+UTC = timezone.utc
+
+
+CLAIM = {"sqlite-claim": CLAIM_BACKENDS["sqlite-claim"]}
+
+
+@pytest.fixture(params=[*params(LEASE_BACKENDS), *params(CLAIM)])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh Relay store: every lease backend, and the SQLite claim backend."""
+    registry = CLAIM_BACKENDS if request.param in CLAIM_BACKENDS else LEASE_BACKENDS
+    factory, _ = registry[request.param]
+    with factory(tmp_path) as url:
+        yield url
+
+
+def redis_broker() -> str:
+    return services.require("redis")
+
+
+def slots(events: list[dict[str, Any]]) -> list[datetime]:
+    return sorted(parse_run_id(e["run"])[1] for e in events)
+
+
+def assert_every_second_once(events: list[dict[str, Any]]) -> None:
+    """Each run ended once, and the slots from the first to the last miss none."""
+    ends = Counter(e["run"] for e in events if e["event"] == "end")
+    starts = Counter(e["run"] for e in events if e["event"] == "start")
+    assert [run for run, n in starts.items() if n > 1] == [], "a run started twice"
+    assert [run for run, n in ends.items() if n > 1] == [], "a run ran twice"
+    done = slots([e for e in events if e["event"] == "end"])
+    expected = [done[0] + timedelta(seconds=i) for i in range(len(done))]
+    assert done == expected, "a slot is missing"
+
+
+def test_three_beats_two_workers_publish_each_slot_once_even_when_a_beat_is_killed(
+    tmp_path: Path, backend_url: str
+) -> None:
+    schedule = {"tick": {"every": 1}}
+    with cluster(tmp_path, redis_broker(), backend_url, schedule) as c:
+        beats = [c.beat() for _ in range(3)]
+        c.worker(pool="prefork", concurrency=1)
+        c.worker(pool="threads", concurrency=2)
+        c.wait_for("the first runs", lambda: len(c.events("end")) >= 3)
+        c.kill(beats[0])
+        killed_at = time.time()
+        c.wait_for("5 more runs", lambda: max(e["at"] for e in c.events("end")) > killed_at + 5)
+        for beat in beats[1:]:
+            c.kill(beat)
+        c.wait_quiet()
+        events = c.events()
+    assert len(slots(events)) >= 16  # start and end of at least 8 runs
+    assert_every_second_once(events)
+    ran_on = {e["pid"] for e in events}
+    assert len(ran_on) >= 2, "both workers took runs"
+
+
+@pytest.mark.rabbitmq
+def test_rabbitmq_broker(tmp_path: Path) -> None:
+    broker = services.require("rabbitmq")
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with cluster(tmp_path, broker, url, {"tick": {"every": 1}}) as c:
+        beats = [c.beat() for _ in range(3)]
+        c.worker(pool="threads", concurrency=2)
+        c.worker(pool="threads", concurrency=2)
+        c.wait_for("6 runs", lambda: len(c.events("end")) >= 6, timeout=90)
+        for beat in beats:
+            c.kill(beat)
+        c.wait_quiet()
+        assert_every_second_once(c.events())
+
+
+def one_run_now(**options: Any) -> dict[str, Any]:
+    """An hourly entry whose latest slot is due at once (catch-up covers the last hour)."""
+    return {"every": 3600, "relay": {"catch_up": 3600, **options}}
+
+
+def test_a_worker_killed_mid_task_loses_the_run_which_completes_once_elsewhere(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep_first": 30}}}
+    with cluster(tmp_path, redis_broker(), url, schedule) as c:
+        c.set(lease=3, heartbeat=1, queue_lease=10)
+        c.beat()
+        first = c.worker(pool="solo")
+        c.wait_for("the first attempt to start", lambda: c.events("start") != [])
+        started = c.events("start")[0]
+        assert started["pid"] == first.pid and started["attempt"] == 1
+        c.worker(pool="solo")
+        c.kill(first)
+        c.wait_for("a second attempt to end", lambda: c.events("end") != [], timeout=60)
+        c.wait_quiet()
+        # Late duplicates of both attempts' messages are dropped, not run.
+        final = c.events("end")[0]
+        for event in (started, final):
+            c.publish({"id": event["run"], "token": event["token"], "attempt": 1, "owner": "x"})
+        c.wait_for("two drops", lambda: c.logs().count("dropping a stale or duplicate") == 2)
+        events = c.events()
+    ends = [e for e in events if e["event"] == "end"]
+    assert len(ends) == 1
+    assert ends[0]["run"] == started["run"]
+    assert ends[0]["attempt"] == 2 and ends[0]["token"] > started["token"]
+    backend = open_backend(url)
+    assert is_lease(backend)
+    (record,) = backend.runs("long")
+    assert record.state is RunState.SUCCEEDED and record.attempt == 2
+    backend.close()
