@@ -70,6 +70,7 @@ def make_job(
         for option, value in lease_only.items():
             if value is not None:
                 raise UnsupportedOption(option, backend.name, [_LEASE_BACKENDS])
+        _check_claim_memory(backend, optional_seconds(stale_after, "stale_after"))
     if overlap not in (None, "allow", "skip"):
         raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
     if max_attempts is not None and (
@@ -84,6 +85,22 @@ def make_job(
         max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
         catch_up=non_negative_seconds(catch_up or 0, "catch_up"),
         stale_after=optional_seconds(stale_after, "stale_after"),
+    )
+
+
+def _check_claim_memory(backend: ClaimBackend, stale_after: float | None) -> None:
+    """Refuse a ``stale_after`` the backend forgets claims before: a run could be won twice."""
+    from relay.engine.deciding import TICK_SPREAD  # the engine imports this module
+
+    memory = backend.remembers_for
+    if memory is None or stale_after is None or stale_after + TICK_SPREAD <= memory:
+        return
+    raise ConfigurationError(
+        f"stale_after={stale_after:g}s is too long for {backend.name}: it remembers a claim for "
+        f"{memory:g}s, and a run claimed after that could be won twice. Make the backend remember "
+        f"at least {stale_after + TICK_SPREAD:g}s (stale_after plus {TICK_SPREAD:g}s of tick "
+        "spread; URL option window=… for NATS, retention=… for Redis and RabbitMQ), "
+        "or lower stale_after"
     )
 
 

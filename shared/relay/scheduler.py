@@ -105,9 +105,14 @@ class Scheduler(Generic[BackendT]):
         self.backend: ClaimBackend | LeaseBackend = (
             open_backend(backend) if isinstance(backend, str) else backend
         )
-        self.lease, self.heartbeat = check_scheduler_options(
-            self.backend, lease=lease, heartbeat=heartbeat
-        )
+        try:
+            self.lease, self.heartbeat = check_scheduler_options(
+                self.backend, lease=lease, heartbeat=heartbeat
+            )
+        except BaseException:
+            if isinstance(backend, str):  # we opened it: do not leak its connections
+                self.backend.close()
+            raise
         self.tick_interval = seconds(tick, "tick")
         self.stop_timeout = seconds(stop_timeout, "stop_timeout")
         self.owner = owner or default_owner()

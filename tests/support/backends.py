@@ -7,6 +7,7 @@ plugs into the contract suites by adding its entry to ``LEASE_BACKENDS`` or ``CL
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -14,6 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.claim_backends import (
+    REDIS86_ENV,
+    nats_dedup_claim,
+    rabbitmq_claim,
+    redis_claim,
+)
 from tests.support.nats_server import nats_kv_lease
 
 UrlFactory = Callable[[Path], AbstractContextManager[str]]
@@ -76,8 +83,14 @@ LEASE_BACKENDS: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]] = {
 
 CLAIM_BACKENDS: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]] = {
     "sqlite-claim": (sqlite_claim, []),
+    "redis-stream-id": (redis_claim("stream-id"), [pytest.mark.redis]),
+    "redis-script": (redis_claim("script"), [pytest.mark.redis]),
+    "rabbitmq": (rabbitmq_claim, [pytest.mark.rabbitmq]),
+    "nats-dedup": (nats_dedup_claim, [pytest.mark.nats]),
 }
 """Claim backends the claim contract suite runs against: name -> (URL factory, marks)."""
+if os.environ.get(REDIS86_ENV):  # strategy=idmp needs Redis 8.6+; the servers here are older
+    CLAIM_BACKENDS["redis-idmp"] = (redis_claim("idmp"), [pytest.mark.redis])
 
 
 def params(registry: dict[str, tuple[UrlFactory, list[pytest.MarkDecorator]]]) -> list[object]:
