@@ -1,0 +1,337 @@
+"""The lease contract: every lease backend passes these, unchanged, through the protocol alone.
+
+Short leases and real waits check that the store's clock decides expiry; real processes race and
+are killed to check that one atomic step per method holds across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from relay import AcquireRequest, LeaseBackend, LeaseLost, Outcome, RunState, open_backend
+from relay.fencing import SQLFence
+from tests.support import procs
+
+UTC = timezone.utc
+JOB = "contract-job"
+
+
+@pytest.fixture
+def backend(lease_url: str) -> Iterator[LeaseBackend]:
+    opened = open_backend(lease_url)
+    assert opened.capability == "lease"
+    yield opened
+    opened.close()
+
+
+def slot(index: int) -> datetime:
+    """Recent slots, a minute apart, so a stale_after of a few hours never applies by accident."""
+    base = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    return base + timedelta(minutes=index)
+
+
+def req(index: int = 0, owner: str = "a", lease: float = 30, **options: object) -> AcquireRequest:
+    return AcquireRequest(job=JOB, slot=slot(index), owner=owner, lease=lease, **options)  # type: ignore[arg-type]
+
+
+def lease_run(backend: LeaseBackend, index: int = 0, owner: str = "a", **options: object):  # type: ignore[no-untyped-def]
+    result = backend.acquire(req(index, owner, **options))
+    assert result.outcome is Outcome.WON, result
+    assert result.run is not None
+    return result.run
+
+
+def state_of(backend: LeaseBackend, run_id: str) -> RunState:
+    (record,) = [r for r in backend.runs(JOB, limit=1000) if r.id == run_id]
+    return record.state
+
+
+# -- one winner, tokens ---------------------------------------------------------------------
+
+
+def test_first_acquire_wins_and_others_see_it_held(backend: LeaseBackend) -> None:
+    run = lease_run(backend, owner="a")
+    assert (run.job, run.scheduled_for, run.attempt, run.owner) == (JOB, slot(0), 1, "a")
+    assert run.token >= 1
+    assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
+    assert backend.acquire(req(owner="a")).outcome is Outcome.HELD
+
+
+def test_tokens_grow_strictly_across_runs_of_a_job(backend: LeaseBackend) -> None:
+    tokens = [lease_run(backend, index).token for index in range(5)]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 5
+
+
+def test_acquire_many_decides_each_request_in_order(backend: LeaseBackend) -> None:
+    lease_run(backend, 1)
+    results = backend.acquire_many([req(0), req(1), req(2)])
+    assert [r.outcome for r in results] == [Outcome.WON, Outcome.HELD, Outcome.WON]
+    assert results[0].run is not None and results[2].run is not None
+    assert results[0].run.token < results[2].run.token
+
+
+def test_finished_run_is_never_leased_again(backend: LeaseBackend) -> None:
+    run = lease_run(backend)
+    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    assert backend.acquire(req(owner="b")).outcome is Outcome.FINISHED
+    assert state_of(backend, run.id) is RunState.SUCCEEDED
+
+
+# -- fencing ----------------------------------------------------------------------------------
+
+
+def test_stale_token_is_refused_and_changes_nothing(backend: LeaseBackend) -> None:
+    run = lease_run(backend)
+    with pytest.raises(LeaseLost):
+        backend.heartbeat(run.id, run.token - 1, 30)
+    with pytest.raises(LeaseLost):
+        backend.finish(run.id, run.token + 1, succeeded=False)
+    with pytest.raises(LeaseLost):
+        backend.release(run.id, run.token + 1)
+    assert state_of(backend, run.id) is RunState.RUNNING
+    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+
+
+def test_operations_on_a_finished_run_are_refused(backend: LeaseBackend) -> None:
+    run = lease_run(backend)
+    backend.finish(run.id, run.token, succeeded=True)
+    for operation in (
+        lambda: backend.heartbeat(run.id, run.token, 30),
+        lambda: backend.finish(run.id, run.token, succeeded=True),
+        lambda: backend.release(run.id, run.token),
+        lambda: backend.start(run.id, run.token, "a", 30),
+    ):
+        with pytest.raises(LeaseLost):
+            operation()
+
+
+def test_unknown_run_is_refused(backend: LeaseBackend) -> None:
+    with pytest.raises(LeaseLost):
+        backend.heartbeat(f"{JOB}@2001-01-01T00:00:00Z", 1, 30)
+
+
+# -- start (the running half) ---------------------------------------------------------------
+
+
+def test_start_hands_the_run_to_its_runner_once(backend: LeaseBackend) -> None:
+    run = lease_run(backend, owner="beat")
+    started = backend.start(run.id, run.token, "worker-1", 30)
+    assert (started.id, started.token, started.owner, started.attempt) == (
+        run.id, run.token, "worker-1", 1,
+    )  # fmt: skip
+    assert backend.start(run.id, run.token, "worker-1", 30).owner == "worker-1"  # redelivery
+    with pytest.raises(LeaseLost):
+        backend.start(run.id, run.token, "worker-2", 30)  # a duplicate delivery elsewhere
+    with pytest.raises(LeaseLost):
+        backend.start(run.id, run.token - 1, "worker-2", 30)  # an older message
+
+
+# -- expiry on the store's clock, takeover ----------------------------------------------------
+
+
+def test_expired_lease_is_taken_over_with_a_new_token(backend: LeaseBackend) -> None:
+    run = lease_run(backend, owner="a", lease=0.5, max_attempts=3)
+    assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
+    time.sleep(1.0)
+    assert run.id in {r.id for r in backend.reclaimable()}
+    result = backend.acquire(req(owner="b", lease=30))
+    assert result.outcome is Outcome.WON and result.run is not None
+    assert result.run.attempt == 2 and result.run.token > run.token and result.run.owner == "b"
+    with pytest.raises(LeaseLost):
+        backend.heartbeat(run.id, run.token, 30)
+    with pytest.raises(LeaseLost):
+        backend.finish(run.id, run.token, succeeded=True)
+    assert backend.finish(run.id, result.run.token, succeeded=True) is RunState.SUCCEEDED
+
+
+def test_heartbeat_keeps_the_lease_alive(backend: LeaseBackend) -> None:
+    run = lease_run(backend, lease=1.0)
+    for _ in range(4):
+        time.sleep(0.4)
+        backend.heartbeat(run.id, run.token, 1.0)
+    assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
+    assert run.id not in {r.id for r in backend.reclaimable()}
+
+
+def test_a_dead_runner_uses_an_attempt(backend: LeaseBackend) -> None:
+    lease_run(backend, lease=0.3, max_attempts=1)
+    time.sleep(0.8)
+    assert backend.acquire(req(owner="b")).outcome is Outcome.EXHAUSTED
+    (record,) = backend.runs(JOB)
+    assert record.state is RunState.FAILED
+
+
+# -- max attempts, hand-over ---------------------------------------------------------------
+
+
+def test_failed_run_is_retried_until_max_attempts(backend: LeaseBackend) -> None:
+    first = lease_run(backend, max_attempts=2)
+    assert backend.finish(first.id, first.token, succeeded=False, error="boom") is RunState.PENDING
+    assert first.id in {r.id for r in backend.reclaimable()}
+    second = lease_run(backend, owner="b", max_attempts=2)
+    assert second.attempt == 2 and second.token > first.token
+    assert backend.finish(second.id, second.token, succeeded=False) is RunState.FAILED
+    assert backend.acquire(req(owner="c")).outcome is Outcome.FINISHED
+
+
+def test_release_hands_over_at_once_without_using_an_attempt(backend: LeaseBackend) -> None:
+    run = lease_run(backend, max_attempts=1)
+    backend.release(run.id, run.token)
+    assert state_of(backend, run.id) is RunState.PENDING
+    taken = lease_run(backend, owner="b", max_attempts=1)
+    assert taken.attempt == 2 and taken.token > run.token
+    with pytest.raises(LeaseLost):
+        backend.heartbeat(run.id, run.token, 30)
+
+
+# -- overlap, stale, skips, catch-up support --------------------------------------------------
+
+
+def test_overlap_skip_records_the_run_skipped(backend: LeaseBackend) -> None:
+    first = lease_run(backend, 0, overlap_skip=True)
+    assert backend.acquire(req(1, overlap_skip=True)).outcome is Outcome.OVERLAP
+    (skipped,) = [r for r in backend.runs(JOB) if r.scheduled_for == slot(1)]
+    assert (skipped.state, skipped.reason) == (RunState.SKIPPED, "overlap")
+    assert backend.acquire(req(1, owner="b")).outcome is Outcome.FINISHED
+    backend.finish(first.id, first.token, succeeded=True)
+    assert backend.acquire(req(2, overlap_skip=True)).outcome is Outcome.WON
+
+
+def test_overlap_allow_runs_side_by_side(backend: LeaseBackend) -> None:
+    lease_run(backend, 0)
+    assert backend.acquire(req(1)).outcome is Outcome.WON
+
+
+def test_overlap_ignores_expired_leases(backend: LeaseBackend) -> None:
+    lease_run(backend, 0, lease=0.3)
+    time.sleep(0.8)
+    assert backend.acquire(req(1, overlap_skip=True)).outcome is Outcome.WON
+
+
+def test_stale_run_is_recorded_skipped(backend: LeaseBackend) -> None:
+    result = backend.acquire(req(0, stale_after=60))  # the slot is about 30 minutes old
+    assert result.outcome is Outcome.STALE and result.run is None
+    (record,) = backend.runs(JOB)
+    assert (record.state, record.reason) == (RunState.SKIPPED, "stale")
+    assert backend.acquire(req(25, stale_after=3600)).outcome is Outcome.WON
+
+
+def test_skip_records_once(backend: LeaseBackend) -> None:
+    assert backend.skip(JOB, slot(0), "missed") is True
+    assert backend.skip(JOB, slot(0), "missed") is False
+    assert backend.acquire(req(0)).outcome is Outcome.FINISHED
+    run = lease_run(backend, 1)
+    assert backend.skip(JOB, slot(1), "missed") is False
+    assert state_of(backend, run.id) is RunState.RUNNING
+
+
+def test_last_slot_and_runs_listing(backend: LeaseBackend) -> None:
+    assert backend.last_slot(JOB) is None
+    lease_run(backend, 2)
+    backend.skip(JOB, slot(5), "missed")
+    lease_run(backend, 3)
+    assert backend.last_slot(JOB) == slot(5)
+    assert backend.last_slot("other-job") is None
+    assert [r.scheduled_for for r in backend.runs(JOB)] == [slot(5), slot(3), slot(2)]
+    assert [r.scheduled_for for r in backend.runs(JOB, limit=1)] == [slot(5)]
+
+
+def test_store_clock_is_sane(backend: LeaseBackend) -> None:
+    assert abs((backend.now() - datetime.now(UTC)).total_seconds()) < 300
+
+
+# -- real processes ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_racing_processes_give_one_winner_per_run(lease_url: str) -> None:
+    slots = [int(slot(i).timestamp() * 1000) for i in range(200)]
+    start_at = time.time() + 3
+    workers = [
+        procs.spawn(
+            "race-acquire",
+            {"url": lease_url, "job": JOB, "owner": f"p{n}", "slots": slots, "start_at": start_at},
+        )
+        for n in range(4)
+    ]
+    for worker in workers:
+        assert procs.next_event(worker)["event"] == "ready"
+    wins = Counter()
+    for worker in workers:
+        wins.update(procs.next_event(worker)["won"])
+        procs.finish(worker)
+    assert set(wins) == set(slots)
+    assert set(wins.values()) == {1}
+
+
+@pytest.mark.slow
+def test_runner_killed_with_sigkill_is_taken_over(lease_url: str, backend: LeaseBackend) -> None:
+    holder = procs.spawn(
+        "hold",
+        {
+            "url": lease_url,
+            "job": JOB,
+            "slot": _ms(0),
+            "owner": "doomed",
+            "lease": 1.5,
+            "heartbeat": 0.3,
+        },
+    )
+    held = procs.next_event(holder)
+    assert backend.acquire(req(owner="backup")).outcome is Outcome.HELD
+    time.sleep(1.0)  # heartbeats keep it alive past its first lease period
+    assert backend.acquire(req(owner="backup")).outcome is Outcome.HELD
+    procs.kill(holder)
+    deadline = time.monotonic() + 10
+    while (result := backend.acquire(req(owner="backup", max_attempts=3))).outcome is Outcome.HELD:
+        assert time.monotonic() < deadline, "the dead runner's lease never expired"
+        time.sleep(0.2)
+    assert result.outcome is Outcome.WON and result.run is not None
+    assert result.run.token > held["token"] and result.run.attempt == 2
+
+
+@pytest.mark.slow
+def test_runner_frozen_past_its_lease_is_fenced_out(
+    lease_url: str, backend: LeaseBackend, tmp_path: Path
+) -> None:
+    fence_db = tmp_path / "fenced.db"
+    holder = procs.spawn(
+        "hold",
+        {
+            "url": lease_url, "job": JOB, "slot": _ms(0), "owner": "frozen", "lease": 1.0,
+            "heartbeat": 0.2, "fence_db": str(fence_db),
+        },
+    )  # fmt: skip
+    held = procs.next_event(holder)
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        time.sleep(1.6)
+        result = backend.acquire(req(owner="successor", max_attempts=3))
+        assert result.outcome is Outcome.WON and result.run is not None
+        assert result.run.token > held["token"]
+        assert SQLFence.sqlite(fence_db).write("report", result.run.token, "from the successor")
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    assert procs.next_event(holder)["event"] == "woke"
+    stale = procs.next_event(holder)
+    assert stale == {
+        "event": "stale",
+        "heartbeat": "refused",
+        "fenced_write": "refused",
+        "finish": "refused",
+    }
+    procs.finish(holder)
+    assert SQLFence.sqlite(fence_db).read("report") == (result.run.token, "from the successor")
+    assert state_of(backend, result.run.id) is RunState.RUNNING
+
+
+def _ms(index: int) -> int:
+    return int(slot(index).timestamp() * 1000)
