@@ -334,12 +334,14 @@ def _check_idle(conn: psycopg.Connection[Any]) -> None:
     """Refuse a pooled connection the server already closed, without a round trip.
 
     An idle connection has nothing to read; a server that restarted has written its goodbye (or
-    closed the socket), so a readable socket means the connection is gone.
+    closed the socket), so a readable socket means the connection is gone. It is closed here so
+    that the pool discards it and opens a new one, instead of offering it again.
     """
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
     readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
     if readable:
+        conn.close()
         raise psycopg.OperationalError("the server closed this connection")
 
 
