@@ -15,12 +15,12 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Shutdown
+
+import relay_dramatiq
 from relay.backends import open_backend
 from relay.contract import AcquireRequest, LeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError, InvalidSchedule, UnsupportedOption
 from relay.runs import HEADER, Run, RunState, run_to_headers
-
-import relay_dramatiq
 from relay_dramatiq import RelayMiddleware, Scheduler, current_run, periodic
 
 UTC = timezone.utc

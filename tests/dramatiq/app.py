@@ -1,0 +1,88 @@
+"""The Dramatiq app the process tests run: ``dramatiq tests.dramatiq.app`` and
+``python -m relay_dramatiq tests.dramatiq.app``.
+
+Everything comes from environment variables, so each test gets its own broker namespace, queue
+and store: ``RELAY_T_BROKER`` (``redis`` or ``rabbitmq``), ``RELAY_T_BROKER_URL``, ``RELAY_T_QUEUE``
+(the queue, and the Redis namespace), ``RELAY_T_BACKEND`` (a Relay backend URL), ``RELAY_T_LEASE``
+(``lease,heartbeat,queue_lease`` in seconds), ``RELAY_T_OUT`` (a file each actor call appends JSON
+lines to) and ``RELAY_T_JOBS`` (JSON: actor name -> periodic options plus ``sleep`` and
+``sleep_first``, the seconds attempt 1 sleeps, ``stuck`` and ``fail``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.brokers.redis import RedisBroker
+
+import relay_dramatiq
+
+QUEUE = os.environ["RELAY_T_QUEUE"]
+OUT = os.environ["RELAY_T_OUT"]
+
+if os.environ["RELAY_T_BROKER"] == "redis":
+    broker: dramatiq.Broker = RedisBroker(url=os.environ["RELAY_T_BROKER_URL"], namespace=QUEUE)
+else:
+    broker = RabbitmqBroker(url=os.environ["RELAY_T_BROKER_URL"])
+lease, heartbeat, queue_lease = (float(v) for v in os.environ["RELAY_T_LEASE"].split(","))
+broker.add_middleware(
+    relay_dramatiq.RelayMiddleware(
+        os.environ["RELAY_T_BACKEND"],
+        lease=lease,
+        heartbeat=heartbeat,
+        queue_lease=queue_lease,
+        tick=0.2,
+    )
+)
+dramatiq.set_broker(broker)
+
+
+def emit(**values: Any) -> None:
+    """Append one event line; O_APPEND keeps lines from several processes whole."""
+    line = json.dumps({**values, "pid": os.getpid(), "t": time.time()}) + "\n"
+    fd = os.open(OUT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def pause(seconds: float, stuck: bool) -> None:
+    """Sleep; ``stuck`` sleeps in one C call, which Dramatiq's Shutdown cannot interrupt."""
+    if stuck:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def declare(name: str, options: dict[str, Any]) -> None:
+    """Declare one periodic actor that reports its run, sleeps, and reports again."""
+    sleep = float(options.pop("sleep", 0))
+    sleep_first = float(options.pop("sleep_first", sleep))
+    fail = bool(options.pop("fail", False))
+    stuck = bool(options.pop("stuck", False))
+
+    def body() -> None:
+        run = relay_dramatiq.current_run()
+        assert run is not None
+        emit(event="start", run=run.id, token=run.token, attempt=run.attempt)
+        pause(sleep_first if run.attempt == 1 else sleep, stuck)
+        if fail:
+            emit(event="fail", run=run.id, token=run.token, attempt=run.attempt)
+            raise RuntimeError("failing on purpose")
+        emit(event="done", run=run.id, token=run.token, attempt=run.attempt)
+
+    body.__name__ = name
+    actor = dramatiq.actor(queue_name=QUEUE, actor_name=name, notify_shutdown=True)(body)
+    relay_dramatiq.periodic(**options)(actor)
+
+
+for _name, _options in json.loads(os.environ["RELAY_T_JOBS"]).items():
+    declare(_name, _options)
