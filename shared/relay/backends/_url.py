@@ -20,7 +20,10 @@ class BackendURL:
                 "such as 'sqlite:///relay.db' or 'redis://localhost:6379/0'"
             )
         self.url = url
-        self.parts = urlsplit(url)
+        try:
+            self.parts = urlsplit(url)
+        except ValueError as exc:  # such as an unclosed "[" around an IPv6 host
+            raise ConfigurationError(f"backend URL {url!r} is malformed: {exc}") from None
         self.scheme = self.parts.scheme.lower()
         try:
             pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
