@@ -1,0 +1,247 @@
+"""What the PostgreSQL lease backend adds to the contract: URLs, schemas, round trips, batches."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
+from relay.backends.postgres import SCHEMA_VERSION, PostgresLeaseBackend
+from tests.support.backends import unique
+from tests.support.services import SERVICES
+
+pytestmark = pytest.mark.postgres
+UTC = timezone.utc
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = unique()
+    yield name
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def backend(schema: str) -> Iterator[PostgresLeaseBackend]:
+    opened = PostgresLeaseBackend.from_url(_url(schema))
+    yield opened
+    opened.close()
+
+
+def _url(schema: str, base: str | None = None) -> str:
+    base = base or SERVICES["postgres"].url
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def _with(**parts: Any) -> str:
+    """The test server's URL with some parts replaced (user, database, port)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlsplit(SERVICES["postgres"].url)
+    user = parts.get("user", url.username)
+    host = f"{url.hostname}:{parts.get('port', url.port)}"
+    path = "/" + parts.get("database", url.path.lstrip("/"))
+    return urlunsplit(url._replace(netloc=f"{user}@{host}", path=path))
+
+
+def _slot(minutes: int) -> datetime:
+    return datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30 - minutes)
+
+
+# -- URLs and what goes wrong opening them ----------------------------------------------------
+
+
+def test_both_schemes_open_the_backend(schema: str) -> None:
+    for scheme in ("postgresql", "postgres"):
+        url = _url(schema).replace("postgresql://", f"{scheme}://", 1)
+        backend = open_backend(url)
+        assert isinstance(backend, PostgresLeaseBackend) and backend.schema == schema
+        backend.close()
+
+
+def test_libpq_options_pass_through_and_relay_options_do_not(schema: str) -> None:
+    backend = PostgresLeaseBackend.from_url(_url(schema) + "&application_name=relay_probe")
+    with backend._pool.connection() as conn:
+        row = conn.execute("SELECT current_setting('application_name')").fetchone()
+    backend.close()
+    assert row == ("relay_probe",)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("postgresql://postgres@127.0.0.1:notaport/test", ["port"]),
+        ("postgresql://postgres@[::1/test", ["malformed"]),
+        ("postgresql://postgres@127.0.0.1/test?shema=relay", ["shema", "schema"]),
+        ("postgresql://postgres@127.0.0.1/test?schema=My-App", ["lowercase", "?schema=relay"]),
+        ("postgresql://postgres@127.0.0.1/test?pool_max=none", ["pool_max", "positive"]),
+    ],
+)
+def test_a_malformed_url_is_a_configuration_error_naming_the_fix(
+    url: str, words: list[str]
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        PostgresLeaseBackend.from_url(url)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_an_unknown_user_is_refused_with_the_fix() -> None:
+    with pytest.raises(BackendUnavailable) as caught:
+        PostgresLeaseBackend.from_url(_with(user="relay_no_such_user"))
+    assert 'role "relay_no_such_user" does not exist' in str(caught.value)
+    assert "CREATE ROLE" in str(caught.value)
+
+
+def test_a_missing_database_is_refused_with_the_fix() -> None:
+    with pytest.raises(BackendUnavailable) as caught:
+        PostgresLeaseBackend.from_url(_with(database="relay_no_such_db"))
+    assert 'database "relay_no_such_db" does not exist' in str(caught.value)
+    assert "createdb" in str(caught.value)
+
+
+def test_a_server_that_does_not_answer_is_unavailable() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connections are refused
+        with pytest.raises(BackendUnavailable) as caught:
+            PostgresLeaseBackend.from_url(_with(port=port))
+    assert "check that the server is running" in str(caught.value)
+
+
+# -- the schema ---------------------------------------------------------------------------------
+
+
+def test_schema_is_versioned_and_reopening_changes_nothing(schema: str) -> None:
+    for _ in range(2):
+        PostgresLeaseBackend.from_url(_url(schema)).close()
+    with psycopg.connect(SERVICES["postgres"].url) as conn:
+        rows = conn.execute(f'SELECT key, value FROM "{schema}".meta').fetchall()
+    assert rows == [("schema_version", str(SCHEMA_VERSION))]
+
+
+def test_a_schema_from_a_newer_relay_is_refused(backend: PostgresLeaseBackend) -> None:
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f"UPDATE \"{backend.schema}\".meta SET value = '99'")
+    with pytest.raises(ConfigurationError, match="newer Relay"):
+        PostgresLeaseBackend.from_url(_url(backend.schema))
+
+
+def test_schemas_keep_apps_apart(backend: PostgresLeaseBackend) -> None:
+    other_schema = unique()
+    other = PostgresLeaseBackend.from_url(_url(other_schema))
+    try:
+        request = AcquireRequest("job", _slot(0), "a", 30)
+        assert backend.acquire(request).outcome is Outcome.WON
+        assert other.acquire(request).outcome is Outcome.WON
+        assert len(other.runs()) == 1
+    finally:
+        other.close()
+        with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{other_schema}" CASCADE')
+
+
+@pytest.mark.slow
+def test_processes_creating_one_schema_at_once_all_succeed(schema: str) -> None:
+    code = (
+        "import sys; from relay.backends.postgres import PostgresLeaseBackend as B; "
+        "B.from_url(sys.argv[1]).close()"
+    )
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'shared'}", "PATH": "/usr/bin:/bin"}
+    openers = [
+        subprocess.Popen([sys.executable, "-c", code, _url(schema)], env=env, text=True,
+                         stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]  # fmt: skip
+    for opener in openers:
+        _, stderr = opener.communicate(timeout=60)
+        assert opener.returncode == 0, stderr
+
+
+def test_a_dropped_schema_is_reported_not_raised_raw(backend: PostgresLeaseBackend) -> None:
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{backend.schema}" CASCADE')
+    with pytest.raises(BackendUnavailable, match="reopen"):
+        backend.runs()
+
+
+# -- round trips and batches -------------------------------------------------------------------
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement any psycopg connection sends from now on: one round trip each."""
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counting(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting)
+    return sent
+
+
+def test_acquire_and_finish_take_two_round_trips(
+    backend: PostgresLeaseBackend, statements: list[str]
+) -> None:
+    result = backend.acquire(AcquireRequest("job", _slot(0), "a", 30))
+    assert result.run is not None
+    backend.finish(result.run.id, result.run.token, succeeded=True)
+    assert len(statements) == 2
+
+
+def test_a_batch_is_decided_in_one_round_trip(
+    backend: PostgresLeaseBackend, statements: list[str]
+) -> None:
+    requests = [AcquireRequest(f"job-{j}", _slot(s), "a", 30) for j in range(50) for s in range(4)]
+    results = backend.acquire_many(requests)
+    assert len(statements) == 1
+    assert {r.outcome for r in results} == {Outcome.WON}
+
+
+def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) -> None:
+    results = backend.acquire_many(
+        [
+            AcquireRequest("solo", _slot(0), "a", 30, overlap_skip=True),
+            AcquireRequest("solo", _slot(1), "a", 30, overlap_skip=True),
+            AcquireRequest("solo", _slot(0), "b", 30),
+            AcquireRequest("many", _slot(0), "a", 30),
+            AcquireRequest("many", _slot(1), "a", 30),
+            AcquireRequest("many", _slot(2), "a", 30),
+        ]
+    )
+    assert [r.outcome for r in results] == [
+        Outcome.WON, Outcome.OVERLAP, Outcome.HELD, Outcome.WON, Outcome.WON, Outcome.WON,
+    ]  # fmt: skip
+    tokens = [r.run.token for r in results[3:] if r.run is not None]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3
+
+
+def test_no_prepared_statement_outlives_a_step(backend: PostgresLeaseBackend) -> None:
+    for minute in range(10):
+        backend.acquire(AcquireRequest("job", _slot(minute), "a", 30))
+        backend.runs("job")
+    with backend._pool.connection() as conn:
+        row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    assert row == (0,)
+
+
+def test_close_is_idempotent_and_a_closed_backend_is_unavailable(
+    backend: PostgresLeaseBackend,
+) -> None:
+    backend.close()
+    backend.close()
+    with pytest.raises(BackendUnavailable):
+        backend.now()
