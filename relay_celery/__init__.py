@@ -5,7 +5,6 @@ Inside a task started by beat, :func:`current_run` returns its :class:`~relay.Ru
 """
 
 from relay.engine import current_run
-
 from relay_celery.beat import RelayScheduler
 from relay_celery.worker import install
 

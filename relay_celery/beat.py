@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from celery import Celery
 from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler
+
 from relay.backends import Backend
 from relay.contract import is_lease
 from relay.engine import Decider, Runner, Won
@@ -21,7 +22,6 @@ from relay.errors import ConfigurationError
 from relay.jobs import Job, make_job
 from relay.runs import HEADER, run_to_headers
 from relay.scheduler import default_owner
-
 from relay_celery.config import load_settings, open_checked
 from relay_celery.schedules import schedule_options
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
+
 from relay.backends import LEASE_BACKENDS, Backend, open_backend
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options

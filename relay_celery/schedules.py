@@ -11,6 +11,7 @@ from datetime import timedelta, tzinfo
 from typing import Any
 
 from celery.schedules import crontab, schedule
+
 from relay.errors import ConfigurationError
 
 __all__ = ["crontab_expression", "schedule_options"]

@@ -18,11 +18,12 @@ from typing import Any
 
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
+from celery.worker import state as worker_state
+
 from relay.backends import open_backend
 from relay.engine import ActiveRun, Runner
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
-
 from relay_celery.config import CelerySettings, load_settings, open_checked
 
 __all__ = ["RelayStep", "install"]
@@ -88,20 +89,26 @@ class RunHooks:
         """Begin ``run``, call the body, record the outcome; ``Ignore`` drops the message."""
         active = self._begin(run)
         result: list[Any] = []
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
 
         def handler(_: Run) -> None:
             try:
                 result.append(body(*args, **kwargs))
             except Exception as exc:
                 errors.append(exc)
+                if _terminating():
+                    raise _Interrupted() from exc
                 raise
 
         try:
             active.call(handler)
         except BaseException:
-            # The process is stopping (cold shutdown, SystemExit): hand the run over at once.
+            # The worker is stopping under the task (cold shutdown, SystemExit): the run is not
+            # the task's failure; hand it over so a beat re-dispatches it at once.
+            log.warning("relay: handing %s over, the worker is stopping", run.id)
             active.release()
+            if errors:
+                raise errors[0] from None
             raise
         if errors:
             raise errors[0]
@@ -132,6 +139,15 @@ class RunHooks:
                 )
                 self._pid = os.getpid()
             return self._runner
+
+
+class _Interrupted(BaseException):
+    """Carries an exception the worker's cold shutdown raised in the task past ActiveRun.call."""
+
+
+def _terminating() -> bool:
+    """Whether the worker is in a cold shutdown (Celery raises into running tasks then)."""
+    return worker_state.should_terminate is not None
 
 
 def _header(task: Task[Any, Any]) -> object:

@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Celery
 from kombu import Queue
+
 from relay.runs import HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
