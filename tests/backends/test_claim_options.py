@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 import relay
 from relay import ConfigurationError, UnsupportedOption
-
 from tests.support.claim_backends import nats_dedup_claim, rabbitmq_claim, redis_claim
 
 BACKENDS = [

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import redis
+
 from relay import BackendUnavailable, ConfigurationError, open_backend
 from relay.backends.redis_claim import STREAM_KEEP, RedisClaimBackend
-
 from tests.backends.claim_race import race, slots
 from tests.support.claim_backends import REDIS86_ENV, redis_claim
 from tests.support.services import SERVICES

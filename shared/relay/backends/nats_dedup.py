@@ -20,7 +20,6 @@ from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -150,20 +149,24 @@ class NatsClaimBackend:
         """The client, connected again (with the stream checked) if the connection was lost."""
         if self._client is not None and not self._client.is_closed:
             return self._client
-        client = await nats.connect(
-            servers=[self._servers],
-            connect_timeout=min(self.timeout, 5.0),
-            # A lost connection is made again by the next claim (see _connected), so the
-            # first failure is reported at once instead of retried in the background.
-            allow_reconnect=False,
-            max_reconnect_attempts=1,  # nats-py retries even the first connect; 0 means for ever
-            reconnect_time_wait=0.2,
-            error_cb=_ignore,
-        )
+        client = Client()
         try:
+            await client.connect(
+                servers=[self._servers],
+                connect_timeout=max(1, min(int(self.timeout), 5)),
+                # A lost connection is made again by the next claim (see _connected), so the
+                # first failure is reported at once instead of retried in the background. nats-py
+                # retries even a first connect, max_reconnect_attempts times (0: for ever).
+                allow_reconnect=False,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,
+                error_cb=_ignore,
+            )
             await self._ensure_stream(client)
         except BaseException:
-            await client.close()
+            # A refused connect leaves the socket open in nats-py: close it ourselves.
+            with suppress(Exception):
+                await client.close()
             raise
         self._client = client
         return client
