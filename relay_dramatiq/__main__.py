@@ -8,8 +8,8 @@ import os
 import sys
 
 import click
-from relay.errors import RelayError
 
+from relay.errors import RelayError
 from relay_dramatiq._periodic import periodic_actors
 from relay_dramatiq._scheduler import Scheduler
 

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 from dramatiq.broker import Broker, MessageProxy
 from dramatiq.middleware import Middleware, Shutdown, SkipMessage
 from dramatiq.worker import Worker
+
 from relay.backends import LEASE_BACKENDS, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
@@ -107,11 +108,16 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         self.backend: ClaimBackend | LeaseBackend = (
             open_backend(backend) if isinstance(backend, str) else backend
         )
-        self.lease, self.heartbeat = check_scheduler_options(
-            self.backend, lease=lease, heartbeat=heartbeat
-        )
-        self.queue_lease = _queue_lease(self.backend, queue_lease, self.lease)
-        self.tick = 1.0 if tick is None else seconds(tick, "tick")
+        try:
+            self.lease, self.heartbeat = check_scheduler_options(
+                self.backend, lease=lease, heartbeat=heartbeat
+            )
+            self.queue_lease = _queue_lease(self.backend, queue_lease, self.lease)
+            self.tick = 1.0 if tick is None else seconds(tick, "tick")
+        except BaseException:
+            if isinstance(backend, str):  # we opened it: do not leak its connections
+                self.backend.close()
+            raise
         self.owner = owner or default_owner()
         self._lock = threading.Lock()
         self._active: dict[int, tuple[ActiveRun, contextvars.Token[Run | None]]] = {}

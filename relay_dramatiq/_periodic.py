@@ -9,10 +9,10 @@ from datetime import tzinfo
 from typing import Any, TypeVar
 
 import dramatiq
+
 from relay.durations import Duration
 from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
-
 from relay_dramatiq._middleware import RelayMiddleware
 
 __all__ = ["Periodic", "periodic", "periodic_actors"]

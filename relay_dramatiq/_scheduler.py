@@ -19,7 +19,6 @@ from relay.durations import Duration, seconds
 from relay.engine import Decider, Runner, Won
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import HEADER, run_to_headers
-
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic
 

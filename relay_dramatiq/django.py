@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.settings import from_django
-
 import relay_dramatiq
+from relay.settings import from_django
 
 __all__ = ["RelayMiddleware"]
 
