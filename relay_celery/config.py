@@ -28,10 +28,6 @@ _CONF_KEYS = {
     "HEARTBEAT": "relay_heartbeat",
     "QUEUE_LEASE": "relay_queue_lease",
 }
-_SOURCE = (
-    "Relay's Celery settings (app.conf.relay_backend / relay_lease / relay_heartbeat / "
-    "relay_queue_lease, CELERY_RELAY_* in Django, or settings.RELAY)"
-)
 
 
 @dataclass(frozen=True)
@@ -49,9 +45,15 @@ def load_settings(app: Celery) -> Settings:
     values: dict[str, Any] = dict(_django_relay())
     for key, conf_key in _CONF_KEYS.items():
         value = app.conf.get(conf_key)
-        if value is not None:
-            values[key] = value
-    return from_mapping(values, source=_SOURCE)
+        if value is None:
+            continue
+        try:
+            from_mapping({key: value})
+        except ConfigurationError as exc:
+            name = f"app.conf.{conf_key} (CELERY_{conf_key.upper()} in Django)"
+            raise ConfigurationError(str(exc).replace(f"RELAY['{key}']", name)) from None
+        values[key] = value
+    return from_mapping(values, source="settings.RELAY")
 
 
 def open_checked(settings: Settings) -> tuple[Backend, CelerySettings]:
@@ -62,8 +64,10 @@ def open_checked(settings: Settings) -> tuple[Backend, CelerySettings]:
             backend, lease=settings.lease, heartbeat=settings.heartbeat
         )
         queue_lease = _queue_lease(backend, settings.queue_lease, lease)
-    except Exception:
+    except Exception as exc:
         backend.close()
+        if isinstance(exc, ConfigurationError):
+            exc.args = (f"Relay's Celery settings (relay_lease, relay_heartbeat): {exc}",)
         raise
     return backend, CelerySettings(settings.backend, lease, heartbeat, queue_lease)
 

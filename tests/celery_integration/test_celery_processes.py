@@ -262,3 +262,14 @@ def test_a_cold_shutdown_hands_the_run_over_at_once(tmp_path: Path) -> None:
     (record,) = backend.runs("long")
     assert record.state is RunState.SUCCEEDED and record.failures == 0
     backend.close()
+
+
+def test_bad_settings_stop_beat_and_worker_at_start_naming_the_setting(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with cluster(tmp_path, redis_broker(), url, {"tick": {"every": 1}}) as c:
+        c.set(lease=10, heartbeat=20)
+        beat, worker = c.beat(), c.worker()
+        assert beat.wait(60) != 0 and worker.wait(60) != 0
+        logs = c.logs()
+    assert logs.count("heartbeat (20s) must be shorter than lease (10s)") >= 2
+    assert c.events() == []
