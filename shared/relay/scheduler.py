@@ -19,6 +19,7 @@ from relay.backends import open_backend
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Runner, Won
+from relay.engine.dispatching import Dispatcher
 from relay.errors import BackendUnavailable
 from relay.jobs import Job, Overlap, check_scheduler_options, make_job
 from relay.runs import Run
@@ -125,6 +126,8 @@ class Scheduler(Generic[BackendT]):
         self._queued: dict[Future[None], Run] = {}
         self._active: set[ActiveRun] = set()
         self._stopping = threading.Event()
+        # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
+        self._dispatcher = self.backend if isinstance(self.backend, Dispatcher) else None
 
     @property
     def jobs(self) -> dict[str, Job]:
@@ -198,6 +201,8 @@ class Scheduler(Generic[BackendT]):
         """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish."""
         restore = self._install_signal_handlers()
         try:
+            if self._dispatcher is not None:
+                self._dispatcher.serve(list(self.jobs.values()), self.owner)
             self._loop()
         finally:
             self.shutdown()
@@ -218,6 +223,8 @@ class Scheduler(Generic[BackendT]):
     def shutdown(self) -> None:
         """Stop taking runs, wait up to ``stop_timeout`` for running ones, hand over the rest."""
         self._stopping.set()
+        if self._dispatcher is not None:
+            self._dispatcher.stop_serving(self.stop_timeout)
         with self._lock:
             queued = [run for future, run in self._queued.items() if future.cancel()]
         for run in queued:
@@ -225,7 +232,7 @@ class Scheduler(Generic[BackendT]):
         deadline = time.monotonic() + self.stop_timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._active:
+                if not self._queued:
                     break
             time.sleep(0.05)
         with self._lock:
@@ -255,6 +262,9 @@ class Scheduler(Generic[BackendT]):
             self._stopping.wait(self.tick_interval)
 
     def _dispatch(self, won: Won) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.dispatch(won)
+            return
         with self._lock:
             if self._stopping.is_set():
                 stopping = True
@@ -281,7 +291,12 @@ class Scheduler(Generic[BackendT]):
         if active is None:
             return
         with self._lock:
-            self._active.add(active)
+            stopping = self._stopping.is_set()
+            if not stopping:
+                self._active.add(active)
+        if stopping:
+            active.release()  # the instance stopped while this run was starting
+            return
         try:
             active.call(handler)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
 from relay.errors import ConfigurationError
 from relay.settings import Settings, from_mapping
 

@@ -105,9 +105,9 @@ class Decider:
         after = self._decided.get(job.name)
         if latest is None or (after is not None and latest <= after):
             return [], []
-        horizon = self._horizon(job)
-        oldest_due = now - timedelta(seconds=horizon)
-        on_time = now - timedelta(seconds=max(horizon, self.grace))
+        catch_up, on_time_window = self._windows(job)
+        oldest_due = now - timedelta(seconds=catch_up)
+        on_time = now - timedelta(seconds=on_time_window)
         known_history = after is not None
         if after is None:
             after = self._last_recorded(job)
@@ -123,16 +123,19 @@ class Decider:
                 missed.append(slot)
         return due, missed
 
-    def _horizon(self, job: Job) -> float:
-        """How old a slot may be and still be decided (catch-up window, or claim memory)."""
+    def _windows(self, job: Job) -> tuple[float, float]:
+        """How old a slot may be to be decided: any slot, and the job's latest slot.
+
+        On a lease backend, any slot within ``catch_up``, and the latest one within the grace too.
+        A claim backend never catches up, and never claims a slot it may have forgotten.
+        """
         backend = self.backend
         if is_lease(backend):
-            return job.catch_up
-        memory = backend.remembers_for
+            return job.catch_up, max(job.catch_up, self.grace)
         limit = job.stale_after if job.stale_after is not None else self.grace
-        if memory is not None:
-            limit = min(limit, max(memory - TICK_SPREAD, 0.0))
-        return limit
+        if backend.remembers_for is not None:
+            limit = min(limit, max(backend.remembers_for - TICK_SPREAD, 0.0))
+        return 0.0, limit
 
     def _last_recorded(self, job: Job) -> datetime | None:
         return self.backend.last_slot(job.name) if is_lease(self.backend) else None

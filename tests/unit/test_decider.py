@@ -1,0 +1,272 @@
+"""The deciding half, driven by an injected clock shared by the instance and the SQLite store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import relay
+from relay import BackendUnavailable, RunState
+from relay.backends.sqlite import SQLiteLeaseBackend
+from relay.backends.sqlite_claim import SQLiteClaimBackend
+from relay.engine import Decider
+from relay.jobs import make_job
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC).timestamp()
+
+
+class Clock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Counting:
+    """Wraps a backend and counts calls to it, to prove a tick asks the store nothing."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.capability = inner.capability
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if callable(attribute):
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.calls += 1
+                return attribute(*args, **kwargs)
+
+            return counted
+        return attribute
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> Iterator[SQLiteLeaseBackend]:
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
+    yield backend
+    backend.close()
+
+
+def decider(store: Any, clock: Clock, owner: str = "a", **job: Any) -> Decider:
+    made = Decider(store, owner=owner, lease=30, clock=clock)
+    made.add(make_job(store, name="job", **{"every": 60, **job}))
+    return made
+
+
+def slots(won: list[Any]) -> list[str]:
+    return [w.run.id.split("@")[1] for w in won]
+
+
+def test_a_tick_with_nothing_due_asks_the_store_nothing(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    counting = Counting(store)
+    d = decider(counting, clock)
+    assert slots(d.tick()) == ["2026-11-29T12:00:00Z"]
+    calls = counting.calls
+    for _ in range(50):
+        clock.advance(1)
+        if clock.now < T0 + 60:
+            assert d.tick() == []
+    assert counting.calls == calls
+
+
+def test_instances_ticking_at_different_moments_race_for_the_same_run(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    first, second = decider(store, clock, "a"), decider(store, clock, "b")
+    clock.advance(0.2)
+    assert slots(first.tick()) == ["2026-11-29T12:00:00Z"]
+    clock.advance(0.7)
+    assert second.tick() == []  # same slot, already held by "a"
+
+
+def test_catch_up_runs_missed_slots_within_the_window(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    before = decider(store, clock, catch_up=600)
+    won = before.tick()
+    store.finish(won[0].run.id, won[0].run.token, succeeded=True)
+    clock.advance(30 * 60 + 5)  # every instance was down for half an hour
+    after = decider(store, clock, "b", catch_up=600)
+    # 12:20:00 is 605 s old at 12:30:05: just outside the 600 s window.
+    assert slots(after.tick()) == [f"2026-11-29T12:{m}:00Z" for m in range(21, 31)]
+    missed = [r for r in store.runs("job", limit=100) if r.reason == "missed"]
+    assert len(missed) == 20  # 12:01 … 12:20
+
+
+def test_without_catch_up_only_the_latest_slot_runs(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    decider(store, clock).tick()
+    clock.advance(10 * 60 + 1)
+    assert slots(decider(store, clock, "b").tick()) == ["2026-11-29T12:10:00Z"]
+    states = {r.id.split("@")[1]: (r.state, r.reason) for r in store.runs("job", limit=100)}
+    assert states["2026-11-29T12:05:00Z"] == (RunState.SKIPPED, "missed")
+
+
+def test_a_new_job_does_not_run_a_long_past_slot(store: SQLiteLeaseBackend, clock: Clock) -> None:
+    clock.advance(3 * 3600 + 600)  # a daily job created long after its slot
+    d = Decider(store, owner="a", lease=30, clock=clock)
+    d.add(make_job(store, name="daily", cron="0 12 * * *"))
+    assert d.tick() == []
+    assert store.runs("daily") == []
+
+
+def test_stale_runs_are_skipped_by_the_store(store: SQLiteLeaseBackend, clock: Clock) -> None:
+    decider(store, clock).tick()
+    clock.advance(5 * 60 + 30)
+    d = decider(store, clock, "b", catch_up=3600, stale_after=60)
+    assert slots(d.tick()) == ["2026-11-29T12:05:00Z"]
+    reasons = {r.id.split("@")[1]: r.reason for r in store.runs("job", limit=100)}
+    assert reasons["2026-11-29T12:02:00Z"] == "stale"
+
+
+def test_sweep_takes_over_a_dead_runners_run(store: SQLiteLeaseBackend, clock: Clock) -> None:
+    (won,) = decider(store, clock, "dead").tick()
+    backup = decider(store, clock, "backup")
+    assert backup.sweep() == []
+    clock.advance(31)
+    (taken,) = backup.sweep()
+    assert taken.run.id == won.run.id and taken.run.attempt == 2 and taken.run.token > won.run.token
+
+
+def test_sweep_leaves_other_apps_jobs_alone(store: SQLiteLeaseBackend, clock: Clock) -> None:
+    decider(store, clock, "other-app").tick()
+    clock.advance(31)
+    stranger = Decider(store, owner="x", lease=30, clock=clock)
+    stranger.add(make_job(store, name="unrelated", every=60))
+    assert stranger.sweep() == []
+
+
+def test_claim_backend_claims_only_the_latest_recent_slot(tmp_path: Path, clock: Clock) -> None:
+    claims = SQLiteClaimBackend(tmp_path / "c.db")
+    d = Decider(claims, owner="a", lease=0, clock=clock)
+    d.add(make_job(claims, name="job", every=60))
+    assert slots(d.tick()) == ["2026-11-29T12:00:00Z"]
+    clock.advance(5 * 60 + 1)
+    assert slots(d.tick()) == ["2026-11-29T12:05:00Z"]
+    assert Decider(claims, owner="b", lease=0, clock=clock).tick() == []
+
+
+# -- the standalone scheduler on top ----------------------------------------------------------
+
+
+def scheduler(store: Any, clock: Clock, owner: str) -> relay.Scheduler:  # type: ignore[type-arg]
+    return relay.Scheduler(
+        store, lease=30, heartbeat=10, owner=owner, clock=clock, stop_timeout=0.5
+    )
+
+
+def test_failed_runs_are_retried_until_max_attempts(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    attempts: list[tuple[int, int]] = []
+    s = scheduler(store, clock, "a")
+
+    @s.job(every=60, max_attempts=3, name="flaky")
+    def flaky(run: relay.Run) -> None:
+        attempts.append((run.attempt, run.token))
+        raise RuntimeError("boom")
+
+    for _ in range(4):
+        s.run_pending()
+        s._pool.shutdown(wait=True)  # let the run finish before the next tick
+        s._pool = type(s._pool)(max_workers=1)
+    assert [a for a, _ in attempts] == [1, 2, 3]
+    assert [t for _, t in attempts] == sorted({t for _, t in attempts})
+    (record,) = store.runs("flaky")
+    assert (record.state, record.failures) == (RunState.FAILED, 3)
+
+
+def test_graceful_stop_hands_running_runs_over(store: SQLiteLeaseBackend, clock: Clock) -> None:
+    release = threading.Event()
+    s = scheduler(store, clock, "leaving")
+
+    @s.job(every=60, name="long")
+    def long(run: relay.Run) -> None:
+        release.wait(10)
+
+    (run,) = s.run_pending()
+    s.shutdown()  # the handler is still running: its lease is handed over
+    release.set()
+    (record,) = store.runs("long")
+    assert (record.state, record.reason) == (RunState.PENDING, "released")
+    other = scheduler(store, clock, "staying")
+    other.job(every=60, name="long")(lambda r: None)
+    (taken,) = other.decider.sweep()
+    assert taken.run.attempt == 2 and taken.run.token > run.token
+
+
+def test_overlap_skip_while_the_previous_run_is_live(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    release = threading.Event()
+    s = scheduler(store, clock, "a")
+
+    @s.job(every=60, overlap="skip", name="slow")
+    def slow(run: relay.Run) -> None:
+        release.wait(10)
+
+    assert len(s.run_pending()) == 1
+    clock.advance(60)
+    assert s.run_pending() == []
+    release.set()
+    s.shutdown()
+    reasons = [r.reason for r in store.runs("slow")]
+    assert reasons[0] == "overlap"
+
+
+class Flaky:
+    """A backend that is down until told otherwise."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.down, self.capability = inner, True, inner.capability
+
+    def __getattr__(self, name: str) -> Any:
+        if self.down and name in {"acquire_many", "last_slot", "reclaimable", "skip"}:
+            raise BackendUnavailable("store is down (test)")
+        return getattr(self.inner, name)
+
+
+def test_scheduler_survives_an_unreachable_store_and_runs_nothing_it_did_not_win(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    flaky = Flaky(store)
+    ran: list[str] = []
+    s = relay.Scheduler(flaky, lease=30, heartbeat=10, clock=clock, tick=0.01, stop_timeout=1)  # type: ignore[call-overload]
+    s.job(every=60, name="job")(lambda run: ran.append(run.id))
+    loop = threading.Thread(target=s._loop)
+    loop.start()
+    try:
+        threading.Event().wait(0.3)
+        assert ran == [] and loop.is_alive()
+        flaky.down = False
+        for _ in range(200):
+            if ran:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        s.stop()
+        loop.join(5)
+        s.shutdown()
+    assert ran == ["job@2026-11-29T12:00:00Z"]
