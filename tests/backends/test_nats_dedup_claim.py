@@ -17,7 +17,7 @@ import pytest
 import relay
 from relay import BackendUnavailable, ConfigurationError, open_backend
 from relay.backends.nats_dedup import NatsClaimBackend
-from tests.backends.claim_race import race, slots
+from tests.backends.claim_slots import slots
 from tests.support.backends import unique
 from tests.support.claim_backends import delete_nats_stream, nats_dedup_claim
 from tests.support.nats_server import find_binary, free_port
@@ -49,12 +49,6 @@ def _stream_config(stream: str) -> Any:
             await client.close()
 
     return asyncio.run(read())
-
-
-def test_processes_racing_win_each_run_once(url: str) -> None:
-    wins = race(url, processes=4, runs=150)
-    assert sorted(wins) == list(range(150))
-    assert set(wins.values()) == {1}
 
 
 def test_a_run_is_won_once_and_asking_again_loses(backend: NatsClaimBackend, url: str) -> None:

@@ -13,7 +13,7 @@ from pika.exceptions import ChannelClosedByBroker
 
 from relay import BackendUnavailable, ConfigurationError, open_backend
 from relay.backends.rabbitmq import GateQueues, RabbitMQClaimBackend
-from tests.backends.claim_race import race, slots
+from tests.backends.claim_slots import slots
 from tests.support.backends import unique
 from tests.support.claim_backends import rabbitmq_claim
 from tests.support.services import SERVICES
@@ -41,12 +41,6 @@ def channel() -> Iterator[Any]:
     yield connection.channel()
     if connection.is_open:
         connection.close()
-
-
-def test_processes_racing_win_each_run_once(url: str) -> None:
-    wins = race(url, processes=4, runs=100)
-    assert sorted(wins) == list(range(100))
-    assert set(wins.values()) == {1}
 
 
 def test_a_run_is_won_once_and_asking_again_loses(backend: RabbitMQClaimBackend, url: str) -> None:

@@ -12,7 +12,7 @@ import redis
 
 from relay import BackendUnavailable, ConfigurationError, open_backend
 from relay.backends.redis_claim import STREAM_KEEP, RedisClaimBackend
-from tests.backends.claim_race import race, slots
+from tests.backends.claim_slots import slots
 from tests.support.claim_backends import REDIS86_ENV, redis_claim
 from tests.support.services import SERVICES
 
@@ -33,12 +33,6 @@ def backend(url: str) -> Iterator[RedisClaimBackend]:
     assert isinstance(opened, RedisClaimBackend)
     yield opened
     opened.close()
-
-
-def test_processes_racing_win_each_run_once(url: str) -> None:
-    wins = race(url, processes=4, runs=150)
-    assert sorted(wins) == list(range(150))
-    assert set(wins.values()) == {1}
 
 
 def test_a_run_is_won_once_and_asking_again_loses(backend: RedisClaimBackend, url: str) -> None:
@@ -151,8 +145,6 @@ def test_idmp_wins_each_run_once(tmp_path: Path) -> None:
             assert backend.remembers_for == 120.0
         finally:
             backend.close()
-        wins = race(url + "&retention=120", processes=4, runs=100, job="idmp-race")
-        assert set(wins.values()) == {1} and len(wins) == 100
 
 
 @pytest.mark.parametrize(
