@@ -9,6 +9,7 @@ URL                                          kind     module
 ``redis://…`` (``rediss``, ``valkey``)       lease    :mod:`relay.backends.redis_lease`
 ``redis://…?strategy=stream-id|idmp|script`` claim    :mod:`relay.backends.redis_claim`
 ``amqp://…`` (``amqps``)                     claim    :mod:`relay.backends.rabbitmq`
+``amqp://…?mode=consumer``                   claim    :mod:`relay.backends.rabbitmq_consumer`
 ``nats://…`` (strategy ``kv``, the default)  lease    :mod:`relay.backends.nats_kv`
 ``nats://…?strategy=dedup``                  claim    :mod:`relay.backends.nats_dedup`
 ==========================================  =======  =====================================
@@ -40,6 +41,7 @@ _REGISTRY: dict[tuple[str, str], tuple[str, str, str, str]] = {
     ("redis", "idmp"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
     ("redis", "script"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
     ("amqp", ""): ("rabbitmq", "RabbitMQClaimBackend", "rabbitmq", "pika"),
+    ("amqp", "consumer"): ("rabbitmq_consumer", "RabbitMQConsumerBackend", "rabbitmq", "pika"),
     ("nats", "kv"): ("nats_kv", "NatsLeaseBackend", "nats", "nats"),
     ("nats", "dedup"): ("nats_dedup", "NatsClaimBackend", "nats", "nats"),
 }
@@ -67,6 +69,8 @@ def open_backend(url: str, **options: Any) -> Backend:
     parsed = BackendURL(url)
     scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
     strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
+    if scheme == "amqp" and "mode" in parsed.options:  # amqp://…?mode=consumer
+        strategy = parsed.options["mode"]
     entry = _REGISTRY.get((scheme, strategy))
     if entry is None:
         raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))

@@ -1,0 +1,211 @@
+"""RabbitMQ consumer mode against the real broker, with real scheduler processes killed by SIGKILL.
+
+Each test uses its own queue prefix. Runs are published by the test (``publish``, what the gate's
+winner does) to processes that only consume, except the last test, where the processes' own ticks
+race through the gate queues and publish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from relay import Run, open_backend
+from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+from relay.errors import ConfigurationError
+from relay.runs import run_id
+from tests.support import services
+from tests.support.backends import unique
+from tests.support.procs import ROOT
+
+pytestmark = pytest.mark.rabbitmq
+UTC = timezone.utc
+JOB = "consumer-job"
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    base = services.require("rabbitmq")
+    prefix = unique()
+    yield f"{base}?mode=consumer&prefix={prefix}&retention=120"
+    connection = pika.BlockingConnection(pika.URLParameters(base))
+    channel = connection.channel()
+    for kind in ("run", "dead"):
+        channel.queue_delete(f"{prefix}.{kind}.{JOB}")
+    connection.close()
+
+
+@pytest.fixture
+def backend(url: str) -> Iterator[RabbitMQConsumerBackend]:
+    opened = open_backend(url)
+    assert isinstance(opened, RabbitMQConsumerBackend)
+    yield opened
+    opened.close()
+
+
+def a_run(seconds_ago: float = 0) -> Run:
+    slot = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=seconds_ago)
+    return Run(run_id(JOB, slot), JOB, slot, 1, 0, "test")
+
+
+def spawn(url: str, log: Path, **args: Any) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "shared")])}
+    payload = json.dumps({"url": url, "job": JOB, "log": str(log), **args})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.backends.rabbitmq_consumer_proc", payload],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    stderr = ""
+    if proc.stderr is not None:
+        stderr = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert proc.returncode in (0, -signal.SIGKILL), stderr
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def events(log: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """The events the processes wrote (of one kind), in order."""
+    if not log.exists():
+        return []
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line]
+    return [e for e in lines if kind is None or e["event"] == kind]
+
+
+def ready(proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until the process's consumers are subscribed."""
+    wait_for(lambda: proc.pid in {e["pid"] for e in events(log, "ready")}, "a consumer")
+
+
+def test_max_attempts_in_the_url_is_checked() -> None:
+    base = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    with pytest.raises(ConfigurationError, match="max_attempts='0'"):
+        open_backend(f"{base}?mode=consumer&max_attempts=0")
+    with pytest.raises(ConfigurationError, match="does not know the URL option"):
+        open_backend(f"{base}?mode=consumer&overlap=skip")
+
+
+@pytest.mark.slow
+def test_a_consumer_killed_mid_run_is_replaced_and_the_run_completes_once(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    first = spawn(url, log, sleep=3)
+    ready(first, log)
+    second = spawn(url, log, sleep=3)
+    ready(second, log)
+    run = a_run()
+    backend.publish(run)
+    wait_for(lambda: events(log, "start"), "the run to start")
+    assert [e["pid"] for e in events(log, "start")] == [first.pid]  # the active consumer
+    os.kill(first.pid, signal.SIGKILL)
+    wait_for(lambda: events(log, "end"), "the run to finish")
+    time.sleep(1)
+    stop(second)
+    stop(first)
+    starts = [(e["pid"], e["attempt"]) for e in events(log, "start")]
+    assert starts == [(first.pid, 1), (second.pid, 2)]
+    ends = [(e["run"], e["pid"], e["attempt"]) for e in events(log, "end")]
+    assert ends == [(run.id, second.pid, 2)]
+
+
+@pytest.mark.slow
+def test_a_run_that_always_fails_is_dead_lettered_as_failed_after_max_attempts(
+    url: str, tmp_path: Path
+) -> None:
+    backend = open_backend(url + "&max_attempts=3")
+    assert isinstance(backend, RabbitMQConsumerBackend)
+    log = tmp_path / "log.jsonl"
+    worker = spawn(url + "&max_attempts=3", log, fail=True)
+    try:
+        ready(worker, log)
+        run = a_run()
+        backend.publish(run)
+        wait_for(lambda: backend.dead_runs(JOB), "the run to be dead-lettered")
+        assert [(d.run_id, d.outcome) for d in backend.dead_runs(JOB)] == [(run.id, "failed")]
+        assert [e["attempt"] for e in events(log, "start")] == [1, 2, 3]
+        assert events(log, "end") == []
+    finally:
+        stop(worker)
+        backend.close()
+
+
+@pytest.mark.slow
+def test_a_run_waiting_past_stale_after_is_dead_lettered_as_skipped(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    worker = spawn(url, log, sleep=4)
+    try:
+        ready(worker, log)
+        busy = a_run(seconds_ago=1)
+        backend.publish(busy)
+        wait_for(lambda: events(log, "start"), "the first run to start")
+        stale = a_run(seconds_ago=59)
+        backend.publish(stale, stale_after=60)  # waits behind the busy run, expires in ~1 s
+        wait_for(lambda: backend.dead_runs(JOB), "the stale run to be dead-lettered")
+        assert [(d.run_id, d.outcome) for d in backend.dead_runs(JOB)] == [(stale.id, "skipped")]
+        wait_for(lambda: events(log, "end"), "the first run to end")
+        time.sleep(1)
+        assert [e["run"] for e in events(log) if e["run"]] == [busy.id, busy.id]
+    finally:
+        stop(worker)
+
+
+@pytest.mark.slow
+def test_two_consumers_run_the_jobs_runs_one_at_a_time(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    workers = [spawn(url, log, sleep=1)]
+    ready(workers[0], log)
+    workers.append(spawn(url, log, sleep=1))
+    ready(workers[1], log)
+    try:
+        for seconds_ago in (3, 2, 1):
+            backend.publish(a_run(seconds_ago))
+        wait_for(lambda: len(events(log, "end")) == 3, "three runs to finish")
+    finally:
+        for worker in workers:
+            stop(worker)
+    ends = {e["run"]: e["at"] for e in events(log, "end")}
+    spans = sorted((e["at"], ends[e["run"]], e["pid"]) for e in events(log, "start"))
+    assert len(spans) == 3
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
+    assert {pid for _, _, pid in spans} == {workers[0].pid}  # the single active consumer
+
+
+@pytest.mark.slow
+def test_schedulers_race_through_the_gate_and_each_run_runs_once(url: str, tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    workers = [spawn(url, log, every=1) for _ in range(3)]
+    try:
+        wait_for(lambda: len(events(log, "end")) >= 4, "four runs")
+    finally:
+        for worker in workers:
+            stop(worker)
+    ends = [e["run"] for e in events(log, "end")]
+    assert len(ends) == len(set(ends))
