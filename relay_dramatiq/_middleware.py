@@ -160,20 +160,26 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         if active is None:
             return
         try:
-            if exception is None:
-                active.succeed()
-            elif isinstance(exception, Shutdown):
+            if isinstance(exception, Shutdown):
                 active.release()
-            else:
+            elif exception is not None:
                 active.fail(f"{type(exception).__name__}: {exception}")
+            elif message.failed:
+                active.fail("another middleware failed the message before the actor ran")
+            else:
+                active.succeed()
         except Exception:
             log.exception("could not record the result of %s", active.run.id)
 
     def after_skip_message(self, broker: Broker, message: MessageProxy) -> None:
-        """A later middleware skipped a message we started: hand its run over."""
+        """A later middleware skipped a message we started: the attempt counts as failed.
+
+        Failing (not handing over) bounds what a middleware that always skips can cost: the run
+        is retried up to its ``max_attempts``, then recorded failed.
+        """
         active = self._leave()
         if active is not None:
-            active.release()
+            active.fail("another middleware skipped the message")
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Hand over runs whose actors did not finish before the worker stopped waiting."""

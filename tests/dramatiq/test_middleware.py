@@ -14,7 +14,7 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import Shutdown
+from dramatiq.middleware import Shutdown, SkipMessage
 
 import relay_dramatiq
 from relay.backends import open_backend
@@ -64,7 +64,8 @@ def process(broker: StubBroker) -> None:
 
 
 def acquire(backend: LeaseBackend, job: str, lease: float = 60) -> Run:
-    result = backend.acquire(AcquireRequest(job=job, slot=SLOT, owner="scheduler", lease=lease))
+    request = AcquireRequest(job=job, slot=SLOT, owner="scheduler", lease=lease, max_attempts=3)
+    result = backend.acquire(request)
     assert result.run is not None, result
     return result.run
 
@@ -258,3 +259,40 @@ def test_malformed_run_option_is_skipped(broker: StubBroker) -> None:
     job.send_with_options(**{HEADER: {"id": "nonsense"}})
     process(broker)
     assert calls == []
+
+
+class SkipAfterRelay(dramatiq.Middleware):
+    """A middleware placed after Relay's that skips, or fails, every message."""
+
+    def __init__(self, skip: bool) -> None:
+        self.skip = skip
+
+    def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        if self.skip:
+            raise SkipMessage("not today")
+        message.fail()
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skipped", "failed"])
+def test_a_later_middleware_refusing_the_message_fails_the_attempt(
+    broker: StubBroker, skip: bool
+) -> None:
+    broker.add_middleware(SkipAfterRelay(skip))
+    calls: list[int] = []
+
+    @dramatiq.actor(broker=broker)
+    def job() -> None:
+        calls.append(1)
+
+    send_run(job, acquire(store(broker), "job"))
+    process(broker)
+    assert calls == []
+    [record] = store(broker).runs("job")
+    assert (record.state, record.failures) == (RunState.PENDING, 1)
+
+
+def test_the_public_surface() -> None:
+    assert set(relay_dramatiq.__all__) == {
+        "DEFAULT_QUEUE_LEASE", "Periodic", "RelayMiddleware", "Scheduler", "current_run",
+        "periodic", "periodic_actors",
+    }  # fmt: skip
