@@ -296,3 +296,61 @@ def test_the_public_surface() -> None:
         "DEFAULT_QUEUE_LEASE", "Periodic", "RelayMiddleware", "Scheduler", "current_run",
         "periodic", "periodic_actors",
     }  # fmt: skip
+
+
+# -- the deciding half, one tick at a time -----------------------------------------------------
+
+
+class DownBroker(StubBroker):
+    """A broker whose enqueue fails, as a broker that went away does."""
+
+    def enqueue(self, message: Any, *, delay: int | None = None) -> Any:
+        raise ConnectionError("broker went away")
+
+
+def test_a_run_that_cannot_be_enqueued_is_handed_over(db: str) -> None:
+    broker = DownBroker()
+    broker.add_middleware(RelayMiddleware(db, lease=5))
+
+    @periodic(every=3600, catch_up=3600)
+    @dramatiq.actor(broker=broker)
+    def unsent() -> None: ...
+
+    scheduler = Scheduler([p for p in relay_dramatiq.periodic_actors() if p.actor is unsent])
+    assert scheduler.run_pending() is True
+    [record] = store(broker).runs("unsent")
+    assert (record.state, record.reason, record.failures) == (RunState.PENDING, "released", 0)
+    broker.close()
+
+
+class DownStore:
+    """A lease backend whose store stopped answering."""
+
+    def __init__(self, backend: LeaseBackend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def acquire_many(self, requests: Any) -> Any:
+        raise BackendUnavailable("store down")
+
+    def last_slot(self, job: str) -> Any:
+        raise BackendUnavailable("store down")
+
+
+def test_a_store_outage_is_survived_and_reported(db: str) -> None:
+    backend = open_backend(db)
+    assert backend.capability == "lease"
+    broker = StubBroker()
+    broker.add_middleware(RelayMiddleware(DownStore(backend), lease=5))  # type: ignore[call-overload]
+
+    @periodic(every=3600, catch_up=3600)
+    @dramatiq.actor(broker=broker)
+    def waiting() -> None: ...
+
+    scheduler = Scheduler([p for p in relay_dramatiq.periodic_actors() if p.actor is waiting])
+    assert scheduler.run_pending() is False
+    assert backend.runs("waiting") == []
+    assert broker.queues["default"].qsize() == 0
+    broker.close()
