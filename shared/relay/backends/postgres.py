@@ -129,11 +129,19 @@ class PostgresLeaseBackend:
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:
-        return self.acquire_many([request])[0]
+        rid = run_id(request.job, request.slot)
+        params = (
+            rid, request.job, request.slot, request.owner, request.lease, request.max_attempts,
+            request.overlap_skip, request.stale_after,
+        )  # fmt: skip
+        with self._connection() as conn:
+            row = conn.execute(self._queries["acquire_one"], params).fetchone()
+        assert row is not None
+        return _result(request, rid, *row)
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
-        if not requests:
-            return []
+        if len(requests) < 2:
+            return [self.acquire(request) for request in requests]
         ids = [run_id(r.job, r.slot) for r in requests]
         params = (
             ids, [r.job for r in requests], [r.slot for r in requests],
@@ -144,14 +152,10 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             rows = conn.execute(self._queries["acquire_many"], params).fetchall()
         decided = {index: (outcome, attempt, token) for index, outcome, attempt, token in rows}
-        results = []
-        for index, (request, rid) in enumerate(zip(requests, ids, strict=True), start=1):
-            outcome, attempt, token = decided[index]
-            run = None
-            if outcome == Outcome.WON.value:
-                run = Run(rid, request.job, request.slot, attempt, token, request.owner)
-            results.append(AcquireResult(Outcome(outcome), run))
-        return results
+        return [
+            _result(request, rid, *decided[index])
+            for index, (request, rid) in enumerate(zip(requests, ids, strict=True), start=1)
+        ]
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
         params = {"run_id": run_id, "token": token, "owner": owner, "lease": lease}
@@ -364,6 +368,17 @@ def _checked_schema(schema: str) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _result(
+    request: AcquireRequest, rid: str, outcome: str, attempt: int | None, token: int | None
+) -> AcquireResult:
+    if outcome != Outcome.WON.value:
+        return AcquireResult(Outcome(outcome))
+    assert attempt is not None and token is not None
+    return AcquireResult(
+        Outcome.WON, Run(rid, request.job, request.slot, attempt, token, request.owner)
+    )
 
 
 def _record(row: Sequence[Any]) -> RunRecord:

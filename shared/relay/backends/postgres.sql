@@ -5,14 +5,16 @@
 -- Times are timestamptz on the server's clock, which alone decides expiry.
 
 -- version 1
+-- Names and run ids sort bytewise (COLLATE "C"): locale-aware comparisons cost far more, and the
+-- order only has to be the same for everyone (locks are taken in it).
 CREATE TABLE {schema}.jobs (
-    name  text PRIMARY KEY,
+    name  text COLLATE "C" PRIMARY KEY,
     token bigint NOT NULL               -- the last fencing token handed out for this job
 );
 
 CREATE TABLE {schema}.runs (
-    run_id       text PRIMARY KEY,
-    job          text NOT NULL,
+    run_id       text COLLATE "C" PRIMARY KEY,
+    job          text COLLATE "C" NOT NULL,
     slot         timestamptz NOT NULL,
     state        text NOT NULL CHECK (state IN ('running', 'pending', 'succeeded', 'failed', 'skipped')),
     attempt      integer NOT NULL DEFAULT 0,
@@ -29,9 +31,9 @@ CREATE TABLE {schema}.runs (
 );
 
 CREATE INDEX runs_job_slot ON {schema}.runs (job, slot);
-CREATE INDEX runs_slot ON {schema}.runs (slot);
 -- Only open runs: the overlap check and the sweep read this small index, however long the history.
-CREATE INDEX runs_open ON {schema}.runs (job, expires_at) WHERE state IN ('running', 'pending');
+-- expires_at stays out of every index, so a heartbeat is a HOT update.
+CREATE INDEX runs_open ON {schema}.runs (job) WHERE state IN ('running', 'pending');
 
 -- acquire_many: decide a batch of runs (parallel arrays, one element per request) in one call.
 -- Requests are taken in rounds: round k holds the k-th request of each job, so a round has at most
@@ -49,7 +51,9 @@ BEGIN
     -- Every write that creates a run holds its job's row, so acquires of one job take turns: the
     -- overlap check and the token counter see each other. Locked in name order: no deadlocks.
     INSERT INTO {schema}.jobs (name, token)
-        SELECT DISTINCT j, 0 FROM unnest(p_jobs) AS j ORDER BY 1
+        SELECT DISTINCT j COLLATE "C", 0 FROM unnest(p_jobs) AS j
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE name = j)
+        ORDER BY 1
         ON CONFLICT (name) DO NOTHING;
     PERFORM 1 FROM {schema}.jobs WHERE name = ANY (p_jobs) ORDER BY name FOR UPDATE;
     -- Heartbeats, finishes and hand-overs change runs without a job lock: hold the runs as well.
@@ -60,7 +64,7 @@ BEGIN
         RETURN QUERY
         WITH req AS (
             SELECT * FROM (
-                SELECT r.*, row_number() OVER (PARTITION BY r.job ORDER BY r.idx) AS rnd
+                SELECT r.*, row_number() OVER (PARTITION BY r.job COLLATE "C" ORDER BY r.idx) AS rnd
                 FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
                             p_overlap, p_stale)
                      WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
@@ -121,6 +125,75 @@ BEGIN
         SELECT d.idx, d.outcome, l.attempt, l.token
         FROM decided AS d LEFT JOIN leased AS l ON l.run_id = d.run_id;
     END LOOP;
+END
+$$;
+
+-- acquire_one: the same decision for one request, written step by step: a few index lookups,
+-- so a single acquire costs little more than the insert it makes. Keep it in step with
+-- acquire_many and relay.lease_rules.decide (tests/backends/test_postgres.py compares them).
+CREATE FUNCTION {schema}.acquire_one(
+    p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
+    p_max_attempts integer, p_overlap boolean, p_stale float8,
+    OUT o_outcome text, OUT o_attempt integer, OUT o_token bigint
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz;
+    v_run record;
+    v_found boolean;
+    v_failures integer := 0;
+BEGIN
+    PERFORM 1 FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.jobs (name, token) VALUES (p_job, 0) ON CONFLICT (name) DO NOTHING;
+        PERFORM 1 FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    END IF;
+    SELECT state, expires_at, failures, max_attempts INTO v_run
+    FROM {schema}.runs WHERE run_id = p_run_id FOR UPDATE;
+    v_found := FOUND;
+    v_now := clock_timestamp();  -- read once the locks are held, so steps are ordered by it
+    IF NOT v_found THEN
+        IF p_stale IS NOT NULL AND extract(epoch FROM v_now - p_slot) > p_stale THEN
+            o_outcome := 'stale';
+        ELSIF p_overlap AND EXISTS (
+            SELECT 1 FROM {schema}.runs AS o
+            WHERE o.job = p_job AND o.state = 'running' AND o.expires_at > v_now
+              AND o.run_id <> p_run_id
+        ) THEN
+            o_outcome := 'overlap';
+        ELSE
+            o_outcome := 'won';
+        END IF;
+    ELSIF v_run.state IN ('succeeded', 'failed', 'skipped') THEN
+        o_outcome := 'finished';
+    ELSIF v_run.state = 'running' AND v_run.expires_at > v_now THEN
+        o_outcome := 'held';
+    ELSE
+        -- An expired lease: its runner stopped heartbeating, its attempt failed.
+        v_failures := v_run.failures + (v_run.state = 'running')::integer;
+        o_outcome := CASE WHEN v_failures >= v_run.max_attempts THEN 'exhausted' ELSE 'won' END;
+    END IF;
+
+    IF o_outcome IN ('stale', 'overlap') THEN
+        INSERT INTO {schema}.runs (run_id, job, slot, state, reason, finished_at, updated_at)
+        VALUES (p_run_id, p_job, p_slot, 'skipped', o_outcome, v_now, v_now);
+    ELSIF o_outcome = 'exhausted' THEN
+        UPDATE {schema}.runs SET
+            state = 'failed', failures = v_failures, reason = 'max_attempts',
+            expires_at = NULL, finished_at = v_now, updated_at = v_now
+        WHERE run_id = p_run_id;
+    ELSIF o_outcome = 'won' THEN
+        UPDATE {schema}.jobs SET token = token + 1 WHERE name = p_job RETURNING token INTO o_token;
+        INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures, max_attempts,
+                                        token, owner, expires_at, updated_at)
+        VALUES (p_run_id, p_job, p_slot, 'running', 1, v_failures, p_max_attempts, o_token,
+                p_owner, v_now + p_lease * interval '1 second', v_now)
+        ON CONFLICT (run_id) DO UPDATE SET
+            state = 'running', attempt = s.attempt + 1, failures = excluded.failures,
+            token = excluded.token, owner = excluded.owner, reason = NULL,
+            expires_at = excluded.expires_at, started_at = NULL, updated_at = excluded.updated_at
+        RETURNING s.attempt INTO o_attempt;
+    END IF;
 END
 $$;
 

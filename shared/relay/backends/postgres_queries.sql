@@ -4,8 +4,12 @@
 
 -- name: acquire_many
 SELECT o_index, o_outcome, o_attempt, o_token
-FROM {schema}.acquire_many(%s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::float8[],
-                           %s::integer[], %s::boolean[], %s::float8[])
+FROM {schema}.acquire_many(%b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::float8[],
+                           %b::integer[], %b::boolean[], %b::float8[])
+
+-- name: acquire_one
+SELECT o_outcome, o_attempt, o_token
+FROM {schema}.acquire_one(%s, %s, %s, %s, %s::float8, %s::integer, %s::boolean, %s::float8)
 
 -- name: start
 UPDATE {schema}.runs SET
