@@ -6,6 +6,7 @@ against the backend once, when beat or the worker starts.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +94,7 @@ def _django_relay() -> dict[str, Any]:
         return {}
     from django.conf import settings
 
-    if not settings.configured:
+    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
         return {}
     values = getattr(settings, "RELAY", {})
     if not isinstance(values, dict):

@@ -61,12 +61,18 @@ def assert_every_second_once(events: list[dict[str, Any]]) -> None:
     assert done == expected, "a slot is missing"
 
 
+TOLERATE_STALLS = {"catch_up": 3}
+"""Without catch-up, a slot that passed while every beat was stalled (a loaded CI machine) is
+skipped as missed, by design; a few seconds of catch-up keep the every-second tests exact."""
+
+
 def test_three_beats_two_workers_publish_each_slot_once_even_when_a_beat_is_killed(
     tmp_path: Path, backend_url: str
 ) -> None:
-    schedule = {"tick": {"every": 1}}
+    lease = "claim" not in backend_url
+    schedule = {"tick": {"every": 1, "relay": TOLERATE_STALLS} if lease else {"every": 1}}
     with cluster(tmp_path, redis_broker(), backend_url, schedule) as c:
-        if "claim" not in backend_url:
+        if lease:
             # A beat killed between winning and publishing leaves a run for the others to redo.
             c.set(lease=3, heartbeat=1, queue_lease=5)
         beats = [c.beat() for _ in range(3)]
@@ -92,7 +98,7 @@ def test_three_beats_two_workers_publish_each_slot_once_even_when_a_beat_is_kill
 def test_rabbitmq_broker(tmp_path: Path) -> None:
     broker = services.require("rabbitmq")
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    with cluster(tmp_path, broker, url, {"tick": {"every": 1}}) as c:
+    with cluster(tmp_path, broker, url, {"tick": {"every": 1, "relay": TOLERATE_STALLS}}) as c:
         beats = [c.beat() for _ in range(3)]
         c.worker(pool="threads", concurrency=2)
         c.worker(pool="threads", concurrency=2)
@@ -200,19 +206,23 @@ def test_overlap_skip_never_runs_two_runs_of_a_long_task_at_once(tmp_path: Path)
 
 def test_catch_up_runs_the_slots_missed_while_every_beat_was_down(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    with cluster(tmp_path, redis_broker(), url, {"tick": {"every": 1}}) as c:
+    schedule = {"tick": {"every": 1, "relay": TOLERATE_STALLS}}
+    with cluster(tmp_path, redis_broker(), url, schedule) as c:
+        c.set(lease=3, heartbeat=1, queue_lease=5)
         beat = c.beat()
         c.worker(concurrency=4)
         c.wait_for("2 runs", lambda: len(c.events("end")) >= 2)
+        seen = len(c.events("start"))
+        c.wait_for("a publication", lambda: len(c.events("start")) > seen)
         c.kill(beat)
         down_at = time.time()
-        time.sleep(4)
+        time.sleep(7)  # longer than TOLERATE_STALLS: only the new beat's catch_up covers it
         # The beat that comes back catches up what nobody decided meanwhile.
         c.env["RELAY_T_SCHEDULE"] = json.dumps({"tick": {"every": 1, "relay": {"catch_up": 60}}})
         c.beat()
         c.wait_for(
             "runs after the downtime",
-            lambda: any(e["at"] > down_at + 6 for e in c.events("start")),
+            lambda: any(e["at"] > down_at + 9 for e in c.events("start")),
         )
         c.kill(c.processes[-1])
         c.wait_quiet()
@@ -220,7 +230,7 @@ def test_catch_up_runs_the_slots_missed_while_every_beat_was_down(tmp_path: Path
     assert_every_second_once(events)
     done = slots([e for e in events if e["event"] == "end"])
     missed = [s for s in done if down_at + 1 < s.timestamp() < down_at + 4]
-    assert len(missed) >= 2, "the slots of the downtime were run"
+    assert len(missed) >= 2, "the oldest slots of the downtime were run"
 
 
 def test_a_warm_shutdown_lets_the_running_task_finish_its_run(tmp_path: Path) -> None:

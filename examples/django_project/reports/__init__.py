@@ -1,0 +1,1 @@
+"""An example Django app with periodic tasks."""
