@@ -10,7 +10,7 @@ revision it read, so the check and the write are one step. Finished runs beyond 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +49,7 @@ class RunFields:
 
     def encode(self) -> bytes:
         """JSON for a run's own (archive) key."""
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        return json.dumps(vars(self), separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> RunFields:
@@ -91,7 +91,7 @@ class JobState:
         """JSON for the job's key."""
         value = {
             "format": FORMAT, "job": self.job, "token": self.token, "last_slot": self.last_slot,
-            "runs": {str(slot): asdict(fields) for slot, fields in self.runs.items()},
+            "runs": {str(slot): vars(fields) for slot, fields in self.runs.items()},
         }  # fmt: skip
         return json.dumps(value, separators=(",", ":")).encode()
 

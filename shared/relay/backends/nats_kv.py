@@ -212,9 +212,9 @@ class NatsLeaseBackend:
         """
         key = _job_key(job)
         for attempt in range(CAS_TRIES):
-            # The clock is read before the key: a lease seen expired then is expired at the write.
-            now_ms = await self._now_ms()
-            data, revision = await self._get(key)
+            # Clock and key are read at once; the clock is read before the write, so a lease seen
+            # expired then is still expired when the swap lands.
+            now_ms, (data, revision) = await asyncio.gather(self._now_ms(), self._get(key))
             state = JobState.decode(job, data)
             archived = await self._archived(state, probe)
             result = change(state, now_ms, archived)
@@ -308,7 +308,10 @@ class NatsLeaseBackend:
         return records
 
     async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
-        watcher = await self._kv.watch(keys, meta_only=meta_only, ignore_deletes=True)
+        # An ephemeral consumer per listing: let the server drop it soon after we stop reading.
+        watcher = await self._kv.watch(
+            keys, meta_only=meta_only, ignore_deletes=True, inactive_threshold=10.0
+        )
         entries = []
         try:
             while (entry := await watcher.updates(self._timeout)) is not None:  # type: ignore[no-untyped-call]
@@ -401,7 +404,14 @@ class NatsLeaseBackend:
             raise BackendUnavailable(
                 f"JetStream is not available on NATS at {self._where}: start the server with -js"
             ) from exc
-        except (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError, KeyError) as exc:
+        except (
+            nats.errors.Error,
+            OSError,
+            asyncio.TimeoutError,
+            ValueError,
+            LookupError,
+            TypeError,
+        ) as exc:
             raise BackendUnavailable(f"NATS at {self._where} failed: {exc!r}") from exc
 
 
