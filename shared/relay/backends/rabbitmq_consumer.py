@@ -267,6 +267,13 @@ class RabbitMQConsumerBackend:
     # -- connection --------------------------------------------------------------------------
 
     def _ready_channel(self) -> BlockingChannel:
+        if self._connection is not None and self._connection.is_open:
+            try:
+                # Between ticks nobody services this connection: the broker may have dropped it
+                # for missed heartbeats. Find out before publishing, not by losing a run.
+                self._connection.process_data_events(time_limit=0)
+            except AMQPError:
+                self._connection = None
         if self._connection is None or not self._connection.is_open:
             self._connection = pika.BlockingConnection(self._parameters)
             self._channel = None
