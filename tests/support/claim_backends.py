@@ -56,11 +56,11 @@ def redis_claim(strategy: str) -> Callable[[Path], AbstractContextManager[str]]:
     @contextmanager
     def factory(tmp_path: Path) -> Iterator[str]:
         base = os.environ[REDIS86_ENV] if strategy == "idmp" else SERVICES["redis"].url
-        prefix = _unique("relay_c")
+        prefix = _unique("relay_c") + ":"
         try:
             yield _join(base, f"strategy={strategy}&prefix={prefix}")
         finally:
-            delete_redis_keys(base, prefix + ":")
+            delete_redis_keys(base, prefix)
 
     return factory
 

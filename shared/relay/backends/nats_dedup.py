@@ -12,19 +12,18 @@ between instances' ticks). Messages expire with the window (``max_age``), so the
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import re
-import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
+from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import run_id
@@ -37,35 +36,6 @@ DEFAULT_WINDOW = 300.0
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _OUR_OPTIONS = ("strategy", "stream", "window", "timeout")
 _STREAM_EXISTS_DIFFERENTLY = 10058
-T = TypeVar("T")
-
-
-class _LoopThread:
-    """A private asyncio event loop in a daemon thread; other threads submit coroutines to it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="relay-nats", daemon=True
-        )
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        """Run ``coro`` on the loop and wait for its result (cancelling it after ``timeout``)."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
-
-    def stop(self) -> None:
-        """Stop the loop and its thread. Idempotent."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
 
 
 class NatsClaimBackend:
@@ -92,13 +62,13 @@ class NatsClaimBackend:
         self.timeout = timeout
         self.location = location
         self._servers = servers
-        self._loop = _LoopThread()
+        self._loop = LoopThread()
         self._client: Client | None = None
         try:
             with self._translated():
                 self._loop.run(self._connected(), timeout + 5)
         except BaseException:
-            self._loop.stop()
+            self._loop.close()
             raise
 
     @classmethod
@@ -137,13 +107,13 @@ class NatsClaimBackend:
             return self._loop.run(self._publish_all(runs), self.timeout + 5)
 
     def close(self) -> None:
-        if self._loop.loop.is_closed():
+        if self._loop.closed:
             return
         # Closing must not fail: the loop goes anyway.
         if self._client is not None:
             with suppress(Exception):
                 self._loop.run(self._client.close(), self.timeout)
-        self._loop.stop()
+        self._loop.close()
 
     async def _connected(self) -> Client:
         """The client, connected again (with the stream checked) if the connection was lost."""
@@ -215,7 +185,7 @@ class NatsClaimBackend:
             raise BackendUnavailable(
                 f"NATS at {self.location} has no JetStream: start the server with -js"
             ) from exc
-        except (nats.errors.Error, concurrent.futures.TimeoutError) as exc:
+        except nats.errors.Error as exc:
             if "authorization violation" in str(exc).lower():
                 raise BackendUnavailable(
                     f"NATS at {self.location} refused the credentials: "

@@ -13,8 +13,9 @@ Three primitives give the same guarantee and nothing more:
 * ``script`` (the fastest): one Lua script writes the run's key only if it is absent, expiring
   after ``retention`` seconds.
 
-Keys are ``<prefix>:{<job>}:…``: the hash tag keeps each job's keys in one Cluster slot. Streams
-are trimmed and run keys expire, so nothing grows without bound.
+Keys are ``<prefix>{<job>}:claim…`` (``prefix`` defaults to ``relay:``, as for the lease
+backend, whose keys never end in ``claim…``): the hash tag keeps each job's keys in one Cluster
+slot. Streams are trimmed and run keys expire, so nothing grows without bound.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ DEFAULT_RETENTION = 3600.0
 """Seconds a claim is remembered by the ``idmp`` and ``script`` strategies unless told."""
 IDMP_MAX_RETENTION = 86_400
 IDMP_MAX_PER_PRODUCER = 10_000
+DEFAULT_PREFIX = "relay:"
 STREAM_KEEP = 100
 """Entries (roughly) a ``stream-id`` stream keeps: a short history of the winners, for people."""
 
@@ -65,13 +67,18 @@ class RedisClaimBackend:
         client: redis.Redis,
         *,
         strategy: str,
-        prefix: str = "relay",
+        prefix: str = DEFAULT_PREFIX,
         retention: float = DEFAULT_RETENTION,
         location: str = "Redis",
     ) -> None:
         if strategy not in STRATEGIES:
             raise ConfigurationError(
                 f"unknown Redis claim strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
+            )
+        if "{" in prefix or "}" in prefix:
+            raise ConfigurationError(
+                f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
+                "per-job hash tags: choose a prefix without braces, such as 'relay:'"
             )
         self.strategy = strategy
         self.prefix = prefix
@@ -80,7 +87,10 @@ class RedisClaimBackend:
         self._client = client
         try:
             with self._translated():
-                self._claim_sha = str(client.script_load(_CLAIM_SCRIPT))
+                client.ping()
+                self._claim_sha = (
+                    str(client.script_load(_CLAIM_SCRIPT)) if strategy == "script" else ""
+                )
                 if strategy == "idmp":
                     self._check_idmp_support()
         except BaseException:
@@ -91,9 +101,9 @@ class RedisClaimBackend:
     def from_url(cls, url: str, **kwargs: Any) -> RedisClaimBackend:
         """Connect to the server a ``redis://…?strategy=…`` URL names.
 
-        Options: ``prefix`` (default ``relay``), ``retention`` (seconds, for ``idmp`` and
-        ``script``), and the driver's ``socket_timeout``, ``socket_connect_timeout``,
-        ``client_name``.
+        Options: ``prefix`` of every key (default ``relay:``), ``retention`` (seconds, for
+        ``idmp`` and ``script``), and the driver's ``socket_timeout``,
+        ``socket_connect_timeout``, ``client_name``.
         """
         parsed = BackendURL(url)
         strategy = parsed.option("strategy", "")
@@ -116,7 +126,7 @@ class RedisClaimBackend:
         return cls(
             client,
             strategy=strategy,
-            prefix=parsed.option("prefix", "relay"),
+            prefix=parsed.option("prefix", DEFAULT_PREFIX),
             retention=retention,
             location=parsed.redacted(),
             **kwargs,
@@ -150,11 +160,17 @@ class RedisClaimBackend:
 
     def stream_key(self, job: str) -> str:
         """The key of ``job``'s stream (``stream-id`` and ``idmp``)."""
-        return f"{self.prefix}:{{{job}}}:{self.strategy}"
+        return f"{self._base(job)}claims:{self.strategy}"
 
     def run_key(self, job: str, slot: datetime) -> str:
         """The key the ``script`` strategy writes for a run."""
-        return f"{self.prefix}:{{{job}}}:run:{slot_ms(slot)}"
+        return f"{self._base(job)}claim:{slot_ms(slot)}"
+
+    def _base(self, job: str) -> str:
+        """``<prefix>{<job>}:``, the start of every key of the job (as the lease backend has it)."""
+        # Escape braces so a job's name can never end its hash tag early.
+        tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+        return f"{self.prefix}{{{tag}}}:"
 
     def _claim_stream_ids(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         # Oldest slots first, so a batch never refuses its own older runs.
