@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +127,18 @@ def test_a_closed_connection_is_opened_again(backend: RabbitMQClaimBackend) -> N
     backend.close()
     backend.close()
     assert backend.claim_many([("job", first), ("job", second)]) == [False, True]
+
+
+def test_a_dropped_connection_is_made_again_within_the_call(
+    backend: RabbitMQClaimBackend,
+) -> None:
+    first, second = slots(2)
+    assert backend.claim("job", first)
+    # Cut the socket under pika, as a broker that dropped an idle connection would.
+    connection = backend._connection
+    assert connection is not None
+    connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)
+    assert backend.claim_many([("job", second), ("job", first)]) == [True, False]
 
 
 def test_refused_credentials_are_unavailable() -> None:
