@@ -119,9 +119,10 @@ def test_racing_schedulers_enqueue_and_run_each_run_once(deploy: Any) -> None:
     d: Deployment = deploy({"tick": {"every": 1, "sleep": 0.1}})
     worker = d.worker("worker", threads=4)
     schedulers = [d.scheduler(f"scheduler{i}") for i in range(3)]
-    time.sleep(3)
+    d.wait_for("runs to be enqueued", lambda: len(d.enqueued()) >= 3)
     d.kill(schedulers[0])  # a scheduler killed mid-flight costs nothing
-    time.sleep(3)
+    before = len(d.enqueued())
+    d.wait_for("runs after the kill", lambda: len(d.enqueued()) >= before + 3)
     for proc in schedulers[1:]:
         assert d.stop(proc) == 0, d.logs()  # SIGTERM stops a scheduler cleanly
     d.wait_for("every run to finish", lambda: settled(d, "tick"))
@@ -132,7 +133,7 @@ def test_racing_schedulers_enqueue_and_run_each_run_once(deploy: Any) -> None:
     assert starts and max(starts.values()) == 1, (starts, d.logs())
     assert max(enqueued.values()) == 1, enqueued
     assert set(starts) == set(enqueued)
-    assert len(starts) >= 4, (starts, d.logs())
+    assert len(starts) >= before + 3, (starts, d.logs())
     assert_contiguous(slots_of(list(starts)), 1.0, d)
     assert all(r.state is RunState.SUCCEEDED for r in d.runs("tick"))
 
@@ -179,12 +180,16 @@ def test_a_gracefully_stopped_worker_hands_its_run_over(deploy: Any, stuck: bool
     assert (record.state, record.failures) == (RunState.SUCCEEDED, 0)
 
 
+def overlaps(d: Deployment) -> int:
+    return sum(1 for r in d.runs("long") if r.reason == "overlap")
+
+
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_overlapping_runs_are_skipped(deploy: Any) -> None:
     d: Deployment = deploy({"long": {"every": 1, "overlap": "skip", "sleep": 2.2}})
     worker = d.worker("worker", threads=3)
     schedulers = [d.scheduler(f"scheduler{i}") for i in range(2)]
-    time.sleep(7)
+    d.wait_for("two overlap skips", lambda: overlaps(d) >= 2 and len(d.events("done")) >= 2)
     for proc in schedulers:
         assert d.stop(proc) == 0, d.logs()
     d.wait_for("every run to finish", lambda: settled(d, "long"))
@@ -196,8 +201,7 @@ def test_overlapping_runs_are_skipped(deploy: Any) -> None:
     assert len({e["run"] for e in starts}) == len(starts)
     for before, after in itertools.pairwise(starts):
         assert after["t"] >= dones[before["run"]], f"{before['run']} overlapped {after['run']}"
-    reasons = Counter(r.reason for r in d.runs("long") if r.state is RunState.SKIPPED)
-    assert reasons["overlap"] >= 2, reasons
+    assert overlaps(d) >= 2
 
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
