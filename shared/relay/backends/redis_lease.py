@@ -77,6 +77,8 @@ class RedisLeaseBackend:
         self.retention_ms = round(retention * 1000)
         self._description = description
         self._redis = client
+        self._listed: set[str] = set()
+        """Jobs this process has added to the set of job names."""
         self._scripts: dict[str, Script] = {
             step: client.register_script(text) for step, text in _SCRIPTS.items()
         }
@@ -133,50 +135,52 @@ class RedisLeaseBackend:
         by_job: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
             by_job.setdefault(request.job, []).append(index)
-        if not by_job:
-            return []
         calls = [self._acquire_call([requests[i] for i in indexes]) for indexes in by_job.values()]
-        replies = self._call_many("acquire", calls, before=("SADD", self._jobs_key(), *by_job))
+        listed = self._listed.intersection(by_job)
+        replies = self._call_jobs("acquire", list(by_job), calls)
         results: list[AcquireResult] = [AcquireResult(Outcome.HELD)] * len(requests)
         for indexes, reply in zip(by_job.values(), replies, strict=True):
-            for index, item in zip(indexes, reply, strict=True):
-                results[index] = _acquire_result(requests[index], item)
+            for n, index in enumerate(indexes):
+                results[index] = _acquire_result(requests[index], reply[1 + 3 * n : 4 + 3 * n])
+        # A job we listed that the server did not know: it lost its keys, the set of names too.
+        lost = [
+            job for job, reply in zip(by_job, replies, strict=True) if reply[0] and job in listed
+        ]
+        if lost:
+            with self._errors():
+                self._redis.sadd(self._jobs_key(), *lost)
         return results
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
         job, member = _split(run_id)
-        reply = self._call_one("start", job, member, [token, owner, _ms(lease)])
+        reply = self._call_one("start", job, [member, token, owner, _ms(lease)])
         _raise_if_lost(run_id, token, reply)
         return Run(run_id, job, _slot(member), int(reply[1]), token, owner)
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         job, member = _split(run_id)
-        _raise_if_lost(run_id, token, self._call_one("heartbeat", job, member, [token, _ms(lease)]))
+        _raise_if_lost(run_id, token, self._call_one("heartbeat", job, [member, token, _ms(lease)]))
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
         job, member = _split(run_id)
-        args = [token, int(succeeded), error or "", int(error is not None)]
-        reply = self._call_one("finish", job, member, args)
+        args = [member, token, int(succeeded), error or "", int(error is not None)]
+        reply = self._call_one("finish", job, args)
         _raise_if_lost(run_id, token, reply)
         return RunState(reply[1])
 
     def release(self, run_id: str, token: int) -> None:
         job, member = _split(run_id)
-        _raise_if_lost(run_id, token, self._call_one("release", job, member, [token]))
+        _raise_if_lost(run_id, token, self._call_one("release", job, [member, token]))
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
-        member = format_slot(slot)
-        keys = [self._run_key(job, member), self._key(job, "slots"), self._key(job, "purge")]
-        args = [member, slot_ms(slot), reason, self.retention_ms]
-        (recorded,) = self._call_many(
-            "skip", [(keys, args)], before=("SADD", self._jobs_key(), job)
-        )
+        args = [format_slot(slot), slot_ms(slot), reason, self.retention_ms]
+        (recorded,) = self._call_jobs("skip", [job], [(self._base(job), args)])
         return bool(recorded)
 
     def last_slot(self, job: str) -> datetime | None:
-        (reply,) = self._call_many("read", [self._read_call(job, "last", 1)])
+        (reply,) = self._call_many("read", [(self._base(job), ["last", 1])])
         return from_ms(int(float(reply[0]))) if reply else None
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
@@ -187,7 +191,7 @@ class RedisLeaseBackend:
         if job is None:
             records = self._read_all("newest", limit)
         else:
-            (reply,) = self._call_many("read", [self._read_call(job, "newest", limit)])
+            (reply,) = self._call_many("read", [(self._base(job), ["newest", limit])])
             records = [_record(job, item) for item in reply]
         records.sort(key=lambda r: (-slot_ms(r.scheduled_for), r.id))
         return records[:limit]
@@ -202,58 +206,62 @@ class RedisLeaseBackend:
 
     # -- keys --------------------------------------------------------------------------------
 
-    def _key(self, job: str, name: str) -> str:
+    def _base(self, job: str) -> str:
+        """The job's base key, ``<prefix>{job}:``; every key of the job starts with it."""
         # Escape braces so a job's name can never end its hash tag early.
         tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-        return f"{self.prefix}{{{tag}}}:{name}"
-
-    def _run_key(self, job: str, member: str) -> str:
-        return self._key(job, f"run:{member}")
+        return f"{self.prefix}{{{tag}}}:"
 
     def _jobs_key(self) -> str:
         return f"{self.prefix}jobs"
 
     # -- building script calls ---------------------------------------------------------------
 
-    def _acquire_call(self, requests: Sequence[AcquireRequest]) -> tuple[list[str], list[Any]]:
-        job = requests[0].job
-        keys = [self._key(job, name) for name in ("token", "active", "slots", "purge")]
+    def _acquire_call(self, requests: Sequence[AcquireRequest]) -> tuple[str, list[Any]]:
         args: list[Any] = [self.retention_ms]
         for request in requests:
-            member = format_slot(request.slot)
-            keys.append(self._run_key(job, member))
             stale = "" if request.stale_after is None else repr(request.stale_after * 1000)
-            args += [
-                member, slot_ms(request.slot), request.owner, _ms(request.lease),
-                request.max_attempts, int(request.overlap_skip), stale,
-            ]  # fmt: skip
-        return keys, args
-
-    def _read_call(self, job: str, mode: str, limit: int) -> tuple[list[str], list[Any]]:
-        keys = [self._key(job, name) for name in ("active", "slots", "purge")]
-        return keys, [self._run_key(job, ""), mode, limit]
+            spec = (
+                f"{format_slot(request.slot)} {slot_ms(request.slot)} {_ms(request.lease)} "
+                f"{request.max_attempts} {int(request.overlap_skip)} {stale}"
+            )
+            args += [spec, request.owner]
+        return self._base(requests[0].job), args
 
     def _read_all(self, mode: str, limit: int) -> list[RunRecord]:
         with self._errors():
             jobs = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
-        replies = self._call_many("read", [self._read_call(job, mode, limit) for job in jobs])
+        replies = self._call_many("read", [(self._base(job), [mode, limit]) for job in jobs])
         return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
 
     # -- calling scripts ---------------------------------------------------------------------
 
-    def _call_one(self, step: str, job: str, member: str, args: list[Any]) -> Any:
-        keys = [self._run_key(job, member), self._key(job, "active"), self._key(job, "purge")]
+    def _call_one(self, step: str, job: str, args: list[Any]) -> Any:
         with self._errors():
-            return self._scripts[step](keys, [member, *args, self.retention_ms])
+            return self._scripts[step]([self._base(job)], [*args, self.retention_ms])
+
+    def _call_jobs(
+        self, step: str, jobs: list[str], calls: list[tuple[str, list[Any]]]
+    ) -> list[Any]:
+        """:meth:`_call_many`, first adding to the set of job names those not added yet."""
+        unlisted = [job for job in jobs if job not in self._listed]
+        before = ("SADD", self._jobs_key(), *unlisted) if unlisted else None
+        replies = self._call_many(step, calls, before)
+        self._listed.update(unlisted)
+        return replies
 
     def _call_many(
         self,
         step: str,
-        calls: Sequence[tuple[list[str], list[Any]]],
+        calls: Sequence[tuple[str, list[Any]]],
         before: tuple[Any, ...] | None = None,
     ) -> list[Any]:
-        """Call a script once per ``calls`` item in one pipeline (``before`` goes first)."""
+        """Call a script once per ``(key, args)`` in one round trip (``before`` goes first)."""
         script = self._scripts[step]
+        if len(calls) == 1 and before is None:
+            key, args = calls[0]
+            with self._errors():
+                return [script([key], args)]
         pending = list(range(len(calls)))
         replies: list[Any] = [None] * len(calls)
         with self._errors():
@@ -262,8 +270,8 @@ class RedisLeaseBackend:
                 if before is not None:
                     pipe.execute_command(*before)  # type: ignore[no-untyped-call]
                 for index in pending:
-                    keys, args = calls[index]
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    key, args = calls[index]
+                    pipe.evalsha(script.sha, 1, key, *args)
                 answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
                 for index, answer in zip(pending, answers, strict=True):
                     if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
@@ -274,6 +282,7 @@ class RedisLeaseBackend:
                 if not pending:
                     return replies
                 self._load_scripts()
+                before = None
         raise BackendUnavailable(f"{self.name} keeps forgetting its Lua scripts (SCRIPT FLUSH?)")
 
     def _load_scripts(self) -> None:
@@ -326,6 +335,7 @@ def _ms(seconds: float) -> int:
 
 
 def _acquire_result(request: AcquireRequest, item: list[Any]) -> AcquireResult:
+    """The result of one request from the script's ``outcome, attempt, token``."""
     outcome = Outcome(item[0])
     if outcome is not Outcome.WON:
         return AcquireResult(outcome)

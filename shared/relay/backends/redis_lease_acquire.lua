@@ -1,10 +1,13 @@
 -- acquire: decide several runs of one job, in order, in one step (the rules of relay.lease_rules).
--- KEYS: token, active, slots, purge, then one run hash per request.
--- ARGV: retention_ms, then per request: member, slot_ms, owner, lease_ms, max_attempts,
---       overlap_skip ('1' or '0'), stale_after_ms ('' for none).
--- Returns per request {outcome} or {'won', attempt, token}.
+-- KEYS: the job's base key. ARGV: retention_ms, then two per request: a spec
+-- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap_skip 1|0> <stale_after_ms or empty>"
+-- and the owner.
+-- Returns {new_job, then per request: outcome, attempt, token}; new_job is 1 if the job had no
+-- token yet (a new job, or a server that lost its keys): the caller then lists the job.
 
-local token_key, active, slots, purge = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local base = KEYS[1]
+local token_key, active, slots, purge = base .. 'token', base .. 'active', base .. 'slots',
+  base .. 'purge'
 local retention = tonumber(ARGV[1])
 local now, now_us = clock()
 
@@ -60,41 +63,45 @@ local function acquire(r)
   if not state then
     if r.stale and now - r.slot > r.stale then
       skip(r, 'stale')
-      return {'stale'}
+      return {'stale', 0, 0}
     end
     if r.overlap and other_live(r.member) then
       skip(r, 'overlap')
-      return {'overlap'}
+      return {'overlap', 0, 0}
     end
     return lease(r, 0, 0, r.max_attempts)
   end
   if state ~= 'running' and state ~= 'pending' then
-    return {'finished'}
+    return {'finished', 0, 0}
   end
   local failures = tonumber(f[3])
   if state == 'running' then
     if f[2] and tonumber(f[2]) > now then
-      return {'held'}
+      return {'held', 0, 0}
     end
     failures = failures + 1 -- the runner stopped heartbeating: its attempt counts as failed
   end
   if failures >= tonumber(f[4]) then
     fail(r, failures)
-    return {'exhausted'}
+    return {'exhausted', 0, 0}
   end
   return lease(r, failures, tonumber(f[5]), tonumber(f[4]))
 end
 
+local new_job = redis.call('EXISTS', token_key) == 0 and 1 or 0
 trim(active, slots, purge, now)
-local results, longest = {}, 0
-for i = 1, #KEYS - 4 do
-  local a = 1 + (i - 1) * 7
+local results, longest = {new_job}, 0
+for i = 2, #ARGV, 2 do
+  local member, slot, lease_ms, max_attempts, overlap, stale =
+    string.match(ARGV[i], '^(%S+) (%d+) (%d+) (%d+) ([01]) (%S*)$')
   local r = {
-    run = KEYS[4 + i], member = ARGV[a + 1], slot = tonumber(ARGV[a + 2]), owner = ARGV[a + 3],
-    lease = tonumber(ARGV[a + 4]), max_attempts = tonumber(ARGV[a + 5]),
-    overlap = ARGV[a + 6] == '1', stale = tonumber(ARGV[a + 7]),
+    run = base .. 'run:' .. member, member = member, slot = tonumber(slot),
+    lease = tonumber(lease_ms), max_attempts = tonumber(max_attempts), overlap = overlap == '1',
+    stale = tonumber(stale), owner = ARGV[i + 1],
   }
-  results[i] = acquire(r)
+  for _, value in ipairs(acquire(r)) do
+    table.insert(results, value)
+  end
   longest = math.max(longest, r.lease)
 end
 for _, key in ipairs({token_key, active, slots}) do

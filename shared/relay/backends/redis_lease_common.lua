@@ -1,9 +1,9 @@
 -- Helpers shared by Relay's Redis lease scripts; prepended to each script when it is loaded.
 --
 -- Keys of one job share the hash tag {job}: <prefix>{job}:token, :active, :slots, :purge and one
--- hash per run, <prefix>{job}:run:<slot>. Every time is read here with TIME: the server's clock
--- decides expiry. Times are milliseconds since the epoch; tokens are microsecond-based (see
--- next_token).
+-- hash per run, <prefix>{job}:run:<slot>. A script is given the job's base key, <prefix>{job}:, as
+-- its only key and names the others from it: they hash to the same Cluster slot. Every time is
+-- read here with TIME: the server's clock decides expiry. Times are milliseconds since the epoch.
 --
 -- active: runs that are not final; score = lease expiry (running) or 0 (pending).
 -- slots:  every run with a record; score = slot in ms.

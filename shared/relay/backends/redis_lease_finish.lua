@@ -1,9 +1,10 @@
 -- finish: record the outcome of the attempt holding the token.
--- KEYS: run, active, purge. ARGV: member, token, succeeded ('1'/'0'), error ('' for none),
+-- KEYS: the job's base key. ARGV: member, token, succeeded ('1'/'0'), error ('' for none),
 -- has_error ('1'/'0'), retention_ms.
 -- Returns {'ok', new state} or {'lost', why, detail}.
 
-local run, active, purge = KEYS[1], KEYS[2], KEYS[3]
+local active, purge = KEYS[1] .. 'active', KEYS[1] .. 'purge'
+local run = KEYS[1] .. 'run:' .. ARGV[1]
 local member, succeeded = ARGV[1], ARGV[3] == '1'
 local now = clock()
 local f, lost = held(run, tonumber(ARGV[2]))

@@ -1,9 +1,10 @@
 -- heartbeat: extend the lease to now + lease on the server's clock.
--- KEYS: run, active, purge. ARGV: member, token, lease_ms, retention_ms.
+-- KEYS: the job's base key. ARGV: member, token, lease_ms, retention_ms.
 -- Returns {'ok'} or {'lost', why, detail}.
 
-local run, active, purge = KEYS[1], KEYS[2], KEYS[3]
+local active, purge = KEYS[1] .. 'active', KEYS[1] .. 'purge'
 local member, lease = ARGV[1], tonumber(ARGV[3])
+local run = KEYS[1] .. 'run:' .. member
 local now = clock()
 local f, lost = held(run, tonumber(ARGV[2]))
 if not f then

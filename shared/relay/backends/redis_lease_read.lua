@@ -1,12 +1,11 @@
 -- read: records of one job, for runs(), reclaimable() and last_slot().
--- KEYS: active, slots, purge. ARGV: run key base (<prefix>{job}:run:), mode, limit.
+-- KEYS: the job's base key. ARGV: mode, limit.
 -- mode 'newest': the `limit` newest runs. mode 'reclaimable': runs another instance may lease now
 -- (pending, or running with an expired lease), oldest slot first. mode 'last': the newest slot.
 -- Returns {member, slot_ms, field, value, ...} per run, or {slot_ms} for 'last'.
--- Run hashes are read by name from the index: they share the job's hash tag, so its slot.
 
-local active, slots, purge = KEYS[1], KEYS[2], KEYS[3]
-local base, mode, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local active, slots, purge = KEYS[1] .. 'active', KEYS[1] .. 'slots', KEYS[1] .. 'purge'
+local base, mode, limit = KEYS[1] .. 'run:', ARGV[1], tonumber(ARGV[2])
 local now = clock()
 trim(active, slots, purge, now)
 if mode == 'last' then

@@ -1,8 +1,9 @@
 -- release: hand the run over; any instance may lease it at once. Not a failure.
--- KEYS: run, active, purge. ARGV: member, token, retention_ms.
+-- KEYS: the job's base key. ARGV: member, token, retention_ms.
 -- Returns {'ok'} or {'lost', why, detail}.
 
-local run, active, purge = KEYS[1], KEYS[2], KEYS[3]
+local active, purge = KEYS[1] .. 'active', KEYS[1] .. 'purge'
+local run = KEYS[1] .. 'run:' .. ARGV[1]
 local member = ARGV[1]
 local now = clock()
 local f, lost = held(run, tonumber(ARGV[2]))

@@ -1,7 +1,8 @@
 -- skip: record the run skipped with a reason unless it has a record.
--- KEYS: run, slots, purge. ARGV: member, slot_ms, reason, retention_ms. Returns 1 if recorded.
+-- KEYS: the job's base key. ARGV: member, slot_ms, reason, retention_ms. Returns 1 if recorded.
 
-local run, slots, purge = KEYS[1], KEYS[2], KEYS[3]
+local slots, purge = KEYS[1] .. 'slots', KEYS[1] .. 'purge'
+local run = KEYS[1] .. 'run:' .. ARGV[1]
 local member, retention = ARGV[1], tonumber(ARGV[4])
 if redis.call('EXISTS', run) == 1 then
   return 0

@@ -1,9 +1,10 @@
 -- start: the runner takes the run over and renews its lease.
--- KEYS: run, active, purge. ARGV: member, token, owner, lease_ms, retention_ms.
+-- KEYS: the job's base key. ARGV: member, token, owner, lease_ms, retention_ms.
 -- Returns {'ok', attempt} or {'lost', why, detail}.
 
-local run, active, purge = KEYS[1], KEYS[2], KEYS[3]
+local active, purge = KEYS[1] .. 'active', KEYS[1] .. 'purge'
 local member, owner, lease = ARGV[1], ARGV[3], tonumber(ARGV[4])
+local run = KEYS[1] .. 'run:' .. member
 local now = clock()
 local f, lost = held(run, tonumber(ARGV[2]))
 if not f then
