@@ -188,14 +188,15 @@ class SQLiteLeaseBackend:
         self, conn: sqlite3.Connection, request: AcquireRequest, now_ms: int
     ) -> AcquireResult:
         rid = run_id(request.job, request.slot)
+        fresh = self._lease_if_new(conn, request, rid, now_ms)
+        if fresh is not None:
+            return AcquireResult(Outcome.WON, fresh)
         row = conn.execute(
             "SELECT state, expires_ms, failures, max_attempts, reason FROM relay_runs "
             "WHERE run_id = ?",
             (rid,),
         ).fetchone()
-        stored = (
-            None if row is None else StoredRun(RunState(row[0]), row[1], row[2], row[3], row[4])
-        )
+        stored = None if row is None else StoredRun(RunState(row[0]), *row[1:])
         other_live = request.overlap_skip and _other_live(conn, request.job, rid, now_ms)
         decision = decide(stored, request, now_ms, other_live)
         if decision.action is Action.SKIP:
@@ -207,10 +208,22 @@ class SQLiteLeaseBackend:
                 (decision.failures, decision.reason, now_ms, now_ms, rid),
             )
         elif decision.action is Action.LEASE:
-            return AcquireResult(
-                Outcome.WON, self._lease(conn, request, rid, decision.failures, now_ms)
-            )
+            run = self._lease(conn, request, rid, decision.failures, now_ms)
+            return AcquireResult(Outcome.WON, run)
         return AcquireResult(decision.outcome)
+
+    def _lease_if_new(
+        self, conn: sqlite3.Connection, request: AcquireRequest, rid: str, now_ms: int
+    ) -> Run | None:
+        """The common case in one insert: a run nobody has recorded, with no rule in the way."""
+        age_s = (now_ms - slot_ms(request.slot)) / 1000
+        if request.overlap_skip or (
+            request.stale_after is not None and age_s > request.stale_after
+        ):
+            return None
+        if conn.execute("SELECT 1 FROM relay_runs WHERE run_id = ?", (rid,)).fetchone():
+            return None
+        return self._lease(conn, request, rid, 0, now_ms)
 
     def _lease(
         self,
@@ -222,20 +235,20 @@ class SQLiteLeaseBackend:
     ) -> Run:
         token = _next_token(conn, request.job)
         expires = now_ms + _ms(request.lease)
-        conn.execute(
+        attempt = conn.execute(
             "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
             "token, owner, expires_ms, updated_ms) "
             "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
             "ON CONFLICT (run_id) DO UPDATE SET state = 'running', attempt = attempt + 1, "
             "failures = ?, token = excluded.token, owner = excluded.owner, reason = NULL, "
-            "expires_ms = excluded.expires_ms, started_ms = NULL, updated_ms = excluded.updated_ms",
+            "expires_ms = excluded.expires_ms, started_ms = NULL, updated_ms = excluded.updated_ms "
+            "RETURNING attempt",
             (
                 rid, request.job, slot_ms(request.slot), request.max_attempts, token,
                 request.owner, expires, now_ms, failures,
             ),
-        )  # fmt: skip
-        attempt = conn.execute("SELECT attempt FROM relay_runs WHERE run_id = ?", (rid,))
-        return Run(rid, request.job, request.slot, attempt.fetchone()[0], token, request.owner)
+        ).fetchone()[0]  # fmt: skip
+        return Run(rid, request.job, request.slot, attempt, token, request.owner)
 
     @staticmethod
     def _insert_skipped(

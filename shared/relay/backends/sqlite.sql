@@ -23,6 +23,6 @@ CREATE TABLE IF NOT EXISTS relay_runs (
     started_ms   INTEGER,
     finished_ms  INTEGER,
     updated_ms   INTEGER NOT NULL
-);
+) WITHOUT ROWID;            -- clustered by run id: one b-tree fewer to write per step
 CREATE INDEX IF NOT EXISTS relay_runs_job_slot ON relay_runs (job, slot_ms);
 CREATE INDEX IF NOT EXISTS relay_runs_state ON relay_runs (state, expires_ms);
