@@ -20,7 +20,7 @@ from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
 from celery.worker import state as worker_state
 
-from relay.backends import open_backend
+from relay.backends import Backend, open_backend
 from relay.engine import ActiveRun, Runner
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
@@ -65,8 +65,10 @@ class RunHooks:
     def __init__(self, settings: CelerySettings) -> None:
         self.settings = settings
         self._lock = threading.Lock()
-        self._runner: Runner | None = None
+        self._local = threading.local()
         self._pid = 0
+        self._backend: Backend | None = None
+        self._owner = ""
 
     def wrap(self, task: Task[Any, Any]) -> None:
         """Replace ``task.run`` with a version that honours a run header (other calls pass)."""
@@ -127,18 +129,28 @@ class RunHooks:
         return active
 
     def runner(self) -> Runner:
-        """This process's runner; opened after a fork, never shared with the parent."""
-        with self._lock:
-            if self._runner is None or self._pid != os.getpid():
-                settings = self.settings
-                self._runner = Runner(
-                    open_backend(settings.backend),
-                    owner=default_owner(),
-                    lease=settings.lease,
-                    heartbeat=settings.heartbeat,
+        """This thread's runner, on this process's backend (opened after a fork, never shared).
+
+        Each worker thread is an owner of its own: the store then refuses a duplicate delivery
+        of a run to a second thread of the same worker, as it does to another worker.
+        """
+        runner: Runner | None = getattr(self._local, "runner", None)
+        if runner is None or self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._backend = open_backend(self.settings.backend)
+                    self._owner = default_owner()
+                    self._pid = os.getpid()
+                    self._local = threading.local()
+                assert self._backend is not None
+                runner = Runner(
+                    self._backend,
+                    owner=f"{self._owner}/{threading.current_thread().name}",
+                    lease=self.settings.lease,
+                    heartbeat=self.settings.heartbeat,
                 )
-                self._pid = os.getpid()
-            return self._runner
+                self._local.runner = runner
+        return runner
 
 
 class _Interrupted(BaseException):

@@ -283,3 +283,20 @@ def test_bad_settings_stop_beat_and_worker_at_start_naming_the_setting(tmp_path:
         logs = c.logs()
     assert logs.count("heartbeat (20s) must be shorter than lease (10s)") >= 2
     assert c.events() == []
+
+
+def test_a_duplicate_delivered_to_another_thread_of_the_same_worker_is_dropped(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep": 3}}}
+    with cluster(tmp_path, redis_broker(), url, schedule) as c:
+        c.beat()
+        c.worker(pool="threads", concurrency=2)
+        c.wait_for("the run to start", lambda: c.events("start") != [])
+        (started,) = c.events("start")
+        c.publish({"id": started["run"], "token": started["token"], "attempt": 1, "owner": "x"})
+        c.wait_for("the duplicate to be dropped", lambda: "dropping a stale" in c.logs())
+        c.wait_for("the run to end", lambda: c.events("end") != [])
+        events = c.events()
+    assert [e["event"] for e in events] == ["start", "end"]
