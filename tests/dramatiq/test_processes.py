@@ -245,3 +245,20 @@ def test_failed_runs_are_retried_by_relay_up_to_max_attempts(deploy: Any) -> Non
     [record] = d.runs("flaky")
     assert (record.state, record.failures) == (RunState.FAILED, 2)
     assert "Retrying message" not in d.logs()
+
+
+@pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
+def test_a_message_that_outwaits_its_queue_lease_is_replaced_and_dropped(deploy: Any) -> None:
+    d: Deployment = deploy({"queued": {"every": 3600, "catch_up": 3600}}, lease="1,0.3,3")
+    d.scheduler("scheduler")
+    d.wait_for("the first dispatch", lambda: d.enqueued())
+    # No worker yet: the queue lease (3 s) expires and the run is re-dispatched, newer token.
+    d.wait_for("a re-dispatch", lambda: len(d.enqueued()) >= 2, timeout=30)
+    d.worker("worker", threads=2)
+    d.wait_for("the run to succeed", lambda: settled(d, "queued"))
+
+    starts = d.events("start")
+    assert len(starts) == 1, d.logs()
+    [record] = d.runs("queued")
+    assert record.state is RunState.SUCCEEDED and starts[0]["token"] == record.token > 1
+    assert "not running queued@" in d.logs()  # the first message was dropped
