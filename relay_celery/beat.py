@@ -47,6 +47,7 @@ class RelayScheduler(Scheduler):
         self._relay_options: dict[str, dict[str, Any]] = {}
         self._backend: Backend | None = None
         self._next_wake = 0.0
+        self._next_slots: dict[str, datetime] = {}
         self._next_sweep = 0.0
         self._backoff = 1.0
         super().__init__(app, *args, **kwargs)
@@ -127,14 +128,18 @@ class RelayScheduler(Scheduler):
         return self._backend is not None and is_lease(self._backend)
 
     def _until_next_slot(self) -> float:
-        """Seconds until the earliest next slot of any job (at most ``max_interval``)."""
+        """Seconds until the earliest next slot of any job (at most ``max_interval``).
+
+        Each job's next slot is cached until it passes, so a tick computes few schedules.
+        """
         now = datetime.now(timezone.utc)
-        limit = float(self._max_interval())
-        for job in self.decider.jobs.values():
-            slot = next(job.schedule.slots_between(now, now + _HORIZON), None)
-            if slot is not None:
-                limit = min(limit, (slot - now).total_seconds() + 0.001)
-        return max(limit, 0.0)
+        far = now + _HORIZON
+        for name, job in self.decider.jobs.items():
+            cached = self._next_slots.get(name)
+            if cached is None or cached <= now:
+                self._next_slots[name] = next(job.schedule.slots_between(now, far), far)
+        soonest = min(self._next_slots.values(), default=far)
+        return max(min((soonest - now).total_seconds() + 0.001, self._max_interval()), 0.0)
 
     def _max_interval(self) -> float:
         return float(self.max_interval or 300)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,14 @@ def test_django_relay_settings_are_read(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert f"backend='sqlite:///{tmp_path}/dj.db', lease=12.0, heartbeat=3.0" in out.stdout
+
+
+def test_beat_sleeps_until_the_next_slot_of_any_entry(tmp_path: Path) -> None:
+    scheduler = RelayScheduler(make_app(tmp_path, {"hourly": entry(3600), "often": entry(7)}))
+    try:
+        scheduler.tick()
+        delay = scheduler.tick()
+        until_next = 7 - time.time() % 7
+        assert 0 < delay <= until_next + 0.01
+    finally:
+        scheduler.close()
