@@ -45,7 +45,7 @@ def free_port() -> int:
 
 
 class NatsServer:
-    """One nats-server process with JetStream on 127.0.0.1, its store in ``store_dir``."""
+    """One nats-server process with JetStream on 127.0.0.1, its store and log in ``store_dir``."""
 
     def __init__(self, binary: Path, store_dir: Path, port: int | None = None) -> None:
         self.binary = binary
@@ -60,9 +60,10 @@ class NatsServer:
 
     def start(self, timeout: float = 30) -> None:
         """Start the server and wait until it accepts connections."""
+        self.store_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             [str(self.binary), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-             "-sd", str(self.store_dir)],
+             "-sd", str(self.store_dir), "-l", str(self.store_dir / "server.log")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -412,10 +412,17 @@ class NatsLeaseBackend:
             LookupError,
             TypeError,
         ) as exc:
-            raise BackendUnavailable(f"NATS at {self._where} failed: {exc!r}") from exc
+            raise BackendUnavailable(f"NATS at {self._where} failed: {_describe(exc)}") from exc
 
 
 _OLD = "the NATS lease backend needs 2.10 or newer (it reads the server's clock from stream info)"
+
+
+def _describe(exc: BaseException) -> str:
+    """A driver error for a message: JetStream API errors carry their code and description."""
+    if isinstance(exc, nats.js.errors.APIError):
+        return f"{type(exc).__name__} {exc.code}/{exc.err_code}: {exc.description}"
+    return repr(exc)
 
 
 def _encode(job: str) -> str:
