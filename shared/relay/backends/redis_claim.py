@@ -21,9 +21,10 @@ slot. Streams are trimmed and run keys expire, so nothing grows without bound.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from importlib import resources
 from typing import Any, Literal
 
@@ -175,24 +176,24 @@ class RedisClaimBackend:
     def _claim_stream_ids(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         # Oldest slots first, so a batch never refuses its own older runs.
         order = sorted(range(len(runs)), key=lambda i: runs[i][1])
-        pipe = self._client.pipeline(transaction=False)
-        for i in order:
-            job, slot = runs[i]
-            pipe.xadd(
-                self.stream_key(job),
-                {"run": run_id(job, slot)},
-                id=f"{slot_ms(slot)}-1",
-                maxlen=STREAM_KEEP,
-                approximate=True,
-            )
+        replies = self._execute([partial(self._xadd, *runs[i]) for i in order])
         won = [False] * len(runs)
-        for i, reply in zip(order, pipe.execute(raise_on_error=False), strict=True):
+        for i, reply in zip(order, replies, strict=True):
             if isinstance(reply, ResponseError) and "equal or smaller" in str(reply):
                 continue
             if isinstance(reply, Exception):
                 raise reply
             won[i] = True
         return won
+
+    def _xadd(self, job: str, slot: datetime, target: Any) -> Any:
+        return target.xadd(
+            self.stream_key(job),
+            {"run": run_id(job, slot)},
+            id=f"{slot_ms(slot)}-1",
+            maxlen=STREAM_KEEP,
+            approximate=True,
+        )
 
     def _claim_idmp(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         # The winner is whoever's entry the stream holds for the run id. Each call signs its
@@ -219,15 +220,8 @@ class RedisClaimBackend:
     def _claim_keys(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         won: dict[int, bool] = {}
         todo = list(range(len(runs)))
-        retention_ms = max(int(self.retention * 1000), 1)
         for _ in range(2):
-            pipe = self._client.pipeline(transaction=False)
-            for i in todo:
-                job, slot = runs[i]
-                pipe.evalsha(
-                    self._claim_sha, 1, self.run_key(job, slot), run_id(job, slot), retention_ms
-                )
-            replies = pipe.execute(raise_on_error=False)
+            replies = self._execute([partial(self._evalsha, *runs[i]) for i in todo])
             for i, reply in zip(todo, replies, strict=True):
                 if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
                     raise reply
@@ -239,6 +233,23 @@ class RedisClaimBackend:
             # The server lost its scripts (a restart, SCRIPT FLUSH): load it again, once.
             self._claim_sha = str(self._client.script_load(_CLAIM_SCRIPT))
         raise BackendUnavailable(f"Redis at {self.location} keeps forgetting the claim script")
+
+    def _evalsha(self, job: str, slot: datetime, target: Any) -> Any:
+        retention_ms = max(int(self.retention * 1000), 1)
+        key = self.run_key(job, slot)
+        return target.evalsha(self._claim_sha, 1, key, run_id(job, slot), retention_ms)
+
+    def _execute(self, commands: list[Callable[[Any], Any]]) -> list[Any]:
+        """Each command's reply, errors as values: one command directly, more in one pipeline."""
+        if len(commands) == 1:
+            try:
+                return [commands[0](self._client)]
+            except ResponseError as exc:
+                return [exc]
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            command(pipe)
+        return list(pipe.execute(raise_on_error=False))
 
     def _check_idmp_support(self) -> None:
         info = self._client.info("server")
