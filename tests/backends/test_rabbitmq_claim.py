@@ -16,7 +16,7 @@ from relay import BackendUnavailable, ConfigurationError, open_backend
 from relay.backends.rabbitmq import GateQueues, RabbitMQClaimBackend
 from tests.backends.claim_slots import slots
 from tests.support.backends import unique
-from tests.support.claim_backends import rabbitmq_claim
+from tests.support.claim_backends import TEST_QUEUE_RETENTION, rabbitmq_claim
 from tests.support.services import SERVICES
 
 pytestmark = pytest.mark.rabbitmq
@@ -109,7 +109,8 @@ def test_long_run_ids_get_hashed_queue_names() -> None:
 
 def test_instances_disagreeing_on_retention_are_refused(url: str) -> None:
     first: Any = open_backend(url)
-    second: Any = open_backend(url.replace("retention=", "retention=1"))
+    other_retention = f"retention={TEST_QUEUE_RETENTION + 1}"
+    second: Any = open_backend(url.replace(f"retention={TEST_QUEUE_RETENTION}", other_retention))
     slot = slots(1)[0]
     try:
         assert first.claim("job", slot)
