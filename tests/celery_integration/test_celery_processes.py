@@ -110,8 +110,8 @@ def test_rabbitmq_broker(tmp_path: Path) -> None:
 
 
 def one_run_now(**options: Any) -> dict[str, Any]:
-    """An hourly entry whose latest slot is due at once (catch-up covers the last hour)."""
-    return {"every": 3600, "relay": {"catch_up": 3600, **options}}
+    """An entry with exactly one due run: slots ~3 years apart, catch-up covering the last one."""
+    return {"every": 10**8, "relay": {"catch_up": 10**8, **options}}
 
 
 def test_a_worker_killed_mid_task_loses_the_run_which_completes_once_elsewhere(
