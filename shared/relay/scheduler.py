@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import tzinfo
 from types import FrameType
 from typing import Any, Generic, TypeVar, overload
@@ -121,9 +120,11 @@ class Scheduler(Generic[BackendT]):
         self.runner = Runner(
             self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat
         )
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="relay-run")
+        # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
+        # without finishing runs it handed over (another instance is running them by then).
+        self._workers = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()
-        self._queued: dict[Future[None], Run] = {}
+        self._threads: set[threading.Thread] = set()
         self._active: set[ActiveRun] = set()
         self._stopping = threading.Event()
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
@@ -220,26 +221,29 @@ class Scheduler(Generic[BackendT]):
             self._dispatch(item)
         return [item.run for item in won]
 
-    def shutdown(self) -> None:
-        """Stop taking runs, wait up to ``stop_timeout`` for running ones, hand over the rest."""
-        self._stopping.set()
-        if self._dispatcher is not None:
-            self._dispatcher.stop_serving(self.stop_timeout)
-        with self._lock:
-            queued = [run for future, run in self._queued.items() if future.cancel()]
-        for run in queued:
-            self.runner.release(run)
-        deadline = time.monotonic() + self.stop_timeout
-        while time.monotonic() < deadline:
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until no run is in flight; ``False`` if some still are after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
             with self._lock:
-                if not self._queued:
-                    break
-            time.sleep(0.05)
+                if not self._threads:
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def shutdown(self) -> None:
+        """Stop taking runs, wait up to ``stop_timeout`` for running ones, hand over the rest.
+
+        Runs not yet started are handed over at once. A run still going after ``stop_timeout``
+        is handed over too, and its thread is abandoned: another instance takes the run at once.
+        """
+        self._stopping.set()
+        self.join(self.stop_timeout)
         with self._lock:
             unfinished = list(self._active)
         for active in unfinished:
             active.release()
-        self._pool.shutdown(wait=not unfinished, cancel_futures=True)
 
     def _loop(self) -> None:
         backoff = self.tick_interval
@@ -262,25 +266,33 @@ class Scheduler(Generic[BackendT]):
             self._stopping.wait(self.tick_interval)
 
     def _dispatch(self, won: Won) -> None:
-        if self._dispatcher is not None:
-            self._dispatcher.dispatch(won)
-            return
         with self._lock:
-            if self._stopping.is_set():
-                stopping = True
-            else:
-                stopping = False
-                future = self._pool.submit(self._execute, won)
-                self._queued[future] = won.run
-                future.add_done_callback(self._forget)
+            stopping = self._stopping.is_set()
+            if not stopping:
+                thread = threading.Thread(
+                    target=self._execute, args=(won,), name=f"relay-{won.run.id}", daemon=True
+                )
+                self._threads.add(thread)
         if stopping:
             self.runner.release(won.run)
-
-    def _forget(self, future: Future[None]) -> None:
-        with self._lock:
-            self._queued.pop(future, None)
+        else:
+            thread.start()
 
     def _execute(self, won: Won) -> None:
+        try:
+            while not self._workers.acquire(timeout=0.05):
+                if self._stopping.is_set():  # still waiting for a free worker: hand it over
+                    self.runner.release(won.run)
+                    return
+            try:
+                self._run(won)
+            finally:
+                self._workers.release()
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def _run(self, won: Won) -> None:
         handler = won.job.handler
         assert handler is not None
         try:

@@ -190,8 +190,7 @@ def test_failed_runs_are_retried_until_max_attempts(
 
     for _ in range(4):
         s.run_pending()
-        s._pool.shutdown(wait=True)  # let the run finish before the next tick
-        s._pool = type(s._pool)(max_workers=1)
+        assert s.join(10)  # let the run finish before the next tick
     assert [a for a, _ in attempts] == [1, 2, 3]
     assert [t for _, t in attempts] == sorted({t for _, t in attempts})
     (record,) = store.runs("flaky")

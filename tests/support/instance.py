@@ -1,0 +1,42 @@
+"""A real scheduler instance for tests: ``python -m tests.support.instance JSON``.
+
+It runs one job on the given backend URL; each run appends ``(run id, attempt, token, owner,
+event)`` lines to a log file so that the test can see who started and who finished which run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import relay
+
+
+def main(args: dict[str, Any]) -> None:
+    log = Path(args["log"])
+    scheduler = relay.Scheduler(
+        args["url"], lease=args["lease"], heartbeat=args["heartbeat"], tick=0.1,
+        owner=f"{args['name']}:{os.getpid()}", stop_timeout=args.get("stop_timeout", 1),
+    )  # fmt: skip
+
+    def write(run: relay.Run, event: str) -> None:
+        with log.open("a") as out:
+            out.write(json.dumps([run.id, run.attempt, run.token, args["name"], event]) + "\n")
+
+    @scheduler.job(
+        every=args["every"], name="job", max_attempts=3, catch_up=args.get("catch_up", 0)
+    )
+    def job(run: relay.Run) -> None:
+        write(run, "start")
+        time.sleep(args["work"])
+        write(run, "done")
+
+    scheduler.run()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
