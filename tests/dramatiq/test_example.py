@@ -29,7 +29,7 @@ def test_example_runs_each_report_once(tmp_path: Path) -> None:
     }
     try:
         result = subprocess.run(
-            [sys.executable, "examples/dramatiq_app/run.py", "--seconds", "9"],
+            [sys.executable, "examples/dramatiq_app/run.py", "--seconds", "7"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
     finally:

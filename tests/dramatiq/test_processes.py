@@ -119,10 +119,10 @@ def test_racing_schedulers_enqueue_and_run_each_run_once(deploy: Any) -> None:
     d: Deployment = deploy({"tick": {"every": 1, "sleep": 0.1}})
     worker = d.worker("worker", threads=4)
     schedulers = [d.scheduler(f"scheduler{i}") for i in range(3)]
-    d.wait_for("runs to be enqueued", lambda: len(d.enqueued()) >= 3)
+    d.wait_for("runs to be enqueued", lambda: len(d.enqueued()) >= 2)
     d.kill(schedulers[0])  # a scheduler killed mid-flight costs nothing
     before = len(d.enqueued())
-    d.wait_for("runs after the kill", lambda: len(d.enqueued()) >= before + 3)
+    d.wait_for("runs after the kill", lambda: len(d.enqueued()) >= before + 2)
     for proc in schedulers[1:]:
         assert d.stop(proc) == 0, d.logs()  # SIGTERM stops a scheduler cleanly
     d.wait_for("every run to finish", lambda: settled(d, "tick"))
@@ -133,7 +133,7 @@ def test_racing_schedulers_enqueue_and_run_each_run_once(deploy: Any) -> None:
     assert starts and max(starts.values()) == 1, (starts, d.logs())
     assert max(enqueued.values()) == 1, enqueued
     assert set(starts) == set(enqueued)
-    assert len(starts) >= before + 3, (starts, d.logs())
+    assert len(starts) >= before + 2, (starts, d.logs())
     assert_contiguous(slots_of(list(starts)), 1.0, d)
     assert all(r.state is RunState.SUCCEEDED for r in d.runs("tick"))
 
@@ -186,7 +186,7 @@ def overlaps(d: Deployment) -> int:
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_overlapping_runs_are_skipped(deploy: Any) -> None:
-    d: Deployment = deploy({"long": {"every": 1, "overlap": "skip", "sleep": 2.2}})
+    d: Deployment = deploy({"long": {"every": 1, "overlap": "skip", "sleep": 1.6}})
     worker = d.worker("worker", threads=3)
     schedulers = [d.scheduler(f"scheduler{i}") for i in range(2)]
     d.wait_for("two overlap skips", lambda: overlaps(d) >= 2 and len(d.events("done")) >= 2)
