@@ -176,7 +176,7 @@ def test_a_failed_run_is_retried_by_a_beat_sweep(tmp_path: Path) -> None:
 
 def test_overlap_skip_never_runs_two_runs_of_a_long_task_at_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {"every": 1, "kwargs": {"sleep": 2.5}, "relay": {"overlap": "skip"}}}
+    schedule = {"long": {"every": 1, "kwargs": {"sleep": 1.6}, "relay": {"overlap": "skip"}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.beat()
         c.beat()
@@ -233,18 +233,19 @@ def test_catch_up_runs_the_slots_missed_while_every_beat_was_down(tmp_path: Path
     assert len(missed) >= 2, "the oldest slots of the downtime were run"
 
 
-def test_a_warm_shutdown_lets_the_running_task_finish_its_run(tmp_path: Path) -> None:
+def test_heartbeats_keep_a_long_task_and_a_warm_shutdown_lets_it_finish(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(), "kwargs": {"sleep": 3}}}
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep": 5}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
-        c.set(lease=3, heartbeat=1, queue_lease=10)
+        # The task outlives its lease twice over: only heartbeats keep beats from taking it over.
+        c.set(lease=2, heartbeat=0.5, queue_lease=10)
         c.beat()
         worker = c.worker(pool="solo")
         c.wait_for("the run to start", lambda: c.events("start") != [])
         c.kill(worker, signal.SIGTERM)
         assert worker.wait(30) == 0
         c.worker()
-        time.sleep(5)  # more than the lease: a lost run would be taken over by now
+        time.sleep(3)  # more than the lease: a lost run would be taken over by now
         events = c.events()
     assert [(e["event"], e["attempt"]) for e in events] == [("start", 1), ("end", 1)]
     backend = store(url)
