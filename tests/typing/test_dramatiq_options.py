@@ -1,11 +1,12 @@
-"""mypy refuses lease-only middleware options on a claim backend (tests/typing)."""
+"""mypy refuses lease-only middleware options on a claim backend (dramatiq_options.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.dramatiq.procs import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_typing_file_checks_cleanly_under_strict_mypy() -> None:
