@@ -176,7 +176,13 @@ class NatsClaimBackend:
     def _translated(self) -> Iterator[None]:
         try:
             yield
-        except (nats.errors.NoServersError, OSError) as exc:
+        except (
+            nats.errors.NoServersError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.StaleConnectionError,
+            nats.errors.UnexpectedEOF,
+            OSError,
+        ) as exc:
             raise BackendUnavailable(
                 f"cannot reach NATS at {self.location} ({exc!r}): check that the server is "
                 "running and that the URL's host and port are right"
