@@ -31,12 +31,14 @@ def _redis_broker(queue: str) -> Iterator[str]:
     import redis
 
     url = services.require("redis")
-    yield url
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{queue}*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    try:
+        yield url
+    finally:
+        client = redis.Redis.from_url(url)
+        keys = list(client.scan_iter(match=f"{queue}*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
 
 
 @contextmanager
@@ -44,12 +46,14 @@ def _rabbitmq_broker(queue: str) -> Iterator[str]:
     import pika
 
     url = services.require("rabbitmq")
-    yield url
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
-        channel.queue_delete(name)
-    connection.close()
+    try:
+        yield url
+    finally:
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
+            channel.queue_delete(name)
+        connection.close()
 
 
 BROKERS = {"redis": _redis_broker, "rabbitmq": _rabbitmq_broker}
