@@ -110,40 +110,35 @@ class SQLiteLeaseBackend:
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         with self._write() as (conn, now_ms):
-            self._check_held(conn, run_id, token)
-            conn.execute(
-                "UPDATE relay_runs SET expires_ms = ?, updated_ms = ? WHERE run_id = ?",
-                (now_ms + _ms(lease), now_ms, run_id),
+            self._update_held(
+                conn, run_id, token, "expires_ms = ?, updated_ms = ?", (now_ms + _ms(lease), now_ms)
             )
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
         with self._write() as (conn, now_ms):
-            failures, max_attempts = self._check_held(conn, run_id, token)
-            if succeeded:
-                state, failures = RunState.SUCCEEDED, failures
-            else:
-                failures += 1
-                state = RunState.FAILED if failures >= max_attempts else RunState.PENDING
-            conn.execute(
-                "UPDATE relay_runs SET state = ?, failures = ?, error = ?, expires_ms = NULL, "
-                "finished_ms = CASE WHEN ? THEN ? ELSE NULL END, reason = ?, updated_ms = ? "
-                "WHERE run_id = ?",
-                (
-                    state.value, failures, error, state.final, now_ms,
-                    None if succeeded else "failed", now_ms, run_id,
-                ),
-            )  # fmt: skip
-            return state
+            state = self._update_held(
+                conn,
+                run_id,
+                token,
+                "failures = failures + ?1, error = ?2, expires_ms = NULL, updated_ms = ?3, "
+                "state = CASE WHEN ?1 = 0 THEN 'succeeded' "
+                "WHEN failures + 1 >= max_attempts THEN 'failed' ELSE 'pending' END, "
+                "reason = CASE WHEN ?1 = 0 THEN NULL ELSE 'failed' END, "
+                "finished_ms = CASE WHEN ?1 = 0 OR failures + 1 >= max_attempts THEN ?3 END",
+                (0 if succeeded else 1, error, now_ms),
+            )
+            return RunState(state)
 
     def release(self, run_id: str, token: int) -> None:
         with self._write() as (conn, now_ms):
-            self._check_held(conn, run_id, token)
-            conn.execute(
-                "UPDATE relay_runs SET state = 'pending', reason = 'released', expires_ms = NULL, "
-                "updated_ms = ? WHERE run_id = ?",
-                (now_ms, run_id),
+            self._update_held(
+                conn,
+                run_id,
+                token,
+                "state = 'pending', reason = 'released', expires_ms = NULL, updated_ms = ?",
+                (now_ms,),
             )
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
@@ -215,15 +210,29 @@ class SQLiteLeaseBackend:
     def _lease_if_new(
         self, conn: sqlite3.Connection, request: AcquireRequest, rid: str, now_ms: int
     ) -> Run | None:
-        """The common case in one insert: a run nobody has recorded, with no rule in the way."""
+        """The common case in one insert: a run nobody has recorded, with no rule in the way.
+
+        A token is spent even when the insert finds the run recorded; tokens still only grow.
+        """
         age_s = (now_ms - slot_ms(request.slot)) / 1000
         if request.overlap_skip or (
             request.stale_after is not None and age_s > request.stale_after
         ):
             return None
-        if conn.execute("SELECT 1 FROM relay_runs WHERE run_id = ?", (rid,)).fetchone():
+        token = _next_token(conn, request.job)
+        inserted = conn.execute(
+            "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
+            "token, owner, expires_ms, updated_ms) "
+            "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING 1",
+            (
+                rid, request.job, slot_ms(request.slot), request.max_attempts, token,
+                request.owner, now_ms + _ms(request.lease), now_ms,
+            ),
+        ).fetchone()  # fmt: skip
+        if inserted is None:
             return None
-        return self._lease(conn, request, rid, 0, now_ms)
+        return Run(rid, request.job, request.slot, 1, token, request.owner)
 
     def _lease(
         self,
@@ -262,14 +271,25 @@ class SQLiteLeaseBackend:
         return cursor.rowcount == 1
 
     @staticmethod
-    def _check_held(conn: sqlite3.Connection, run_id: str, token: int) -> tuple[int, int]:
+    def _update_held(
+        conn: sqlite3.Connection, run_id: str, token: int, assignments: str, params: tuple[Any, ...]
+    ) -> str:
+        """Apply ``assignments`` if ``token`` holds the running run; return the new state.
+
+        Parameters in ``assignments`` are numbered from 1; the run id and token follow them.
+        """
+        n = len(params)
         row = conn.execute(
-            "SELECT state, token, failures, max_attempts FROM relay_runs WHERE run_id = ?",
-            (run_id,),
+            f"UPDATE relay_runs SET {assignments} "
+            f"WHERE run_id = ?{n + 1} AND token = ?{n + 2} AND state = 'running' RETURNING state",
+            (*params, run_id, token),
         ).fetchone()
-        if row is None or row[1] != token or row[0] != RunState.RUNNING.value:
-            raise LeaseLost(_lost_reason(run_id, token, row))
-        return row[2], row[3]
+        if row is None:
+            current = conn.execute(
+                "SELECT state, token FROM relay_runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            raise LeaseLost(_lost_reason(run_id, token, current))
+        return str(row[0])
 
     # -- connection handling -----------------------------------------------------------------
 
