@@ -46,29 +46,58 @@ CREATE FUNCTION {schema}.acquire_many(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_rounds integer;
-    v_now timestamptz;
+    v_now timestamptz := clock_timestamp();
+    v_settled text[];
+    v_jobs text[];
 BEGIN
+    -- Settled without a lock: a finished run never changes, and a lease live at v_now was held at
+    -- that instant. When instances tick a moment apart, the later ones stop here and write nothing.
+    SELECT array_agg(
+               CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held'
+               END ORDER BY r.idx)
+    INTO v_settled
+    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx)
+    LEFT JOIN {schema}.runs AS s ON s.run_id = r.run_id;
+    RETURN QUERY
+    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint
+    FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
+    WHERE r.outcome IS NOT NULL;
+    SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
+    FROM unnest(p_jobs, v_settled) AS r (job, settled)
+    WHERE r.settled IS NULL;
+    IF v_jobs IS NULL THEN
+        RETURN;
+    END IF;
     -- Every write that creates a run holds its job's row, so acquires of one job take turns: the
     -- overlap check and the token counter see each other. Locked in name order: no deadlocks.
     INSERT INTO {schema}.jobs (name, token)
-        SELECT DISTINCT j COLLATE "C", 0 FROM unnest(p_jobs) AS j
+        SELECT j, 0 FROM unnest(v_jobs) AS j
         WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE name = j)
-        ORDER BY 1
+        ORDER BY j COLLATE "C"
         ON CONFLICT (name) DO NOTHING;
-    PERFORM 1 FROM {schema}.jobs WHERE name = ANY (p_jobs) ORDER BY name FOR UPDATE;
-    -- Heartbeats, finishes and hand-overs change runs without a job lock: hold the runs as well.
-    PERFORM 1 FROM {schema}.runs WHERE run_id = ANY (p_run_ids) ORDER BY run_id FOR UPDATE;
-    SELECT max(n) INTO v_rounds FROM (SELECT count(*) AS n FROM unnest(p_jobs) AS j GROUP BY j) AS c;
+    PERFORM 1 FROM {schema}.jobs WHERE name = ANY (v_jobs) ORDER BY name FOR UPDATE;
+    v_now := clock_timestamp();  -- read once the jobs are held, so steps are ordered by it
+    -- Heartbeats, finishes and hand-overs change runs without a job lock: hold the runs a decision
+    -- may overwrite (pending, or expired at v_now). Any other run can then only stay live at v_now,
+    -- finish, or turn pending, which nobody but a holder of the job's row can change again.
+    PERFORM 1 FROM {schema}.runs
+    WHERE run_id = ANY (p_run_ids)
+      AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
+    ORDER BY run_id FOR UPDATE;
+    SELECT max(n) INTO v_rounds
+    FROM (SELECT count(*) AS n FROM unnest(p_jobs, v_settled) AS r (job, settled)
+          WHERE r.settled IS NULL GROUP BY r.job) AS c;
     FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
-        v_now := clock_timestamp();  -- read once the locks are held, so steps are ordered by it
         RETURN QUERY
         WITH req AS (
             SELECT * FROM (
                 SELECT r.*, row_number() OVER (PARTITION BY r.job COLLATE "C" ORDER BY r.idx) AS rnd
                 FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
-                            p_overlap, p_stale)
+                            p_overlap, p_stale, v_settled)
                      WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
-                                           overlap_skip, stale_after, idx)
+                                           overlap_skip, stale_after, settled, idx)
+                WHERE r.settled IS NULL
             ) AS numbered
             WHERE rnd = v_round
         ), decided AS (
@@ -91,25 +120,28 @@ BEGIN
                     WHEN s.failures + (s.state = 'running')::integer >= s.max_attempts THEN 'exhausted'
                     ELSE 'won'
                 END AS outcome,
-                coalesce(s.failures + (s.state = 'running')::integer, 0) AS failures
+                coalesce(s.failures + (s.state = 'running')::integer, 0) AS failures,
+                coalesce(s.attempt, 0) + 1 AS attempt  -- exact: the run is locked or brand new
             FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
         ), tokens AS (
+            -- No CTE is joined with another below: the planner cannot guess their sizes, and a
+            -- nested loop over two of them would make a large batch quadratic.
             UPDATE {schema}.jobs AS j SET token = j.token + 1
             FROM decided AS d
             WHERE d.outcome = 'won' AND j.name = d.job
-            RETURNING j.name, j.token
+            RETURNING d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
+                      d.failures, d.attempt, j.token
         ), leased AS (
             INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
                                             max_attempts, token, owner, expires_at, updated_at)
-            SELECT d.run_id, d.job, d.slot, 'running', 1, d.failures, d.max_attempts, t.token,
-                   d.owner, v_now + d.lease * interval '1 second', v_now
-            FROM decided AS d JOIN tokens AS t ON t.name = d.job
+            SELECT t.run_id, t.job, t.slot, 'running', t.attempt, t.failures, t.max_attempts,
+                   t.token, t.owner, v_now + t.lease * interval '1 second', v_now
+            FROM tokens AS t
             ON CONFLICT (run_id) DO UPDATE SET
-                state = 'running', attempt = s.attempt + 1, failures = excluded.failures,
+                state = 'running', attempt = excluded.attempt, failures = excluded.failures,
                 token = excluded.token, owner = excluded.owner, reason = NULL,
                 expires_at = excluded.expires_at, started_at = NULL,
                 updated_at = excluded.updated_at
-            RETURNING s.run_id, s.attempt, s.token
         ), skipped AS (
             INSERT INTO {schema}.runs (run_id, job, slot, state, reason, finished_at, updated_at)
             SELECT d.run_id, d.job, d.slot, 'skipped', d.outcome, v_now, v_now
@@ -122,8 +154,9 @@ BEGIN
             FROM decided AS d
             WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
         )
-        SELECT d.idx, d.outcome, l.attempt, l.token
-        FROM decided AS d LEFT JOIN leased AS l ON l.run_id = d.run_id;
+        SELECT t.idx, 'won', t.attempt, t.token FROM tokens AS t
+        UNION ALL
+        SELECT d.idx, d.outcome, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
     END LOOP;
 END
 $$;
