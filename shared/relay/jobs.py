@@ -14,6 +14,7 @@ from relay.schedules import Schedule, make_schedule
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "TICK_SPREAD",
     "Job",
     "Overlap",
     "check_scheduler_options",
@@ -21,6 +22,8 @@ __all__ = [
 ]
 
 Overlap = Literal["allow", "skip"]
+TICK_SPREAD = 5.0
+"""Seconds that instances' ticks may lag one another; a claim's memory must cover it."""
 DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a run gets by default: a failure and a dead runner each use one."""
 
@@ -90,8 +93,6 @@ def make_job(
 
 def _check_claim_memory(backend: ClaimBackend, stale_after: float | None) -> None:
     """Refuse a ``stale_after`` the backend forgets claims before: a run could be won twice."""
-    from relay.engine.deciding import TICK_SPREAD  # the engine imports this module
-
     memory = backend.remembers_for
     if memory is None or stale_after is None or stale_after + TICK_SPREAD <= memory:
         return

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
-from relay.jobs import Job
+from relay.jobs import TICK_SPREAD, Job
 from relay.runs import Run, run_id
 
-__all__ = ["ON_TIME_GRACE", "Decider", "Won"]
+__all__ = ["ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
 
 log = logging.getLogger("relay.decider")
 UTC = timezone.utc
@@ -25,8 +25,6 @@ ON_TIME_GRACE = 60.0
 """Seconds after its slot that a job's latest run is still attempted when catch_up is off."""
 MISSED_WINDOW = timedelta(days=1)
 """How far before the catch-up window missed runs are still recorded as skipped."""
-TICK_SPREAD = 5.0
-"""Seconds that instances' ticks may lag one another; claim memory must cover it."""
 
 
 @dataclass(frozen=True)
