@@ -28,7 +28,16 @@ from redis.retry import Retry
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
-from relay.runs import Run, RunRecord, RunState, format_slot, from_ms, parse_run_id, slot_ms
+from relay.runs import (
+    Run,
+    RunRecord,
+    RunState,
+    format_slot,
+    from_ms,
+    parse_run_id,
+    run_id,
+    slot_ms,
+)
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 
@@ -141,7 +150,7 @@ class RedisLeaseBackend:
         results: list[AcquireResult] = [AcquireResult(Outcome.HELD)] * len(requests)
         for indexes, reply in zip(by_job.values(), replies, strict=True):
             for n, index in enumerate(indexes):
-                results[index] = _acquire_result(requests[index], reply[1 + 3 * n : 4 + 3 * n])
+                results[index] = _acquire_result(requests[index], reply, 1 + 3 * n)
         # A job we listed that the server did not know: it lost its keys, the set of names too.
         lost = [
             job for job, reply in zip(by_job, replies, strict=True) if reply[0] and job in listed
@@ -165,7 +174,7 @@ class RedisLeaseBackend:
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
         job, member = _split(run_id)
-        args = [member, token, int(succeeded), error or "", int(error is not None)]
+        args = [member, token, int(succeeded), error or ""]
         reply = self._call_one("finish", job, args)
         _raise_if_lost(run_id, token, reply)
         return RunState(reply[1])
@@ -334,15 +343,14 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _acquire_result(request: AcquireRequest, item: list[Any]) -> AcquireResult:
-    """The result of one request from the script's ``outcome, attempt, token``."""
-    outcome = Outcome(item[0])
+def _acquire_result(request: AcquireRequest, reply: list[Any], at: int) -> AcquireResult:
+    """The result of one request from the script's ``outcome, attempt, token`` at ``reply[at]``."""
+    outcome = Outcome(reply[at])
     if outcome is not Outcome.WON:
         return AcquireResult(outcome)
-    member = format_slot(request.slot)
     run = Run(
-        f"{request.job}@{member}", request.job, request.slot, int(item[1]), int(item[2]),
-        request.owner,
+        run_id(request.job, request.slot), request.job, request.slot, int(reply[at + 1]),
+        int(reply[at + 2]), request.owner,
     )  # fmt: skip
     return AcquireResult(Outcome.WON, run)
 
@@ -366,13 +374,13 @@ def _record(job: str, item: list[Any]) -> RunRecord:
 
     def moment(name: str) -> datetime | None:
         value = fields.get(name)
-        return None if value is None else from_ms(int(value))
+        return from_ms(int(value)) if value else None
 
     return RunRecord(
         id=f"{job}@{member}", job=job, scheduled_for=from_ms(int(float(score))),
         state=RunState(fields["state"]), attempt=int(fields.get("attempt", 0)),
         failures=int(fields.get("failures", 0)), token=int(fields.get("token", 0)),
-        owner=fields.get("owner"), reason=fields.get("reason"),
+        owner=fields.get("owner") or None, reason=fields.get("reason") or None,
         expires_at=moment("expires_ms"), started_at=moment("started_ms"),
         finished_at=moment("finished_ms"),
     )  # fmt: skip

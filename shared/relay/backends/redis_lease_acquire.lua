@@ -6,25 +6,25 @@
 -- token yet (a new job, or a server that lost its keys): the caller then lists the job.
 
 local base = KEYS[1]
-local token_key, active, slots, purge = base .. 'token', base .. 'active', base .. 'slots',
-  base .. 'purge'
+local token_key, active, slots = base .. 'token', base .. 'active', base .. 'slots'
 local retention = tonumber(ARGV[1])
 local now, now_us = clock()
 
 -- A new token grows strictly, and stays above every token handed out before a restart that lost
 -- the counter: it is at least the server's time in microseconds.
+local last_token = tonumber(redis.call('GET', token_key) or '0')
 local function next_token()
-  local last = tonumber(redis.call('GET', token_key) or '0')
-  local token = math.max(last + 1, now_us)
-  redis.call('SET', token_key, string.format('%.0f', token))
-  return token
+  last_token = math.max(last_token + 1, now_us)
+  return last_token
 end
 
 local function other_live(member)
-  local live = redis.call('ZRANGEBYSCORE', active, '(' .. now, '+inf', 'LIMIT', 0, 2)
-  for _, other in ipairs(live) do
+  for _, other in ipairs(redis.call('ZRANGE', active, 0, -1)) do
     if other ~= member then
-      return true
+      local f = redis.call('HMGET', base .. 'run:' .. other, 'state', 'expires_ms')
+      if f[1] == 'running' and tonumber(f[2]) > now then
+        return true
+      end
     end
   end
   return false
@@ -32,28 +32,27 @@ end
 
 local function skip(r, reason)
   redis.call('HSET', r.run, 'state', 'skipped', 'reason', reason, 'finished_ms', now)
+  redis.call('PEXPIRE', r.run, retention)
   redis.call('ZADD', slots, r.slot, r.member)
-  keep(r.run, purge, r.member, now, retention)
 end
 
 local function fail(r, failures)
   redis.call('HSET', r.run, 'state', 'failed', 'failures', failures, 'reason', 'max_attempts',
-    'finished_ms', now)
-  redis.call('HDEL', r.run, 'expires_ms')
+    'finished_ms', now, 'expires_ms', '')
+  redis.call('PEXPIRE', r.run, retention)
   redis.call('ZREM', active, r.member)
-  keep(r.run, purge, r.member, now, retention)
 end
 
 local function lease(r, failures, attempt, max_attempts)
   local token = next_token()
-  local expires = now + r.lease
   redis.call('HSET', r.run, 'state', 'running', 'attempt', attempt + 1, 'failures', failures,
     'max_attempts', max_attempts, 'token', string.format('%.0f', token), 'owner', r.owner,
-    'expires_ms', expires)
-  redis.call('HDEL', r.run, 'reason', 'started_ms')
-  redis.call('ZADD', active, expires, r.member)
-  redis.call('ZADD', slots, r.slot, r.member)
-  keep(r.run, purge, r.member, now, retention + r.lease)
+    'expires_ms', now + r.lease, 'reason', '', 'started_ms', '')
+  redis.call('PEXPIRE', r.run, retention + r.lease)
+  if attempt == 0 then
+    redis.call('ZADD', active, r.slot, r.member)
+    redis.call('ZADD', slots, r.slot, r.member)
+  end
   return {'won', attempt + 1, token}
 end
 
@@ -76,7 +75,7 @@ local function acquire(r)
   end
   local failures = tonumber(f[3])
   if state == 'running' then
-    if f[2] and tonumber(f[2]) > now then
+    if (tonumber(f[2]) or 0) > now then
       return {'held', 0, 0}
     end
     failures = failures + 1 -- the runner stopped heartbeating: its attempt counts as failed
@@ -88,8 +87,8 @@ local function acquire(r)
   return lease(r, failures, tonumber(f[5]), tonumber(f[4]))
 end
 
-local new_job = redis.call('EXISTS', token_key) == 0 and 1 or 0
-trim(active, slots, purge, now)
+local new_job = last_token == 0 and 1 or 0
+trim(base)
 local results, longest = {new_job}, 0
 for i = 2, #ARGV, 2 do
   local member, slot, lease_ms, max_attempts, overlap, stale =
@@ -104,7 +103,9 @@ for i = 2, #ARGV, 2 do
   end
   longest = math.max(longest, r.lease)
 end
+-- The job's keys outlive its records (give or take the minute renew() allows).
+redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
 for _, key in ipairs({token_key, active, slots}) do
-  extend(key, retention + longest)
+  renew(key, retention + longest)
 end
 return results

@@ -1,13 +1,14 @@
 -- Helpers shared by Relay's Redis lease scripts; prepended to each script when it is loaded.
 --
--- Keys of one job share the hash tag {job}: <prefix>{job}:token, :active, :slots, :purge and one
--- hash per run, <prefix>{job}:run:<slot>. A script is given the job's base key, <prefix>{job}:, as
--- its only key and names the others from it: they hash to the same Cluster slot. Every time is
--- read here with TIME: the server's clock decides expiry. Times are milliseconds since the epoch.
+-- Keys of one job share the hash tag {job}: <prefix>{job}:token, :active, :slots and one hash per
+-- run, <prefix>{job}:run:<slot>. A script is given the job's base key, <prefix>{job}:, as its only
+-- key and names the others from it: they hash to the same Cluster slot. Every time is read here
+-- with TIME: the server's clock decides expiry. Times are milliseconds since the epoch; a field
+-- that has no value holds ''. Writes cost more than reads in a script, so TTLs are renewed only
+-- when they run low.
 --
--- active: runs that are not final; score = lease expiry (running) or 0 (pending).
--- slots:  every run with a record; score = slot in ms.
--- purge:  every run; score = when its hash expires, so the indexes can drop it then too.
+-- active: the runs that are not final (running or pending), score = slot.
+-- slots:  every run with a record, score = slot.
 
 local function clock()
   local t = redis.call('TIME')
@@ -15,27 +16,20 @@ local function clock()
   return math.floor(us / 1000), us
 end
 
--- Keep a key at least ttl ms longer (never shorten: an index must outlive its members).
-local function extend(key, ttl)
-  if redis.call('PTTL', key) < ttl then
+-- Make a key live about `ttl` ms more, writing only when it has less than `ttl` - a minute.
+local function renew(key, ttl)
+  if redis.call('PTTL', key) < ttl - math.min(60000, ttl / 2) then
     redis.call('PEXPIRE', key, ttl)
   end
 end
 
--- The run's hash lives ttl ms more; the purge index says when, so indexes can drop it then.
-local function keep(run, purge, member, now, ttl)
-  redis.call('PEXPIRE', run, ttl)
-  redis.call('ZADD', purge, now + ttl, member)
-  extend(purge, ttl)
-end
-
--- Drop from the indexes the runs whose hashes have expired (a bounded number per call).
-local function trim(active, slots, purge, now)
-  local old = redis.call('ZRANGEBYSCORE', purge, '-inf', now, 'LIMIT', 0, 100)
-  if #old > 0 then
-    redis.call('ZREM', active, unpack(old))
-    redis.call('ZREM', slots, unpack(old))
-    redis.call('ZREM', purge, unpack(old))
+-- Drop from the indexes the oldest runs whose records have expired (two per call keeps up).
+local function trim(base)
+  for _, member in ipairs(redis.call('ZRANGE', base .. 'slots', 0, 1)) do
+    if redis.call('EXISTS', base .. 'run:' .. member) == 0 then
+      redis.call('ZREM', base .. 'slots', member)
+      redis.call('ZREM', base .. 'active', member)
+    end
   end
 end
 

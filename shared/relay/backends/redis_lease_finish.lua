@@ -1,11 +1,10 @@
 -- finish: record the outcome of the attempt holding the token.
 -- KEYS: the job's base key. ARGV: member, token, succeeded ('1'/'0'), error ('' for none),
--- has_error ('1'/'0'), retention_ms.
+-- retention_ms.
 -- Returns {'ok', new state} or {'lost', why, detail}.
 
-local active, purge = KEYS[1] .. 'active', KEYS[1] .. 'purge'
-local run = KEYS[1] .. 'run:' .. ARGV[1]
-local member, succeeded = ARGV[1], ARGV[3] == '1'
+local member, succeeded, retention = ARGV[1], ARGV[3] == '1', tonumber(ARGV[5])
+local run = KEYS[1] .. 'run:' .. member
 local now = clock()
 local f, lost = held(run, tonumber(ARGV[2]))
 if not f then
@@ -16,24 +15,11 @@ if not succeeded then
   failures = failures + 1
   state = failures >= tonumber(f[4]) and 'failed' or 'pending'
 end
-redis.call('HSET', run, 'state', state, 'failures', failures)
-redis.call('HDEL', run, 'expires_ms')
-if ARGV[5] == '1' then
-  redis.call('HSET', run, 'error', ARGV[4])
-else
-  redis.call('HDEL', run, 'error')
+redis.call('HSET', run, 'state', state, 'failures', failures, 'error', ARGV[4], 'expires_ms', '',
+  'reason', succeeded and '' or 'failed', 'finished_ms', state == 'pending' and '' or now)
+redis.call('PEXPIRE', run, retention)
+if state ~= 'pending' then
+  redis.call('ZREM', KEYS[1] .. 'active', member)
 end
-if succeeded then
-  redis.call('HDEL', run, 'reason')
-else
-  redis.call('HSET', run, 'reason', 'failed')
-end
-if state == 'pending' then
-  redis.call('HDEL', run, 'finished_ms')
-  redis.call('ZADD', active, 0, member)
-else
-  redis.call('HSET', run, 'finished_ms', now)
-  redis.call('ZREM', active, member)
-end
-keep(run, purge, member, now, tonumber(ARGV[6]))
+renew(KEYS[1] .. 'slots', retention)
 return {'ok', state}

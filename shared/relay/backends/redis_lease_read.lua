@@ -4,31 +4,33 @@
 -- (pending, or running with an expired lease), oldest slot first. mode 'last': the newest slot.
 -- Returns {member, slot_ms, field, value, ...} per run, or {slot_ms} for 'last'.
 
-local active, slots, purge = KEYS[1] .. 'active', KEYS[1] .. 'slots', KEYS[1] .. 'purge'
-local base, mode, limit = KEYS[1] .. 'run:', ARGV[1], tonumber(ARGV[2])
+local base, mode, limit = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = clock()
-trim(active, slots, purge, now)
+trim(base)
 if mode == 'last' then
-  local top = redis.call('ZREVRANGE', slots, 0, 0, 'WITHSCORES')
+  local top = redis.call('ZREVRANGE', base .. 'slots', 0, 0, 'WITHSCORES')
   return top[2] and {top[2]} or {}
 end
 local members
 if mode == 'newest' then
-  members = redis.call('ZREVRANGE', slots, 0, limit - 1)
+  members = redis.call('ZREVRANGE', base .. 'slots', 0, limit - 1, 'WITHSCORES')
 else
-  members = redis.call('ZRANGEBYSCORE', active, '-inf', now)
+  members = redis.call('ZRANGE', base .. 'active', 0, -1, 'WITHSCORES')
 end
 local found = {}
-for _, member in ipairs(members) do
-  local fields = redis.call('HGETALL', base .. member)
-  if #fields > 0 then
-    table.insert(found, {member, redis.call('ZSCORE', slots, member), unpack(fields)})
+for i = 1, #members, 2 do
+  local fields = redis.call('HGETALL', base .. 'run:' .. members[i])
+  local record = {members[i], members[i + 1], unpack(fields)}
+  if #fields > 0 and mode == 'newest' then
+    table.insert(found, record)
+  elseif #fields > 0 then
+    local f = redis.call('HMGET', base .. 'run:' .. members[i], 'state', 'expires_ms')
+    if f[1] == 'pending' or (f[1] == 'running' and (tonumber(f[2]) or 0) <= now) then
+      table.insert(found, record)
+    end
   end
-end
-if mode == 'reclaimable' then
-  table.sort(found, function(a, b) return tonumber(a[2]) < tonumber(b[2]) end)
-  while #found > limit do
-    table.remove(found)
+  if #found >= limit then
+    break
   end
 end
 return found
