@@ -1,4 +1,4 @@
-"""The project's Celery app: settings from Django (``CELERY_*``), Relay wired for beat and worker."""
+"""The project's Celery app: settings from Django (``CELERY_*``), Relay for beat and workers."""
 
 import os
 
