@@ -343,10 +343,19 @@ def _check_idle(conn: psycopg.Connection[Any]) -> None:
     """
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    if readable:
+    if _readable(conn.pgconn.socket):
         conn.close()
         raise psycopg.OperationalError("the server closed this connection")
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read right now (``poll``: no limit on descriptor numbers)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
 
 
 @cache
