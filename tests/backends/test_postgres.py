@@ -334,3 +334,14 @@ def test_acquire_one_and_acquire_many_mirror_the_lease_rules(
             (record,) = [r for r in backend.runs(f"{name}-{path}") if r.scheduled_for == _slot(0)]
             state = (record.state.value, record.attempt, record.failures, record.reason)
             assert state == after, (name, path)
+
+
+def test_the_password_never_shows(schema: str) -> None:
+    url = _url(schema).replace("://postgres@", "://postgres:sekrit@", 1)
+    backend = PostgresLeaseBackend.from_url(url)
+    backend.close()
+    assert "sekrit" not in backend.name and "***" in backend.name
+    missing = _with(database="relay_no_such_db").replace("://postgres@", "://postgres:sekrit@", 1)
+    with pytest.raises(BackendUnavailable) as caught:
+        PostgresLeaseBackend.from_url(missing)
+    assert "sekrit" not in str(caught.value)
