@@ -343,11 +343,15 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+_NOT_WON = {
+    outcome.value: AcquireResult(outcome) for outcome in Outcome if outcome is not Outcome.WON
+}
+
+
 def _acquire_result(request: AcquireRequest, reply: list[Any], at: int) -> AcquireResult:
     """The result of one request from the script's ``outcome, attempt, token`` at ``reply[at]``."""
-    outcome = Outcome(reply[at])
-    if outcome is not Outcome.WON:
-        return AcquireResult(outcome)
+    if reply[at] != Outcome.WON.value:
+        return _NOT_WON[reply[at]]
     run = Run(
         run_id(request.job, request.slot), request.job, request.slot, int(reply[at + 1]),
         int(reply[at + 2]), request.owner,

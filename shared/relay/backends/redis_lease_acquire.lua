@@ -103,9 +103,15 @@ for i = 2, #ARGV, 2 do
   end
   longest = math.max(longest, r.lease)
 end
--- The job's keys outlive its records (give or take the minute renew() allows).
-redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
-for _, key in ipairs({token_key, active, slots}) do
-  renew(key, retention + longest)
+if last_token > 0 then
+  redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
+end
+-- The job's keys outlive its records (give or take the minute renew() allows); they are renewed
+-- together, so one of them tells when.
+local ttl = retention + longest
+if redis.call('PTTL', slots) < ttl - math.min(60000, ttl / 2) then
+  for _, key in ipairs({token_key, active, slots}) do
+    redis.call('PEXPIRE', key, ttl)
+  end
 end
 return results

@@ -1,0 +1,145 @@
+"""Benchmark of the Redis lease backend: ratios against a raw baseline measured in the same run.
+
+1. Per step: ``acquire``, ``heartbeat`` and ``finish`` of one run, each against a raw
+   ``SET key val NX PX`` on the same server (target: at most 1.5x per step).
+2. A tick of N due jobs (default 10,000) decided by 3 competing instance processes at once: every
+   run must be claimed exactly once; the wall time is printed (target: at most 1 s).
+
+Usage: ``.venv/bin/python bench/bench_redis.py [--url redis://127.0.0.1:6379/0] [--jobs 10000]``.
+It writes only keys under a fresh prefix and deletes them afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "shared"))
+
+import redis  # noqa: E402
+
+from relay.backends.redis_lease import RedisLeaseBackend  # noqa: E402
+from relay.contract import AcquireRequest  # noqa: E402
+from relay.engine import Decider  # noqa: E402
+from relay.jobs import make_job  # noqa: E402
+
+UTC = timezone.utc
+
+
+def per_step(url: str, prefix: str, count: int) -> None:
+    """Median microseconds per call of each step, and its ratio to raw SET NX PX.
+
+    The calls are interleaved (one raw SET, one acquire, one heartbeat, one finish, and again),
+    so a busy machine slows all of them alike.
+    """
+    backend = RedisLeaseBackend.from_url(f"{url}?prefix={prefix}")
+    raw = redis.Redis.from_url(url)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+    timings: dict[str, list[float]] = {
+        "SET NX PX": [],
+        "acquire": [],
+        "heartbeat": [],
+        "finish": [],
+    }
+    clock = time.perf_counter
+    for i in range(count):
+        request = AcquireRequest(f"job{i % 100}", base + timedelta(seconds=i), "me", 30)
+        start = clock()
+        raw.set(f"{prefix}raw:{i}", "owner", nx=True, px=30_000)
+        timings["SET NX PX"].append(clock() - start)
+        start = clock()
+        run = backend.acquire(request).run
+        timings["acquire"].append(clock() - start)
+        assert run is not None
+        start = clock()
+        backend.heartbeat(run.id, run.token, 30)
+        timings["heartbeat"].append(clock() - start)
+        start = clock()
+        backend.finish(run.id, run.token, succeeded=True)
+        timings["finish"].append(clock() - start)
+    micros = {step: statistics.median(t) * 1e6 for step, t in timings.items()}
+    print(f"per step ({count} interleaved calls each, median):")
+    for step, value in micros.items():
+        print(f"  {step:<10} {value:7.1f} us   {value / micros['SET NX PX']:.2f}x raw")
+    both = (micros["acquire"] + micros["finish"]) / (2 * micros["SET NX PX"])
+    print(f"  acquire + finish: {both:.2f}x two raw SETs")
+    backend.close()
+    raw.close()
+
+
+def instance(url: str, jobs: int, warm_at: float, tick_at: float, start_at: float) -> None:
+    """One competing instance: a warm-up tick, then the measured tick at ``start_at``."""
+    backend = RedisLeaseBackend.from_url(url)
+    moment = [warm_at]
+    decider = Decider(backend, owner=secrets.token_hex(4), lease=30, clock=lambda: moment[0])
+    for i in range(jobs):
+        decider.add(make_job(backend, name=f"j{i:05d}", every=60))
+    warm_start = time.perf_counter()
+    warm = decider.tick()
+    warm_seconds = time.perf_counter() - warm_start
+    moment[0] = tick_at
+    while time.time() < start_at:
+        time.sleep(0.0005)
+    began = time.time()
+    won = decider.tick()
+    ended = time.time()
+    print(json.dumps({
+        "warm": [w.run.id for w in warm], "warm_seconds": warm_seconds,
+        "won": [w.run.id for w in won], "began": began, "ended": ended,
+    }))  # fmt: skip
+    backend.close()
+
+
+def tick(url: str, prefix: str, jobs: int) -> None:
+    """Three instance processes decide the same N due runs at the same moment."""
+    minute = (time.time() // 60 - 2) * 60
+    start_at = time.time() + 12 + jobs / 2000  # time to start and warm up, even on a busy machine
+    args = [f"{url}?prefix={prefix}", str(jobs), str(minute + 30), str(minute + 90), str(start_at)]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "instance", *args], stdout=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    reports = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
+    for key, label in (("warm", "cold tick (incl. one last_slot per job)"), ("won", "tick")):
+        ids = [run for report in reports for run in report[key]]
+        ok = len(ids) == len(set(ids)) == jobs
+        print(f"{label}: {len(ids)} wins for {jobs} runs, {len(set(ids))} distinct -> "
+              f"{'each claimed exactly once' if ok else 'WRONG'}")  # fmt: skip
+    wall = max(r["ended"] for r in reports) - min(r["began"] for r in reports)
+    print(f"tick of {jobs} due jobs, 3 instances: wall {wall:.3f} s; per instance "
+          + ", ".join(f"{r['ended'] - r['began']:.3f} s" for r in reports)
+          + "; cold ticks " + ", ".join(f"{r['warm_seconds']:.2f} s" for r in reports))  # fmt: skip
+
+
+def main() -> None:
+    """Run both parts and clean up the keys."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--count", type=int, default=5000)
+    options = parser.parse_args()
+    prefix = f"relay_bench_{secrets.token_hex(3)}:"
+    try:
+        per_step(options.url, prefix, options.count)
+        tick(options.url, prefix + "tick:", options.jobs)
+    finally:
+        with redis.Redis.from_url(options.url) as client:
+            keys = list(client.scan_iter(match=f"{prefix}*", count=5000))
+            for i in range(0, len(keys), 5000):
+                client.delete(*keys[i : i + 5000])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["instance"]:
+        url, jobs, warm_at, tick_at, start_at = sys.argv[2:]
+        instance(url, int(jobs), float(warm_at), float(tick_at), float(start_at))
+    else:
+        main()
