@@ -124,6 +124,11 @@ def test_without_catch_up_only_the_latest_slot_runs(
     assert states["2026-11-29T12:05:00Z"] == (RunState.SKIPPED, "missed")
 
 
+def test_a_new_job_has_nothing_to_catch_up(store: SQLiteLeaseBackend, clock: Clock) -> None:
+    clock.advance(0.5)
+    assert slots(decider(store, clock, every=1, catch_up=3600).tick()) == ["2026-11-29T12:00:00Z"]
+
+
 def test_a_new_job_does_not_run_a_long_past_slot(store: SQLiteLeaseBackend, clock: Clock) -> None:
     clock.advance(3 * 3600 + 600)  # a daily job created long after its slot
     d = Decider(store, owner="a", lease=30, clock=clock)

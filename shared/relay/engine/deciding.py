@@ -104,14 +104,15 @@ class Decider:
         if latest is None or (after is not None and latest <= after):
             return [], []
         catch_up, on_time_window = self._windows(job)
-        oldest_due = now - timedelta(seconds=catch_up)
-        on_time = now - timedelta(seconds=on_time_window)
-        known_history = after is not None
         if after is None:
             after = self._last_recorded(job)
-            known_history = after is not None
+        known_history = after is not None
         if after is None:
-            after = on_time - timedelta(microseconds=1)
+            # A job with no record yet missed nothing: only its latest slot, if on time.
+            catch_up = 0.0
+            after = now - timedelta(seconds=on_time_window, microseconds=1)
+        oldest_due = now - timedelta(seconds=catch_up)
+        on_time = now - timedelta(seconds=on_time_window)
         after = max(after, oldest_due - MISSED_WINDOW)
         due, missed = [], []
         for slot in job.schedule.slots_between(after, now):
