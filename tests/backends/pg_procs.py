@@ -3,7 +3,7 @@
 ``instance`` runs a standalone Scheduler until SIGTERM and appends one JSON line per execution to
 a log file. ``skewed`` shifts this process's ``time.time`` before Relay is imported, then tries to
 take a run another process holds, and prints what it got; ``hold`` holds a run with its clock
-shifted.
+shifted; ``race-batch`` races batched acquires.
 """
 
 from __future__ import annotations
@@ -100,7 +100,38 @@ def skewed(args: dict[str, Any]) -> None:
     backend.close()
 
 
-COMMANDS = {"hold": hold, "instance": instance, "skewed": skewed}
+def race_batch(args: dict[str, Any]) -> None:
+    """Decide ``jobs`` x ``slots`` in batches of ``batch`` requests, jobs in a shuffled order."""
+    import random
+
+    from relay.backends import open_backend
+    from relay.contract import AcquireRequest, Outcome
+
+    backend = open_backend(args["url"])
+    assert backend.capability == "lease"
+    jobs = list(args["jobs"])
+    random.Random(args["seed"]).shuffle(jobs)
+    requests = [
+        AcquireRequest(
+            job=job, slot=datetime.fromtimestamp(ms / 1000, timezone.utc), owner=args["owner"],
+            lease=60, overlap_skip=job.startswith("skip"),
+        )
+        for job in jobs
+        for ms in args["slots"]
+    ]  # fmt: skip
+    emit(event="ready")
+    time.sleep(max(0.0, args["start_at"] - time.time()))
+    won = []
+    for start in range(0, len(requests), args["batch"]):
+        chunk = requests[start : start + args["batch"]]
+        for request, result in zip(chunk, backend.acquire_many(chunk), strict=True):
+            if result.outcome is Outcome.WON:
+                won.append([request.job, int(request.slot.timestamp() * 1000)])
+    emit(event="done", won=won)
+    backend.close()
+
+
+COMMANDS = {"hold": hold, "instance": instance, "race-batch": race_batch, "skewed": skewed}
 
 if __name__ == "__main__":
     COMMANDS[sys.argv[1]](json.loads(sys.argv[2]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -345,3 +346,34 @@ def test_the_password_never_shows(schema: str) -> None:
     with pytest.raises(BackendUnavailable) as caught:
         PostgresLeaseBackend.from_url(missing)
     assert "sekrit" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_processes_racing_batches_in_different_orders_win_each_run_once(
+    schema: str, tmp_path: Path
+) -> None:
+    from tests.backends import pg_procs
+    from tests.support import procs
+
+    url = _url(schema)
+    PostgresLeaseBackend.from_url(url).close()
+    jobs = [f"allow-{n:03d}" for n in range(60)] + [f"skip-{n:03d}" for n in range(20)]
+    slots = [int(_slot(minute).timestamp() * 1000) for minute in range(3)]
+    start_at = time.time() + 3
+    options = {"url": url, "jobs": jobs, "slots": slots, "batch": 37, "start_at": start_at}
+    racers = [
+        pg_procs.spawn("race-batch", {**options, "owner": f"p{n}", "seed": n}, tmp_path / f"{n}")
+        for n in range(3)
+    ]
+    wins: Counter[tuple[str, int]] = Counter()
+    for racer in racers:
+        assert procs.next_event(racer)["event"] == "ready"
+    for racer in racers:
+        event = procs.next_event(racer, timeout=120)
+        wins.update((job, ms) for job, ms in event["won"])
+        procs.finish(racer)
+    assert set(wins.values()) == {1}
+    allowed = {(job, ms) for job in jobs if job.startswith("allow") for ms in slots}
+    assert allowed <= set(wins)
+    for job in jobs[60:]:  # overlap skip: one run of each job wins, the others are skipped
+        assert sum(1 for won_job, _ in wins if won_job == job) == 1
