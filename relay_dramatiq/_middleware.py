@@ -21,7 +21,8 @@ from dramatiq.worker import Worker
 from relay.backends import LEASE_BACKENDS, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Runner
+from relay.engine import ActiveRun, Runner, enter_run, leave_run
+from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options
 from relay.runs import HEADER, Run, run_from_headers
@@ -36,18 +37,15 @@ BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
 DEFAULT_QUEUE_LEASE = 300.0
 """Seconds a scheduler's lease on an enqueued run lasts: the longest a run message may wait."""
 
-_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
-    "relay_dramatiq_run", default=None
-)
-
 
 def current_run() -> Run | None:
     """The run the current actor call performs, or ``None`` (not a run message, or no actor).
 
-    Set in the worker thread for the duration of the actor call: synchronous actors see it,
-    ``async def`` actors (run on Dramatiq's event loop thread) do not.
+    The same as :func:`relay.current_run`. Set in the worker thread for the duration of the
+    actor call: synchronous actors see it, ``async def`` actors (run on Dramatiq's event loop
+    thread) do not.
     """
-    return _current.get()
+    return relay_current_run()
 
 
 class RelayMiddleware(Middleware, Generic[BackendT]):
@@ -145,7 +143,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         if active is None:
             raise SkipMessage(f"{run.id} (token {run.token}) is stale, finished or held")
         with self._lock:
-            self._active[threading.get_ident()] = (active, _current.set(active.run))
+            self._active[threading.get_ident()] = (active, enter_run(active.run))
 
     def after_process_message(
         self,
@@ -195,7 +193,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         if entry is None:
             return None
         active, token = entry
-        _current.reset(token)
+        leave_run(token)
         return active
 
 

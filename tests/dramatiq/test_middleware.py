@@ -16,6 +16,7 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Shutdown, SkipMessage
 
+import relay
 import relay_dramatiq
 from relay.backends import open_backend
 from relay.contract import AcquireRequest, LeaseBackend
@@ -134,6 +135,7 @@ def test_a_run_message_runs_once_with_its_run(broker: StubBroker) -> None:
     @dramatiq.actor(broker=broker)
     def job() -> None:
         seen.append(current_run())
+        assert relay.current_run() is current_run()  # one current run, core and integration
 
     run = acquire(store(broker), "job")
     send_run(job, run)

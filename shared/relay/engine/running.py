@@ -17,7 +17,7 @@ from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.errors import BackendUnavailable, LeaseLost
 from relay.runs import Run, RunState
 
-__all__ = ["ActiveRun", "Runner", "current_run"]
+__all__ = ["ActiveRun", "Runner", "current_run", "enter_run", "leave_run"]
 
 log = logging.getLogger("relay.runner")
 FINISH_TRIES = 3
@@ -28,6 +28,19 @@ _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("relay_run
 def current_run() -> Run | None:
     """The run being executed in this thread or task, or ``None`` outside a run."""
     return _current.get()
+
+
+def enter_run(run: Run) -> contextvars.Token[Run | None]:
+    """Make :func:`current_run` return ``run`` here, for hosts that start and end runs in two hooks.
+
+    Undo it with :func:`leave_run` and the token, in the same thread.
+    """
+    return _current.set(run)
+
+
+def leave_run(token: contextvars.Token[Run | None]) -> None:
+    """Undo :func:`enter_run`."""
+    _current.reset(token)
 
 
 class Runner:
@@ -111,14 +124,14 @@ class ActiveRun:
 
         Exceptions from the handler are logged and recorded as a failed attempt, never raised.
         """
-        token = _current.set(self.run)
+        token = enter_run(self.run)
         try:
             handler(self.run)
         except Exception as exc:
             log.exception("run %s failed", self.run.id)
             return self.fail(f"{type(exc).__name__}: {exc}")
         finally:
-            _current.reset(token)
+            leave_run(token)
         return self.succeed()
 
     def succeed(self) -> RunState | None:
