@@ -107,8 +107,9 @@ class PostgresLeaseBackend:
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
         except psycopg.ProgrammingError as exc:
+            reason = str(exc).replace(parsed.parts.password or "\0", "***")  # libpq echoes URLs
             raise ConfigurationError(
-                f"PostgreSQL URL {parsed.redacted()!r} is malformed ({exc}); "
+                f"PostgreSQL URL {parsed.redacted()!r} is malformed ({reason}); "
                 "use postgresql://user:password@host:5432/database"
             ) from None
         display = urlunsplit(parsed.parts._replace(query=""))
@@ -379,11 +380,16 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+_UNWON = {
+    outcome.value: AcquireResult(outcome) for outcome in Outcome if outcome is not Outcome.WON
+}
+
+
 def _result(
     request: AcquireRequest, rid: str, outcome: str, attempt: int | None, token: int | None
 ) -> AcquireResult:
-    if outcome != Outcome.WON.value:
-        return AcquireResult(Outcome(outcome))
+    if outcome in _UNWON:
+        return _UNWON[outcome]  # results are frozen: one of each is enough for a large batch
     assert attempt is not None and token is not None
     return AcquireResult(
         Outcome.WON, Run(rid, request.job, request.slot, attempt, token, request.owner)
