@@ -8,9 +8,8 @@ from typing import Literal
 
 import pytest
 
-from relay.engine.deciding import TICK_SPREAD
 from relay.errors import ConfigurationError
-from relay.jobs import make_job
+from relay.jobs import TICK_SPREAD, make_job
 
 
 class ForgetfulClaims:
