@@ -238,13 +238,21 @@ def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) ->
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
 
 
-def test_no_prepared_statement_outlives_a_step(backend: PostgresLeaseBackend) -> None:
+def test_no_session_state_outlives_a_step(schema: str) -> None:
+    backend = PostgresLeaseBackend.from_url(_url(schema) + "&pool_max=1")  # one connection
     for minute in range(10):
-        backend.acquire(AcquireRequest("job", _slot(minute), "a", 30))
+        result = backend.acquire(AcquireRequest("job", _slot(minute), "a", 30))
+        assert result.run is not None
+        backend.heartbeat(result.run.id, result.run.token, 30)  # asynchronous commit, this once
         backend.runs("job")
     with backend._pool.connection() as conn:
-        row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
-    assert row == (0,)
+        prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        commit = conn.execute("SHOW synchronous_commit").fetchone()
+        locks = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        ).fetchone()
+    backend.close()
+    assert (prepared, commit, locks) == ((0,), ("on",), (0,))
 
 
 def test_close_is_idempotent_and_a_closed_backend_is_unavailable(

@@ -22,10 +22,14 @@ WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
 RETURNING job, slot, attempt
 
 -- name: heartbeat
+-- This transaction alone commits without waiting for the disk (set_config(..., true) lasts until
+-- it ends): a renewal lost in a crash only shortens a lease, which the next heartbeat renews or a
+-- takeover fences, so a busy disk cannot stall heartbeats past their lease.
 UPDATE {schema}.runs SET
     expires_at = clock_timestamp() + %(lease)s::float8 * interval '1 second',
     updated_at = clock_timestamp()
 WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
+  AND set_config('synchronous_commit', 'off', true) = 'off'
 
 -- name: finish
 UPDATE {schema}.runs SET
