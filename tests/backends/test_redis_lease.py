@@ -173,6 +173,19 @@ def test_batched_acquire_is_one_round_trip(
     assert counter.sends == 2
 
 
+def test_one_job_per_script_call_is_still_one_round_trip(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = RedisLeaseBackend.from_url(url, jobs_per_call=1)  # as on Redis Cluster
+    requests = [req(f"job-{j}", i) for i in range(3) for j in range(7)]
+    counter = _Counter(monkeypatch)
+    results = backend.acquire_many([*requests, req("job-0", 0)])
+    assert counter.sends == 1
+    assert [r.outcome for r in results] == [Outcome.WON] * 21 + [Outcome.HELD]
+    assert results[0].run is not None and results[0].run.id == f"job-0@{slot(0):%Y-%m-%dT%H:%M:%SZ}"
+    backend.close()
+
+
 def test_acquire_and_finish_take_two_round_trips(
     backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -76,6 +76,7 @@ class RedisLeaseBackend:
         prefix: str = DEFAULT_PREFIX,
         retention: float = DEFAULT_RETENTION,
         description: str = "Redis",
+        jobs_per_call: int = 50,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ConfigurationError(
@@ -88,6 +89,8 @@ class RedisLeaseBackend:
         self._redis = client
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
+        self.jobs_per_call = jobs_per_call
+        """Jobs one acquire script decides; 1 keeps every script in one Cluster slot."""
         self._scripts: dict[str, Script] = {
             step: client.register_script(text) for step, text in _SCRIPTS.items()
         }
@@ -140,21 +143,26 @@ class RedisLeaseBackend:
         return self.acquire_many([request])[0]
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
-        # One script call per job (its requests in order), all in one pipeline: one round trip.
+        # Each job's requests in order; a script call decides up to jobs_per_call jobs, and all
+        # the calls go in one pipeline: one round trip.
         by_job: dict[str, list[int]] = {}
         for index, request in enumerate(requests):
             by_job.setdefault(request.job, []).append(index)
-        calls = [self._acquire_call([requests[i] for i in indexes]) for indexes in by_job.values()]
-        listed = self._listed.intersection(by_job)
-        replies = self._call_jobs("acquire", list(by_job), calls)
-        results: list[AcquireResult] = [AcquireResult(Outcome.HELD)] * len(requests)
-        for indexes, reply in zip(by_job.values(), replies, strict=True):
-            for n, index in enumerate(indexes):
-                results[index] = _acquire_result(requests[index], reply, 1 + 3 * n)
-        # A job we listed that the server did not know: it lost its keys, the set of names too.
-        lost = [
-            job for job, reply in zip(by_job, replies, strict=True) if reply[0] and job in listed
+        jobs, size = list(by_job), self.jobs_per_call
+        calls = [
+            self._acquire_call([[requests[i] for i in by_job[job]] for job in jobs[at : at + size]])
+            for at in range(0, len(jobs), size)
         ]
+        listed = self._listed.intersection(by_job)
+        words = iter(" ".join(self._call_jobs("acquire", jobs, calls)).split(" "))
+        results: list[AcquireResult] = [AcquireResult(Outcome.HELD)] * len(requests)
+        lost = []
+        for job in jobs:
+            if next(words) == "1" and job in listed:
+                lost.append(job)
+            for index in by_job[job]:
+                results[index] = _acquire_result(requests[index], next(words), words)
+        # A job we listed that the server did not know: it lost its keys, the set of names too.
         if lost:
             with self._errors():
                 self._redis.sadd(self._jobs_key(), *lost)
@@ -185,11 +193,11 @@ class RedisLeaseBackend:
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
         args = [format_slot(slot), slot_ms(slot), reason, self.retention_ms]
-        (recorded,) = self._call_jobs("skip", [job], [(self._base(job), args)])
+        (recorded,) = self._call_jobs("skip", [job], [([self._base(job)], args)])
         return bool(recorded)
 
     def last_slot(self, job: str) -> datetime | None:
-        (reply,) = self._call_many("read", [(self._base(job), ["last", 1])])
+        (reply,) = self._call_many("read", [([self._base(job)], ["last", 1])])
         return from_ms(int(float(reply[0]))) if reply else None
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
@@ -200,7 +208,7 @@ class RedisLeaseBackend:
         if job is None:
             records = self._read_all("newest", limit)
         else:
-            (reply,) = self._call_many("read", [(self._base(job), ["newest", limit])])
+            (reply,) = self._call_many("read", [([self._base(job)], ["newest", limit])])
             records = [_record(job, item) for item in reply]
         records.sort(key=lambda r: (-slot_ms(r.scheduled_for), r.id))
         return records[:limit]
@@ -226,21 +234,27 @@ class RedisLeaseBackend:
 
     # -- building script calls ---------------------------------------------------------------
 
-    def _acquire_call(self, requests: Sequence[AcquireRequest]) -> tuple[str, list[Any]]:
+    def _acquire_call(
+        self, requests_by_job: Sequence[Sequence[AcquireRequest]]
+    ) -> tuple[list[str], list[Any]]:
+        keys: list[str] = []
         args: list[Any] = [self.retention_ms]
-        for request in requests:
-            stale = "" if request.stale_after is None else repr(request.stale_after * 1000)
-            spec = (
-                f"{format_slot(request.slot)} {slot_ms(request.slot)} {_ms(request.lease)} "
-                f"{request.max_attempts} {int(request.overlap_skip)} {stale}"
-            )
-            args += [spec, request.owner]
-        return self._base(requests[0].job), args
+        for requests in requests_by_job:
+            keys.append(self._base(requests[0].job))
+            args.append(len(requests))
+            for request in requests:
+                stale = "" if request.stale_after is None else repr(request.stale_after * 1000)
+                spec = (
+                    f"{format_slot(request.slot)} {slot_ms(request.slot)} {_ms(request.lease)} "
+                    f"{request.max_attempts} {int(request.overlap_skip)} {stale}"
+                )
+                args += [spec, request.owner]
+        return keys, args
 
     def _read_all(self, mode: str, limit: int) -> list[RunRecord]:
         with self._errors():
             jobs = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
-        replies = self._call_many("read", [(self._base(job), [mode, limit]) for job in jobs])
+        replies = self._call_many("read", [([self._base(job)], [mode, limit]) for job in jobs])
         return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
 
     # -- calling scripts ---------------------------------------------------------------------
@@ -250,7 +264,7 @@ class RedisLeaseBackend:
             return self._scripts[step]([self._base(job)], [*args, self.retention_ms])
 
     def _call_jobs(
-        self, step: str, jobs: list[str], calls: list[tuple[str, list[Any]]]
+        self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
     ) -> list[Any]:
         """:meth:`_call_many`, first adding to the set of job names those not added yet."""
         unlisted = [job for job in jobs if job not in self._listed]
@@ -262,15 +276,15 @@ class RedisLeaseBackend:
     def _call_many(
         self,
         step: str,
-        calls: Sequence[tuple[str, list[Any]]],
+        calls: Sequence[tuple[list[str], list[Any]]],
         before: tuple[Any, ...] | None = None,
     ) -> list[Any]:
-        """Call a script once per ``(key, args)`` in one round trip (``before`` goes first)."""
+        """Call a script once per ``(keys, args)`` in one round trip (``before`` goes first)."""
         script = self._scripts[step]
         if len(calls) == 1 and before is None:
-            key, args = calls[0]
+            keys, args = calls[0]
             with self._errors():
-                return [script([key], args)]
+                return [script(keys, args)]
         pending = list(range(len(calls)))
         replies: list[Any] = [None] * len(calls)
         with self._errors():
@@ -279,8 +293,8 @@ class RedisLeaseBackend:
                 if before is not None:
                     pipe.execute_command(*before)  # type: ignore[no-untyped-call]
                 for index in pending:
-                    key, args = calls[index]
-                    pipe.evalsha(script.sha, 1, key, *args)
+                    keys, args = calls[index]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
                 answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
                 for index, answer in zip(pending, answers, strict=True):
                     if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
@@ -348,13 +362,14 @@ _NOT_WON = {
 }
 
 
-def _acquire_result(request: AcquireRequest, reply: list[Any], at: int) -> AcquireResult:
-    """The result of one request from the script's ``outcome, attempt, token`` at ``reply[at]``."""
-    if reply[at] != Outcome.WON.value:
-        return _NOT_WON[reply[at]]
+def _acquire_result(request: AcquireRequest, outcome: str, rest: Iterator[str]) -> AcquireResult:
+    """The result of one request from the script's words ``outcome attempt token``."""
+    attempt, token = next(rest), next(rest)
+    if outcome != Outcome.WON.value:
+        return _NOT_WON[outcome]
     run = Run(
-        run_id(request.job, request.slot), request.job, request.slot, int(reply[at + 1]),
-        int(reply[at + 2]), request.owner,
+        run_id(request.job, request.slot), request.job, request.slot, int(attempt), int(token),
+        request.owner,
     )  # fmt: skip
     return AcquireResult(Outcome.WON, run)
 
