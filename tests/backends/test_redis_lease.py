@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 from redis.crc import key_slot
+
 from relay import AcquireRequest, Outcome, RunState, open_backend
 from relay.backends.redis_lease import RedisLeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError
-
 from tests.support.backends import redis_lease
 from tests.support.redis_server import own_redis
 from tests.support.services import SERVICES
