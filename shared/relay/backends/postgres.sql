@@ -171,15 +171,27 @@ CREATE FUNCTION {schema}.acquire_one(
 )
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz;
+    v_now timestamptz := clock_timestamp();
     v_run record;
     v_found boolean;
     v_failures integer := 0;
+    v_token bigint;
 BEGIN
-    PERFORM 1 FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    -- Settled without a lock or a write: a finished run never changes, a lease live now is held.
+    SELECT CASE WHEN state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                WHEN state = 'running' AND expires_at > v_now THEN 'held' END
+    INTO o_outcome
+    FROM {schema}.runs WHERE run_id = p_run_id;
+    IF o_outcome IS NOT NULL THEN
+        RETURN;
+    END IF;
+    -- Hold the job's row and draw its next token in one write, so acquires of one job take turns.
+    -- A token the decision does not use is skipped: tokens only have to grow.
+    UPDATE {schema}.jobs SET token = token + 1 WHERE name = p_job RETURNING token INTO v_token;
     IF NOT FOUND THEN
-        INSERT INTO {schema}.jobs (name, token) VALUES (p_job, 0) ON CONFLICT (name) DO NOTHING;
-        PERFORM 1 FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+        INSERT INTO {schema}.jobs AS j (name, token) VALUES (p_job, 1)
+        ON CONFLICT (name) DO UPDATE SET token = j.token + 1
+        RETURNING token INTO v_token;
     END IF;
     SELECT state, expires_at, failures, max_attempts INTO v_run
     FROM {schema}.runs WHERE run_id = p_run_id FOR UPDATE;
@@ -216,7 +228,7 @@ BEGIN
             expires_at = NULL, finished_at = v_now, updated_at = v_now
         WHERE run_id = p_run_id;
     ELSIF o_outcome = 'won' THEN
-        UPDATE {schema}.jobs SET token = token + 1 WHERE name = p_job RETURNING token INTO o_token;
+        o_token := v_token;
         INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures, max_attempts,
                                         token, owner, expires_at, updated_at)
         VALUES (p_run_id, p_job, p_slot, 'running', 1, v_failures, p_max_attempts, o_token,
