@@ -35,7 +35,6 @@ from relay.runs import (
     format_slot,
     from_ms,
     parse_run_id,
-    run_id,
     slot_ms,
 )
 
@@ -149,8 +148,9 @@ class RedisLeaseBackend:
         for index, request in enumerate(requests):
             by_job.setdefault(request.job, []).append(index)
         jobs, size = list(by_job), self.jobs_per_call
+        members = [format_slot(request.slot) for request in requests]
         calls = [
-            self._acquire_call([[requests[i] for i in by_job[job]] for job in jobs[at : at + size]])
+            self._acquire_call(requests, members, [by_job[job] for job in jobs[at : at + size]])
             for at in range(0, len(jobs), size)
         ]
         listed = self._listed.intersection(by_job)
@@ -161,7 +161,7 @@ class RedisLeaseBackend:
             if next(words) == "1" and job in listed:
                 lost.append(job)
             for index in by_job[job]:
-                results[index] = _acquire_result(requests[index], next(words), words)
+                results[index] = _acquire_result(requests[index], members[index], words)
         # A job we listed that the server did not know: it lost its keys, the set of names too.
         if lost:
             with self._errors():
@@ -235,17 +235,19 @@ class RedisLeaseBackend:
     # -- building script calls ---------------------------------------------------------------
 
     def _acquire_call(
-        self, requests_by_job: Sequence[Sequence[AcquireRequest]]
+        self, requests: Sequence[AcquireRequest], members: list[str], jobs: list[list[int]]
     ) -> tuple[list[str], list[Any]]:
+        """One acquire script call for ``jobs``, each the indexes of its requests."""
         keys: list[str] = []
         args: list[Any] = [self.retention_ms]
-        for requests in requests_by_job:
-            keys.append(self._base(requests[0].job))
-            args.append(len(requests))
-            for request in requests:
+        for indexes in jobs:
+            keys.append(self._base(requests[indexes[0]].job))
+            args.append(len(indexes))
+            for index in indexes:
+                request = requests[index]
                 stale = "" if request.stale_after is None else repr(request.stale_after * 1000)
                 spec = (
-                    f"{format_slot(request.slot)} {slot_ms(request.slot)} {_ms(request.lease)} "
+                    f"{members[index]} {slot_ms(request.slot)} {_ms(request.lease)} "
                     f"{request.max_attempts} {int(request.overlap_skip)} {stale}"
                 )
                 args += [spec, request.owner]
@@ -362,13 +364,13 @@ _NOT_WON = {
 }
 
 
-def _acquire_result(request: AcquireRequest, outcome: str, rest: Iterator[str]) -> AcquireResult:
-    """The result of one request from the script's words ``outcome attempt token``."""
-    attempt, token = next(rest), next(rest)
+def _acquire_result(request: AcquireRequest, member: str, words: Iterator[str]) -> AcquireResult:
+    """The result of one request from the script's next words ``outcome attempt token``."""
+    outcome, attempt, token = next(words), next(words), next(words)
     if outcome != Outcome.WON.value:
         return _NOT_WON[outcome]
     run = Run(
-        run_id(request.job, request.slot), request.job, request.slot, int(attempt), int(token),
+        f"{request.job}@{member}", request.job, request.slot, int(attempt), int(token),
         request.owner,
     )  # fmt: skip
     return AcquireResult(Outcome.WON, run)

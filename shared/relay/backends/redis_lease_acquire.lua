@@ -34,13 +34,17 @@ local function decide_job(base, first, count)
     return false
   end
 
+  local wrote = false
+
   local function skip(r, reason)
+    wrote = true
     redis.call('HSET', r.run, 'state', 'skipped', 'reason', reason, 'finished_ms', now)
     redis.call('PEXPIRE', r.run, retention)
     redis.call('ZADD', slots, r.slot, r.member)
   end
 
   local function fail(r, failures)
+    wrote = true
     redis.call('HSET', r.run, 'state', 'failed', 'failures', failures, 'reason', 'max_attempts',
       'finished_ms', now, 'expires_ms', '')
     redis.call('PEXPIRE', r.run, retention)
@@ -48,6 +52,7 @@ local function decide_job(base, first, count)
   end
 
   local function lease(r, failures, attempt, max_attempts)
+    wrote = true
     local token = next_token()
     redis.call('HSET', r.run, 'state', 'running', 'attempt', attempt + 1, 'failures', failures,
       'max_attempts', max_attempts, 'token', string.format('%.0f', token), 'owner', r.owner,
@@ -93,7 +98,6 @@ local function decide_job(base, first, count)
   end
 
   table.insert(results, last_token == 0 and '1' or '0')
-  trim(base)
   local longest = 0
   for i = first, first + 2 * (count - 1), 2 do
     local member, slot, lease_ms, max_attempts, overlap, stale =
@@ -106,9 +110,13 @@ local function decide_job(base, first, count)
     table.insert(results, acquire(r))
     longest = math.max(longest, r.lease)
   end
+  if not wrote then
+    return -- most likely another instance was first, and did what follows
+  end
   if last_token > 0 then
     redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
   end
+  trim(base)
   -- The job's keys outlive its records (give or take the minute renew() allows); they are
   -- renewed together, so one of them tells when.
   local ttl = retention + longest
