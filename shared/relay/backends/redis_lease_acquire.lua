@@ -16,7 +16,8 @@ local function decide_job(base, first, count)
 
   -- A new token grows strictly, and stays above every token handed out before a restart that
   -- lost the counter: it is at least the server's time in microseconds.
-  local last_token = tonumber(redis.call('GET', token_key) or '0')
+  local stored = redis.call('GET', token_key)
+  local last_token = tonumber(stored or '0')
   local function next_token()
     last_token = math.max(last_token + 1, now_us)
     return last_token
@@ -97,7 +98,7 @@ local function decide_job(base, first, count)
     return lease(r, failures, tonumber(f[5]), tonumber(f[4]))
   end
 
-  table.insert(results, last_token == 0 and '1' or '0')
+  table.insert(results, stored and '0' or '1')
   local longest = 0
   for i = first, first + 2 * (count - 1), 2 do
     local member, slot, lease_ms, max_attempts, overlap, stale =
@@ -113,9 +114,7 @@ local function decide_job(base, first, count)
   if not wrote then
     return -- most likely another instance was first, and did what follows
   end
-  if last_token > 0 then
-    redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
-  end
+  redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
   trim(base)
   -- The job's keys outlive its records (give or take the minute renew() allows); they are
   -- renewed together, so one of them tells when.
