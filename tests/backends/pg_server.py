@@ -59,8 +59,12 @@ class OwnPostgres:
 
     def restart(self, mode: str = "immediate") -> None:
         """Stop the server (``immediate`` is a crash: no goodbye to clients) and start it again."""
-        self._pg_ctl("stop", "-m", mode)
+        self.halt(mode)
         self.start()
+
+    def halt(self, mode: str = "immediate") -> None:
+        """Stop the server, keeping its data for :meth:`start`."""
+        self._pg_ctl("stop", "-m", mode)
 
     def stop(self) -> None:
         """Stop the server and remove its folder."""

@@ -20,7 +20,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from relay import AcquireRequest, LeaseBackend, Outcome, RunState, open_backend
+from relay import (
+    AcquireRequest,
+    BackendUnavailable,
+    LeaseBackend,
+    Outcome,
+    RunState,
+    open_backend,
+)
 from tests.backends import pg_procs
 from tests.backends.pg_server import OwnPostgres, find_bin
 from tests.support import procs
@@ -121,6 +128,32 @@ def test_leases_survive_a_crash_and_their_holder_keeps_them(server: OwnPostgres,
         backend.close()
 
 
+def test_a_server_that_is_down_is_unavailable_then_the_pool_reconnects(
+    server: OwnPostgres, url: str
+) -> None:
+    backend = _lease_backend(url + "&pool_timeout=1")
+    slot = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    try:
+        won = backend.acquire(AcquireRequest("outage", slot, "a", 60))
+        assert won.run is not None
+        server.halt()
+        try:
+            for step in (
+                backend.now,
+                lambda: backend.acquire(AcquireRequest("outage", slot, "b", 60)),
+                lambda: backend.heartbeat(won.run.id, won.run.token, 60),  # type: ignore[union-attr]
+            ):
+                with pytest.raises(BackendUnavailable):
+                    step()
+        finally:
+            server.start()
+        result = _acquire_when_up(backend, AcquireRequest("outage", slot, "b", 60))
+        assert result.outcome is Outcome.HELD  # the lease outlived the outage, on disk
+        backend.finish(won.run.id, won.run.token, succeeded=True)
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("offset", [3600, -3600])
 def test_a_rival_whose_clock_is_an_hour_off_cannot_take_a_live_lease(
     url: str, tmp_path: Path, offset: int
@@ -185,8 +218,6 @@ def _lease_backend(url: str) -> LeaseBackend:
 
 def _acquire_when_up(backend: LeaseBackend, request: AcquireRequest):  # type: ignore[no-untyped-def]
     """Acquire, retrying while the server is still coming back."""
-    from relay import BackendUnavailable
-
     deadline = time.monotonic() + 30
     while True:
         try:
