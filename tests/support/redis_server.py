@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-__all__ = ["RedisServer", "own_redis"]
+__all__ = ["RedisServer", "own_redis", "own_redis_cluster"]
 
 
 def _free_port() -> int:
@@ -38,6 +38,8 @@ class RedisServer:
         self.args = args
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        if "--cluster-enabled" in args:
+            self.args = (*args, "--cluster-config-file", f"nodes-{self.port}.conf")
 
     @property
     def url(self) -> str:
@@ -88,3 +90,30 @@ def own_redis(workdir: Path, *args: str) -> Iterator[RedisServer]:
         yield server
     finally:
         server.kill()
+
+
+@contextmanager
+def own_redis_cluster(workdir: Path, nodes: int = 3) -> Iterator[str]:
+    """A Redis Cluster of ``nodes`` primaries on 127.0.0.1; yields a URL to one of them."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.skip("redis-cli is not installed")
+    servers = [RedisServer(workdir, "--cluster-enabled", "yes") for _ in range(nodes)]
+    try:
+        for server in servers:
+            server.start()
+        addresses = [f"127.0.0.1:{server.port}" for server in servers]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        for server in servers:
+            with redis.Redis(port=server.port, decode_responses=True) as client:
+                while client.cluster("info").get("cluster_state") != "ok":
+                    assert time.monotonic() < deadline, "the cluster never became ready"
+                    time.sleep(0.1)
+        yield servers[0].url
+    finally:
+        for server in servers:
+            server.kill()

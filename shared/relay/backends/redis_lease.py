@@ -21,8 +21,15 @@ from typing import Any, Literal
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import AuthenticationError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.retry import Retry
 
 from relay.backends._url import BackendURL
@@ -44,7 +51,7 @@ DEFAULT_PREFIX = "relay:"
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
-_RELAY_OPTIONS = ("strategy", "prefix", "retention")
+_RELAY_OPTIONS = ("strategy", "prefix", "retention", "cluster")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
@@ -70,7 +77,7 @@ class RedisLeaseBackend:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         *,
         prefix: str = DEFAULT_PREFIX,
         retention: float = DEFAULT_RETENTION,
@@ -109,26 +116,17 @@ class RedisLeaseBackend:
                 f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
                 "number, as in redis://localhost:6379/0"
             )
-        driver_url = parsed.without_options(_RELAY_OPTIONS)
-        driver_url = _SCHEMES.get(parsed.scheme, parsed.scheme) + driver_url[len(parsed.scheme) :]
-        try:
-            client = redis.Redis.from_url(
-                driver_url,
-                decode_responses=True,
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1),
-                **_timeouts(parsed),
-            )
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"Redis URL {parsed.redacted()} is malformed: {exc}; "
-                "expected redis://[user:password@]host:port/db, such as redis://localhost:6379/0"
-            ) from None
-        description = BackendURL(parsed.redacted()).without_options(parsed.options)
+        cluster = _flag(parsed, "cluster")
+        if cluster:
+            kwargs.setdefault("jobs_per_call", 1)  # a script may touch one Cluster slot only
+        where = BackendURL(parsed.redacted()).without_options(parsed.options)
+        kind = "Redis Cluster" if cluster else "Redis"
+        prefix = parsed.option("prefix", DEFAULT_PREFIX)
         return cls(
-            client,
-            prefix=parsed.option("prefix", DEFAULT_PREFIX),
+            _connect(parsed, cluster, f"{kind} at {where}"),
+            prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
-            description=f"Redis ({description}, prefix={parsed.option('prefix', DEFAULT_PREFIX)})",
+            description=f"{kind} ({where}, prefix={prefix})",
             **kwargs,
         )
 
@@ -293,10 +291,10 @@ class RedisLeaseBackend:
             for _ in range(2):
                 pipe = self._redis.pipeline(transaction=False)
                 if before is not None:
-                    pipe.execute_command(*before)  # type: ignore[no-untyped-call]
+                    pipe.execute_command(*before)
                 for index in pending:
                     keys, args = calls[index]
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
                 answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
                 for index, answer in zip(pending, answers, strict=True):
                     if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
@@ -311,6 +309,10 @@ class RedisLeaseBackend:
         raise BackendUnavailable(f"{self.name} keeps forgetting its Lua scripts (SCRIPT FLUSH?)")
 
     def _load_scripts(self) -> None:
+        if isinstance(self._redis, RedisCluster):  # SCRIPT LOAD goes to every primary
+            for script in self._scripts.values():
+                script.sha = self._redis.script_load(script.script)
+            return
         pipe = self._redis.pipeline(transaction=False)
         for script in self._scripts.values():
             pipe.script_load(script.script)
@@ -336,8 +338,40 @@ class RedisLeaseBackend:
             if "DB index" in str(exc):
                 hint = "; use a database number the server has (0-15 unless configured)"
             raise BackendUnavailable(f"{self.name} refused a command: {exc}{hint}") from exc
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:
             raise BackendUnavailable(f"{self.name} failed: {exc}") from exc
+
+
+def _connect(parsed: BackendURL, cluster: bool, where: str) -> redis.Redis | RedisCluster:
+    """A client for the URL without Relay's options (a Cluster client connects at once)."""
+    driver_url = parsed.without_options(_RELAY_OPTIONS)
+    driver_url = _SCHEMES.get(parsed.scheme, parsed.scheme) + driver_url[len(parsed.scheme) :]
+    factory = RedisCluster.from_url if cluster else redis.Redis.from_url
+    try:
+        return factory(
+            driver_url,
+            decode_responses=True,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1),
+            **_timeouts(parsed),
+        )
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"Redis URL {parsed.redacted()} is malformed: {exc}; "
+            "expected redis://[user:password@]host:port/db, such as redis://localhost:6379/0"
+        ) from None
+    except (RedisError, RedisClusterException) as exc:
+        raise BackendUnavailable(
+            f"{where} cannot be reached ({exc}): check that it runs, the host and port, and "
+            "the password in the URL"
+        ) from exc
+
+
+def _flag(parsed: BackendURL, name: str) -> bool:
+    """A yes/no URL option."""
+    value = parsed.option(name, "no").lower()
+    if value not in ("yes", "true", "1", "no", "false", "0"):
+        raise ConfigurationError(f"URL option {name}={value!r} must be yes or no")
+    return value in ("yes", "true", "1")
 
 
 def _timeouts(parsed: BackendURL) -> dict[str, float]:

@@ -1,0 +1,54 @@
+"""The whole lease contract suite again, on a Redis Cluster of three primaries (``?cluster=yes``).
+
+The contract's tests are imported here; this module's ``lease_url`` fixture replaces the usual one,
+so each test gets a fresh key prefix on a cluster started once for the module.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis.cluster
+
+from relay import AcquireRequest, Outcome, open_backend
+from relay.backends.redis_lease import RedisLeaseBackend
+from tests.contract.test_lease_contract import *  # noqa: F403
+from tests.contract.test_lease_contract import slot
+from tests.support.redis_server import own_redis_cluster
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with own_redis_cluster(tmp_path_factory.mktemp("cluster")) as url:
+        yield url
+
+
+@pytest.fixture
+def lease_url(cluster_url: str) -> Iterator[str]:
+    prefix = f"relay_t_{secrets.token_hex(4)}:"
+    yield f"{cluster_url}?cluster=yes&prefix={prefix}"
+    client = redis.cluster.RedisCluster.from_url(cluster_url)
+    for key in client.scan_iter(match=f"{prefix}*", count=1000, target_nodes="primaries"):
+        client.delete(key)
+    client.close()
+
+
+def test_jobs_land_on_every_node_and_one_tick_decides_them(lease_url: str, tmp_path: Path) -> None:
+    backend = open_backend(lease_url)
+    assert isinstance(backend, RedisLeaseBackend) and backend.jobs_per_call == 1
+    assert backend.name.startswith("Redis Cluster")
+    requests = [AcquireRequest(f"job-{n}", slot(0), "a", 30) for n in range(30)]
+    assert {r.outcome for r in backend.acquire_many(requests)} == {Outcome.WON}
+    assert {r.outcome for r in backend.acquire_many(requests)} == {Outcome.HELD}
+    assert len(backend.runs(limit=100)) == 30
+    client = redis.cluster.RedisCluster.from_url(lease_url.split("?")[0])
+    primaries = client.get_primaries()  # type: ignore[no-untyped-call]
+    holding = [node for node in primaries if client.dbsize(target_nodes=node) > 0]
+    assert len(holding) == 3  # the jobs' keys are spread over the three primaries
+    client.close()
+    backend.close()
