@@ -84,6 +84,7 @@ def test_default_prefix_and_name_hide_the_password() -> None:
         ("?retention=-1", "retention"),
         ("?prefix=a{b}", "braces"),
         ("?strategy=nonsense", "unknown strategy"),
+        ("?cluster=maybe", "yes or no"),
     ],
 )
 def test_bad_options_are_refused_with_the_fix(suffix: str, words: str) -> None:
