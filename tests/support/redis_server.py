@@ -5,6 +5,7 @@ Like production here it keeps nothing on disk (no RDB, no AOF), so a restart los
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import socket
@@ -20,10 +21,26 @@ import redis
 __all__ = ["RedisServer", "own_redis", "own_redis_cluster"]
 
 
-def _free_port() -> int:
+def _free_port(cluster: bool = False) -> int:
+    """A free port; for a Cluster node, one whose bus port (port + 10000) is free too."""
+    if not cluster:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    for _ in range(200):
+        port = random.randrange(20000, 30000)
+        if all(_bindable(p) for p in (port, port + 10000)):
+            return port
+    raise AssertionError("no free port pair for a Redis Cluster node")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 class RedisServer:
@@ -36,7 +53,7 @@ class RedisServer:
         self.binary = binary
         self.workdir = workdir
         self.args = args
-        self.port = _free_port()
+        self.port = _free_port(cluster="--cluster-enabled" in args)
         self.process: subprocess.Popen[bytes] | None = None
         if "--cluster-enabled" in args:
             self.args = (*args, "--cluster-config-file", f"nodes-{self.port}.conf")
