@@ -25,7 +25,7 @@ from urllib.parse import urlunsplit
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, Outcome
@@ -38,7 +38,15 @@ UTC = timezone.utc
 _OWN_OPTIONS = ("schema", "pool_max", "pool_timeout")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
-_SETUP = "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL)"  # noqa: E501
+_SETUP = (
+    "CREATE SCHEMA IF NOT EXISTS {schema}; "
+    "CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL)"
+)
+_MISSING = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.InvalidSchemaName,
+)
 
 
 def _sections(filename: str, marker: str) -> dict[str, str]:
@@ -230,16 +238,20 @@ class PostgresLeaseBackend:
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except psycopg.errors.UndefinedTable as exc:
+        except _MISSING as exc:
             raise BackendUnavailable(
                 f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
                 f"(was the schema dropped?); reopen the backend to create them again: {exc}"
             ) from exc
+        except PoolTimeout as exc:
+            raise BackendUnavailable(
+                f"no connection to PostgreSQL at {self._display} within {self._timeout:g}s; "
+                "check that the server is up and reachable (URL option pool_timeout waits longer)"
+            ) from exc
         except psycopg.Error as exc:
             raise BackendUnavailable(
-                f"PostgreSQL at {self._display} is unavailable: {_first_line(exc)}; "
-                f"check that the server is up and reachable (waited up to {self._timeout:g}s "
-                "for a connection)"
+                f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
+                "check that the server is up and reachable"
             ) from exc
 
     def _lost_reason(
