@@ -195,7 +195,7 @@ class RedisLeaseBackend:
         return bool(recorded)
 
     def last_slot(self, job: str) -> datetime | None:
-        (reply,) = self._call_many("read", [([self._base(job)], ["last", 1])])
+        (reply,) = self._call_many("read", [([self._base(job)], ["last", 1, self.retention_ms])])
         return from_ms(int(float(reply[0]))) if reply else None
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
@@ -206,7 +206,9 @@ class RedisLeaseBackend:
         if job is None:
             records = self._read_all("newest", limit)
         else:
-            (reply,) = self._call_many("read", [([self._base(job)], ["newest", limit])])
+            (reply,) = self._call_many(
+                "read", [([self._base(job)], ["newest", limit, self.retention_ms])]
+            )
             records = [_record(job, item) for item in reply]
         records.sort(key=lambda r: (-slot_ms(r.scheduled_for), r.id))
         return records[:limit]
@@ -254,7 +256,9 @@ class RedisLeaseBackend:
     def _read_all(self, mode: str, limit: int) -> list[RunRecord]:
         with self._errors():
             jobs = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
-        replies = self._call_many("read", [([self._base(job)], [mode, limit]) for job in jobs])
+        replies = self._call_many(
+            "read", [([self._base(job)], [mode, limit, self.retention_ms]) for job in jobs]
+        )
         return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
 
     # -- calling scripts ---------------------------------------------------------------------

@@ -115,7 +115,7 @@ local function decide_job(base, first, count)
     return -- most likely another instance was first, and did what follows
   end
   redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
-  trim(base)
+  trim(base, now, retention)
   -- The job's keys outlive its records (give or take the minute renew() allows); they are
   -- renewed together, so one of them tells when.
   local ttl = retention + longest

@@ -23,9 +23,12 @@ local function renew(key, ttl)
   end
 end
 
--- Drop from the indexes the oldest runs whose records have expired (two per call keeps up).
-local function trim(base)
-  for _, member in ipairs(redis.call('ZRANGE', base .. 'slots', 0, 1)) do
+-- Drop from the indexes old runs whose records have expired, two per call. A record lives
+-- `retention` after its last write, which comes after its slot: only runs whose slot is older than
+-- that can be gone, and usually there are none, so this costs one read.
+local function trim(base, now, retention)
+  local old = redis.call('ZRANGEBYSCORE', base .. 'slots', '-inf', now - retention, 'LIMIT', 0, 2)
+  for _, member in ipairs(old) do
     if redis.call('EXISTS', base .. 'run:' .. member) == 0 then
       redis.call('ZREM', base .. 'slots', member)
       redis.call('ZREM', base .. 'active', member)
