@@ -146,8 +146,14 @@ class SQLiteLeaseBackend:
             return self._insert_skipped(conn, job, slot, reason, now_ms)
 
     def last_slot(self, job: str) -> datetime | None:
+        # In run-id order a whole-second slot sorts before the sub-second ones of its second,
+        # so the latest slot is one of the last two ids.
         with self._read() as conn:
-            row = conn.execute("SELECT MAX(slot_ms) FROM relay_runs WHERE job = ?", (job,))
+            row = conn.execute(
+                "SELECT MAX(slot_ms) FROM (SELECT slot_ms FROM relay_runs "
+                "WHERE run_id > ? AND run_id < ? ORDER BY run_id DESC LIMIT 2)",
+                _job_range(job),
+            )
             value = row.fetchone()[0]
         return None if value is None else from_ms(value)
 
@@ -155,14 +161,14 @@ class SQLiteLeaseBackend:
         now_ms = self._now_ms()
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM relay_runs WHERE state = 'pending' "
-                "OR (state = 'running' AND expires_ms <= ?) ORDER BY slot_ms LIMIT ?",
+                f"SELECT {_COLUMNS} FROM relay_runs WHERE state IN ('running', 'pending') "
+                "AND (state = 'pending' OR expires_ms <= ?) ORDER BY slot_ms LIMIT ?",
                 (now_ms, limit),
             ).fetchall()
         return [_record(row) for row in rows]
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
-        where, params = ("WHERE job = ?", (job,)) if job is not None else ("", ())
+        where, params = ("WHERE run_id > ? AND run_id < ?", _job_range(job)) if job else ("", ())
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM relay_runs {where} ORDER BY slot_ms DESC, run_id LIMIT ?",
@@ -349,11 +355,16 @@ def _next_token(conn: sqlite3.Connection, job: str) -> int:
 
 def _other_live(conn: sqlite3.Connection, job: str, rid: str, now_ms: int) -> bool:
     row = conn.execute(
-        "SELECT 1 FROM relay_runs WHERE job = ? AND state = 'running' AND expires_ms > ? "
-        "AND run_id != ? LIMIT 1",
+        "SELECT 1 FROM relay_runs WHERE job = ? AND state IN ('running', 'pending') "
+        "AND state = 'running' AND expires_ms > ? AND run_id != ? LIMIT 1",
         (job, now_ms, rid),
     ).fetchone()
     return row is not None
+
+
+def _job_range(job: str) -> tuple[str, str]:
+    """Run ids of ``job`` lie strictly between these (job names hold no '@')."""
+    return f"{job}@", f"{job}@~"
 
 
 def _lost_reason(run_id: str, token: int, row: Sequence[Any] | None) -> str:

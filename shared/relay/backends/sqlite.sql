@@ -1,4 +1,4 @@
--- Relay's SQLite schema, version 1. Times are milliseconds on the host's clock.
+-- Relay's SQLite schema, version 1. Times are milliseconds on the host's clock. No semicolons in comments: statements are split on them.
 CREATE TABLE IF NOT EXISTS relay_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS relay_meta (
 CREATE TABLE IF NOT EXISTS relay_jobs (
     name  TEXT PRIMARY KEY,
     token INTEGER NOT NULL            -- the last fencing token handed out for this job
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS relay_runs (
     run_id       TEXT PRIMARY KEY,
     job          TEXT NOT NULL,
@@ -24,5 +24,7 @@ CREATE TABLE IF NOT EXISTS relay_runs (
     finished_ms  INTEGER,
     updated_ms   INTEGER NOT NULL
 ) WITHOUT ROWID;            -- clustered by run id: one b-tree fewer to write per step
-CREATE INDEX IF NOT EXISTS relay_runs_job_slot ON relay_runs (job, slot_ms);
-CREATE INDEX IF NOT EXISTS relay_runs_state ON relay_runs (state, expires_ms);
+-- A job's runs need no index of their own: run ids are 'job@<slot>', so they are one key range.
+-- Only live runs (for overlap and takeover) are indexed: finished runs leave this index.
+CREATE INDEX IF NOT EXISTS relay_runs_live ON relay_runs (job, expires_ms)
+    WHERE state IN ('running', 'pending');
