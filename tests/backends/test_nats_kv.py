@@ -16,11 +16,11 @@ from pathlib import Path
 
 import nats
 import pytest
+
 from relay import AcquireRequest, LeaseBackend, Outcome, RunState, open_backend
 from relay.backends._nats_kv_state import KEEP_FINISHED
 from relay.backends.nats_kv import NatsLeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError
-
 from tests.support import services
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary, free_port
 
