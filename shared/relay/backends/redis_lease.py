@@ -3,8 +3,9 @@
 Every step is one Lua script (``redis_lease_*.lua`` next to this module), loaded once and called by
 its hash. Each script reads ``TIME``, so the server's clock decides expiry; Redis 7 and Valkey
 replicate a script's effects, which allows that. The keys of one job share the hash tag
-``{job}``, so every script touches one Cluster slot; reading across jobs (``runs()``,
-``reclaimable()``) goes through a set of job names and costs one script call per job.
+``{job}``; with ``?cluster=yes`` each script decides one job, so it touches one Cluster slot.
+Reading across jobs (``runs()``, ``reclaimable()``) goes through a set of job names and costs one
+script call per job. See ``docs/backends/redis.md``.
 
 Tokens are ``max(last + 1, server time in µs)``: they grow strictly and stay above every token
 handed out before a restart that lost the keys. Records expire ``retention`` seconds after their
@@ -71,7 +72,11 @@ _SCRIPTS = {step: _script_text(step) for step in _STEPS}
 
 
 class RedisLeaseBackend:
-    """Leases in Redis or Valkey, one Lua script per step, on the server's clock."""
+    """Leases in Redis or Valkey, one Lua script per step, on the server's clock.
+
+    ``client`` is a redis-py client made with ``decode_responses=True``; ``jobs_per_call`` is how
+    many jobs one acquire script decides (1 on Redis Cluster). :meth:`from_url` builds both.
+    """
 
     capability: Literal["lease"] = "lease"
 
@@ -84,6 +89,8 @@ class RedisLeaseBackend:
         description: str = "Redis",
         jobs_per_call: int = 50,
     ) -> None:
+        if jobs_per_call < 1:
+            raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
         if "{" in prefix or "}" in prefix:
             raise ConfigurationError(
                 f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
