@@ -156,8 +156,10 @@ class Decider:
         ]
         results = backend.acquire_many(requests)
         won = []
+        debug = log.isEnabledFor(logging.DEBUG)
         for (job, slot), result in zip(due, results, strict=True):
-            log.debug("%s: %s", run_id(job.name, slot), result.outcome.value)
+            if debug:
+                log.debug("%s: %s", run_id(job.name, slot), result.outcome.value)
             if result.outcome is Outcome.WON and result.run is not None:
                 won.append(Won(result.run, job))
         return won
