@@ -225,7 +225,8 @@ def test_overlap_skip_while_the_previous_run_is_live(
     store: SQLiteLeaseBackend, clock: Clock
 ) -> None:
     release = threading.Event()
-    s = scheduler(store, clock, "a")
+    # The lease outlasts the minute the clock jumps: the first run is still live at 12:01.
+    s = relay.Scheduler(store, lease=300, heartbeat=10, owner="a", clock=clock, stop_timeout=0.5)
 
     @s.job(every=60, overlap="skip", name="slow")
     def slow(run: relay.Run) -> None:
