@@ -24,10 +24,13 @@ def backend(claim_url: str) -> Iterator[ClaimBackend]:
     opened.close()
 
 
+# Fixed once, so that every call in a test names the same runs, whatever second it is.
+BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+
+
 def slot(index: int) -> datetime:
     """Recent slots, a second apart, in increasing order (stream ids must grow)."""
-    base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
-    return base + timedelta(seconds=index)
+    return BASE + timedelta(seconds=index)
 
 
 def test_first_claim_wins_and_later_ones_lose(backend: ClaimBackend) -> None:

@@ -32,10 +32,13 @@ def backend(lease_url: str) -> Iterator[LeaseBackend]:
     opened.close()
 
 
+# Fixed once, so that every call in a test names the same runs, whatever minute it is.
+BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+
+
 def slot(index: int) -> datetime:
     """Recent slots, a minute apart, so a stale_after of a few hours never applies by accident."""
-    base = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
-    return base + timedelta(minutes=index)
+    return BASE + timedelta(minutes=index)
 
 
 def req(index: int = 0, owner: str = "a", lease: float = 30, **options: object) -> AcquireRequest:
