@@ -28,9 +28,12 @@ UTC = timezone.utc
 JOB = "nightly report/é"  # a name NATS keys could not hold as it is
 
 
+# Fixed once, so that every call in a test names the same runs, whatever minute it is.
+BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+
+
 def slot(index: int) -> datetime:
-    base = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
-    return base + timedelta(seconds=index)
+    return BASE + timedelta(seconds=index)
 
 
 def req(index: int = 0, owner: str = "a", lease: float = 30, **options: object) -> AcquireRequest:

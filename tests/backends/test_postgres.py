@@ -62,8 +62,12 @@ def _with(**parts: Any) -> str:
     return urlunsplit(url._replace(netloc=f"{user}@{host}", path=path))
 
 
+# Fixed once, so that every call in a test names the same runs, whatever minute it is.
+_BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+
+
 def _slot(minutes: int) -> datetime:
-    return datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30 - minutes)
+    return _BASE + timedelta(minutes=minutes)
 
 
 # -- URLs and what goes wrong opening them ----------------------------------------------------

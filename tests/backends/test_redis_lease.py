@@ -42,9 +42,12 @@ def client() -> Iterator[redis.Redis]:
         yield plain
 
 
+# Fixed once, so that every call in a test names the same runs, whatever minute it is.
+BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+
+
 def slot(index: int) -> datetime:
-    base = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
-    return base + timedelta(minutes=index)
+    return BASE + timedelta(minutes=index)
 
 
 def req(job: str = "job", index: int = 0, owner: str = "a", **options: object) -> AcquireRequest:
