@@ -35,7 +35,7 @@ from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import run_id
 
-__all__ = ["DEFAULT_RETENTION", "GateQueues", "RabbitMQClaimBackend"]
+__all__ = ["DEFAULT_RETENTION", "GateQueues", "RabbitMQClaimBackend", "pika_parameters"]
 
 DEFAULT_RETENTION = 600.0
 """Seconds an unused gate queue (and so a claim) lives unless told: queues cost broker memory."""
@@ -49,6 +49,14 @@ _DRIVER_OPTIONS = (
 )
 _MAX_QUEUE_NAME = 255
 _PRECONDITION_FAILED = 406
+
+
+def pika_parameters(parsed: BackendURL, ours: Sequence[str]) -> pika.URLParameters:
+    """pika's connection parameters from a URL, without Relay's own options ``ours``."""
+    try:
+        return pika.URLParameters(parsed.without_options(ours))
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(f"AMQP URL {parsed.redacted()!r} is malformed: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -136,14 +144,8 @@ class RabbitMQClaimBackend:
         """
         parsed = BackendURL(url)
         parsed.check_options([*_OUR_OPTIONS, *_DRIVER_OPTIONS], "the RabbitMQ claim backend")
-        try:
-            parameters = pika.URLParameters(parsed.without_options(_OUR_OPTIONS))
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(
-                f"AMQP URL {parsed.redacted()!r} is malformed: {exc}"
-            ) from None
         return cls(
-            parameters,
+            pika_parameters(parsed, _OUR_OPTIONS),
             prefix=parsed.option("prefix", "relay.claim"),
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             location=parsed.redacted(),

@@ -36,7 +36,7 @@ from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, Unrouta
 
 from relay.backends._rabbitmq_consumers import JobConsumers
 from relay.backends._url import BackendURL
-from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend
+from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend, pika_parameters
 from relay.engine.deciding import Won
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
@@ -154,14 +154,8 @@ class RabbitMQConsumerBackend:
         timeout = None
         if "consumer_timeout" in parsed.options:
             timeout = parsed.float_option("consumer_timeout", 0)
-        try:
-            parameters = pika.URLParameters(parsed.without_options(_OPTIONS))
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(
-                f"AMQP URL {parsed.redacted()!r} is malformed: {exc}"
-            ) from None
         return cls(
-            parameters,
+            pika_parameters(parsed, _OPTIONS),
             prefix=parsed.option("prefix", "relay"),
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             max_attempts=int(attempts),
