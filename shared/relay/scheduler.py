@@ -105,6 +105,7 @@ class Scheduler(Generic[BackendT]):
         self.backend: ClaimBackend | LeaseBackend = (
             open_backend(backend) if isinstance(backend, str) else backend
         )
+        self._owns_backend = isinstance(backend, str)
         try:
             self.lease, self.heartbeat = check_scheduler_options(
                 self.backend, lease=lease, heartbeat=heartbeat
@@ -199,7 +200,10 @@ class Scheduler(Generic[BackendT]):
         return register
 
     def run(self) -> None:
-        """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish."""
+        """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish.
+
+        A backend the scheduler opened from a URL is closed when it returns.
+        """
         restore = self._install_signal_handlers()
         try:
             if self._dispatcher is not None:
@@ -208,6 +212,8 @@ class Scheduler(Generic[BackendT]):
         finally:
             self.shutdown()
             restore()
+            if self._owns_backend:
+                self.backend.close()
 
     def stop(self) -> None:
         """Ask :meth:`run` to return; safe from any thread or signal handler."""

@@ -275,3 +275,15 @@ def test_scheduler_survives_an_unreachable_store_and_runs_nothing_it_did_not_win
         loop.join(5)
         s.shutdown()
     assert ran == ["job@2026-11-29T12:00:00Z"]
+
+
+def test_run_closes_only_a_backend_it_opened(tmp_path: Path, store: SQLiteLeaseBackend) -> None:
+    opened = relay.Scheduler(f"sqlite:///{tmp_path / 'own.db'}", tick=0.01)
+    threading.Timer(0.2, opened.stop).start()
+    opened.run()
+    with pytest.raises(BackendUnavailable):
+        opened.backend.runs()
+    given = relay.Scheduler(store, tick=0.01)
+    threading.Timer(0.2, given.stop).start()
+    given.run()
+    assert store.runs() == []  # still open: the caller owns it
