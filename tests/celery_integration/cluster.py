@@ -144,3 +144,19 @@ def cluster(tmp: Path, broker: str, backend: str, schedule: dict[str, Any]) -> I
         yield running
     finally:
         running.stop()
+        _forget_broker_keys(broker, running.queue)
+
+
+def _forget_broker_keys(broker: str, queue: str) -> None:
+    """Delete what Celery left under this cluster's Redis key prefix, so nothing accumulates."""
+    if not broker.startswith("redis"):
+        return  # RabbitMQ test queues are declared per cluster and are few
+    import redis
+
+    client = redis.Redis.from_url(broker)
+    try:
+        keys = list(client.scan_iter(match=f"{queue}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
