@@ -14,6 +14,7 @@ from relay.schedules import Schedule, make_schedule
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "LEASE_BACKENDS",
     "TICK_SPREAD",
     "Job",
     "Overlap",
@@ -27,7 +28,13 @@ TICK_SPREAD = 5.0
 DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a run gets by default: a failure and a dead runner each use one."""
 
-_LEASE_BACKENDS = "sqlite:///…, postgresql://…, redis://… (strategy=lease), nats://… (strategy=kv)"
+LEASE_BACKENDS = (
+    "sqlite:///…",
+    "postgresql://…",
+    "redis://… (strategy=lease)",
+    "nats://… (strategy=kv)",
+)
+"""URL forms of the lease backends, for messages that point users to them."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ def make_job(
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
         for option, value in lease_only.items():
             if value is not None:
-                raise UnsupportedOption(option, backend.name, [_LEASE_BACKENDS])
+                raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         _check_claim_memory(backend, optional_seconds(stale_after, "stale_after"))
     if overlap not in (None, "allow", "skip"):
         raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
@@ -116,7 +123,7 @@ def check_scheduler_options(
     if backend.capability == "claim":
         for option, value in {"lease": lease, "heartbeat": heartbeat}.items():
             if value is not None:
-                raise UnsupportedOption(option, backend.name, [_LEASE_BACKENDS])
+                raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         return 0.0, 0.0
     lease_s = optional_seconds(lease, "lease") or 30.0
     heartbeat_s = optional_seconds(heartbeat, "heartbeat") or min(10.0, lease_s / 3)

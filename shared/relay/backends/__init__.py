@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.errors import MissingDependency, UnknownBackend
+from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
 __all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
 
@@ -54,14 +55,6 @@ _ALIASES = {
     "tls": "nats",
 }
 _DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
-
-LEASE_BACKENDS = (
-    "sqlite://",
-    "postgresql://",
-    "redis:// (strategy=lease)",
-    "nats:// (strategy=kv)",
-)
-"""URL forms of the lease backends, for messages that point users to them."""
 
 
 def open_backend(url: str, **options: Any) -> Backend:
