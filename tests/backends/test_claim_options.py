@@ -10,17 +10,10 @@ import pytest
 
 import relay
 from relay import ConfigurationError, UnsupportedOption
-from tests.support.claim_backends import nats_dedup_claim, rabbitmq_claim, redis_claim
-
-BACKENDS = [
-    pytest.param(redis_claim("stream-id"), marks=pytest.mark.redis, id="redis-stream-id"),
-    pytest.param(redis_claim("script"), marks=pytest.mark.redis, id="redis-script"),
-    pytest.param(rabbitmq_claim, marks=pytest.mark.rabbitmq, id="rabbitmq"),
-    pytest.param(nats_dedup_claim, marks=pytest.mark.nats, id="nats-dedup"),
-]
+from tests.support.claim_backends import server_claims
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=server_claims())
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with request.param(tmp_path) as url:
         yield url

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.support.services import SERVICES
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "nats_dedup_claim",
     "rabbitmq_claim",
     "redis_claim",
+    "server_claims",
 ]
 
 REDIS86_ENV = "RELAY_TEST_REDIS86_URL"
@@ -97,3 +100,13 @@ def nats_dedup_claim(tmp_path: Path) -> Iterator[str]:
         yield _join(base, f"strategy=dedup&stream={stream}")
     finally:
         delete_nats_stream(base, stream)
+
+
+def server_claims() -> list[object]:
+    """pytest params for the claim backends that need a server, each with its service mark."""
+    return [
+        pytest.param(redis_claim("stream-id"), marks=pytest.mark.redis, id="redis-stream-id"),
+        pytest.param(redis_claim("script"), marks=pytest.mark.redis, id="redis-script"),
+        pytest.param(rabbitmq_claim, marks=pytest.mark.rabbitmq, id="rabbitmq"),
+        pytest.param(nats_dedup_claim, marks=pytest.mark.nats, id="nats-dedup"),
+    ]
