@@ -128,11 +128,12 @@ class Cluster:
 
         self.wait_for("the workers to go quiet", quiet, timeout)
 
-    def logs(self) -> str:
-        """Every process's log, for failure messages."""
+    def logs(self, tail: int | None = 4000) -> str:
+        """Every process's log: its last ``tail`` characters (for failure messages), or all."""
         parts = []
         for path in sorted(self.tmp.glob("*.log")):
-            parts.append(f"----- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
+            text = path.read_text(errors="replace")
+            parts.append(f"----- {path.name}\n{text if tail is None else text[-tail:]}")
         return "\n".join(parts)
 
 

@@ -153,7 +153,9 @@ def test_a_worker_killed_mid_task_loses_the_run_which_completes_once_elsewhere(
         final = c.events("end")[0]
         for event in (started, final):
             c.publish({"id": event["run"], "token": event["token"], "attempt": 1, "owner": "x"})
-        c.wait_for("two drops", lambda: c.logs().count("dropping a stale or duplicate") == 2)
+        c.wait_for(
+            "two drops", lambda: c.logs(tail=None).count("dropping a stale or duplicate") == 2
+        )
         events = c.events()
     ends = [e for e in events if e["event"] == "end"]
     assert len(ends) == 1
@@ -302,8 +304,7 @@ def test_bad_settings_stop_beat_and_worker_at_start_naming_the_setting(tmp_path:
         c.set(lease=10, heartbeat=20)
         beat, worker = c.beat(), c.worker()
         assert beat.wait(60) != 0 and worker.wait(60) != 0
-    # Each process's whole log (c.logs() keeps only their tails, for failure messages).
-    for log in ("beat0.log", "worker1.log"):
+    for log in ("beat0.log", "worker1.log"):  # both processes, each naming the setting
         text = (tmp_path / log).read_text(errors="replace")
         assert "heartbeat (20s) must be shorter than lease (10s)" in text, text[-4000:]
     assert c.events() == []
@@ -320,7 +321,7 @@ def test_a_duplicate_delivered_to_another_thread_of_the_same_worker_is_dropped(
         c.wait_for("the run to start", lambda: c.events("start") != [])
         (started,) = c.events("start")
         c.publish({"id": started["run"], "token": started["token"], "attempt": 1, "owner": "x"})
-        c.wait_for("the duplicate to be dropped", lambda: "dropping a stale" in c.logs())
+        c.wait_for("the duplicate to be dropped", lambda: "dropping a stale" in c.logs(tail=None))
         c.wait_for("the run to end", lambda: c.events("end") != [])
         events = c.events()
     assert [e["event"] for e in events] == ["start", "end"]
