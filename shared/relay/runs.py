@@ -25,10 +25,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def format_slot(slot: datetime) -> str:
     """The slot as an exact UTC string: seconds, or milliseconds where the slot has them."""
-    slot = slot.astimezone(UTC)
-    if slot.microsecond:
-        return slot.strftime("%Y-%m-%dT%H:%M:%S.") + f"{slot.microsecond // 1000:03d}Z"
-    return slot.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if slot.tzinfo is not UTC:
+        slot = slot.astimezone(UTC)
+    # isoformat() ends with "+00:00"; "Z" replaces it.
+    return slot.isoformat(timespec="milliseconds" if slot.microsecond else "seconds")[:-6] + "Z"
 
 
 def run_id(job: str, slot: datetime) -> str:

@@ -26,8 +26,41 @@ from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
 
 __all__ = ["SQLiteLeaseBackend"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = 2
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
+
+# The statements that bring a database from the version before each key to that version.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Version 1 kept the token counters in a table of their own: one more page to write per lease.
+    2: (
+        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, updated_ms) "
+        "SELECT name || '@~', name, 0, 'counter', token, 0 FROM relay_jobs",
+        "DROP TABLE relay_jobs",
+    ),
+}
+
+# A step's statements are constants: the driver's statement cache finds them by their text.
+_INSERT_NEW_RUN = (
+    "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
+    "token, owner, expires_ms, updated_ms) VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id) DO NOTHING"
+)
+_HELD = "WHERE run_id = ?{} AND token = ?{} AND state = 'running'"
+_HEARTBEAT = "UPDATE relay_runs SET expires_ms = ?1, updated_ms = ?2 " + _HELD.format(3, 4)
+_SUCCEED = (
+    "UPDATE relay_runs SET state = 'succeeded', error = ?1, reason = NULL, expires_ms = NULL, "
+    "finished_ms = ?2, updated_ms = ?2 " + _HELD.format(3, 4)
+)
+_FAIL = (
+    "UPDATE relay_runs SET failures = failures + 1, error = ?1, reason = 'failed', "
+    "expires_ms = NULL, updated_ms = ?2, "
+    "state = CASE WHEN failures + 1 >= max_attempts THEN 'failed' ELSE 'pending' END, "
+    "finished_ms = CASE WHEN failures + 1 >= max_attempts THEN ?2 END " + _HELD.format(3, 4)
+)
+_RELEASE = (
+    "UPDATE relay_runs SET state = 'pending', reason = 'released', expires_ms = NULL, "
+    "updated_ms = ?1 " + _HELD.format(2, 3)
+)
 
 _COLUMNS = (
     "run_id, job, slot_ms, state, attempt, failures, token, owner, reason, "
@@ -84,7 +117,8 @@ class SQLiteLeaseBackend:
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:
-        return self.acquire_many([request])[0]
+        with self._write() as (conn, now_ms):
+            return self._acquire_one(conn, request, now_ms)
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
         with self._write() as (conn, now_ms):
@@ -110,36 +144,22 @@ class SQLiteLeaseBackend:
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         with self._write() as (conn, now_ms):
-            self._update_held(
-                conn, run_id, token, "expires_ms = ?, updated_ms = ?", (now_ms + _ms(lease), now_ms)
-            )
+            _update_held(conn, _HEARTBEAT, (now_ms + _ms(lease), now_ms, run_id, token))
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
         with self._write() as (conn, now_ms):
-            state = self._update_held(
-                conn,
-                run_id,
-                token,
-                "failures = failures + ?1, error = ?2, expires_ms = NULL, updated_ms = ?3, "
-                "state = CASE WHEN ?1 = 0 THEN 'succeeded' "
-                "WHEN failures + 1 >= max_attempts THEN 'failed' ELSE 'pending' END, "
-                "reason = CASE WHEN ?1 = 0 THEN NULL ELSE 'failed' END, "
-                "finished_ms = CASE WHEN ?1 = 0 OR failures + 1 >= max_attempts THEN ?3 END",
-                (0 if succeeded else 1, error, now_ms),
-            )
-            return RunState(state)
+            if succeeded:
+                _update_held(conn, _SUCCEED, (error, now_ms, run_id, token))
+                return RunState.SUCCEEDED
+            _update_held(conn, _FAIL, (error, now_ms, run_id, token))
+            row = conn.execute("SELECT state FROM relay_runs WHERE run_id = ?", (run_id,))
+            return RunState(row.fetchone()[0])
 
     def release(self, run_id: str, token: int) -> None:
         with self._write() as (conn, now_ms):
-            self._update_held(
-                conn,
-                run_id,
-                token,
-                "state = 'pending', reason = 'released', expires_ms = NULL, updated_ms = ?",
-                (now_ms,),
-            )
+            _update_held(conn, _RELEASE, (now_ms, run_id, token))
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
         with self._write() as (conn, now_ms):
@@ -168,7 +188,10 @@ class SQLiteLeaseBackend:
         return [_record(row) for row in rows]
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
-        where, params = ("WHERE run_id > ? AND run_id < ?", _job_range(job)) if job else ("", ())
+        params: tuple[str, ...]
+        where, params = "WHERE state != 'counter'", ()
+        if job is not None:
+            where, params = "WHERE run_id > ? AND run_id < ?", _job_range(job)
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM relay_runs {where} ORDER BY slot_ms DESC, run_id LIMIT ?",
@@ -216,29 +239,23 @@ class SQLiteLeaseBackend:
     def _lease_if_new(
         self, conn: sqlite3.Connection, request: AcquireRequest, rid: str, now_ms: int
     ) -> Run | None:
-        """The common case in one insert: a run nobody has recorded, with no rule in the way.
-
-        A token is spent even when the insert finds the run recorded; tokens still only grow.
-        """
-        age_s = (now_ms - slot_ms(request.slot)) / 1000
-        if request.overlap_skip or (
-            request.stale_after is not None and age_s > request.stale_after
-        ):
+        """The common case in one insert: a run nobody has recorded, with no rule in the way."""
+        slot = slot_ms(request.slot)
+        stale_after = request.stale_after
+        if request.overlap_skip or (stale_after is not None and now_ms - slot > stale_after * 1000):
             return None
-        token = _next_token(conn, request.job)
+        job = request.job
+        token = _last_token(conn, job) + 1
+        # rowcount, not RETURNING: in SQLite, RETURNING costs about as much as the insert.
         inserted = conn.execute(
-            "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
-            "token, owner, expires_ms, updated_ms) "
-            "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id) DO NOTHING RETURNING 1",
-            (
-                rid, request.job, slot_ms(request.slot), request.max_attempts, token,
-                request.owner, now_ms + _ms(request.lease), now_ms,
-            ),
-        ).fetchone()  # fmt: skip
-        if inserted is None:
+            _INSERT_NEW_RUN,
+            (rid, job, slot, request.max_attempts, token, request.owner,
+             now_ms + _ms(request.lease), now_ms),
+        ).rowcount  # fmt: skip
+        if inserted != 1:
             return None
-        return Run(rid, request.job, request.slot, 1, token, request.owner)
+        _store_token(conn, job, token)
+        return Run(rid, job, request.slot, 1, token, request.owner)
 
     def _lease(
         self,
@@ -248,7 +265,8 @@ class SQLiteLeaseBackend:
         failures: int,
         now_ms: int,
     ) -> Run:
-        token = _next_token(conn, request.job)
+        token = _last_token(conn, request.job) + 1
+        _store_token(conn, request.job, token)
         expires = now_ms + _ms(request.lease)
         attempt = conn.execute(
             "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
@@ -276,38 +294,27 @@ class SQLiteLeaseBackend:
         )
         return cursor.rowcount == 1
 
-    @staticmethod
-    def _update_held(
-        conn: sqlite3.Connection, run_id: str, token: int, assignments: str, params: tuple[Any, ...]
-    ) -> str:
-        """Apply ``assignments`` if ``token`` holds the running run; return the new state.
-
-        Parameters in ``assignments`` are numbered from 1; the run id and token follow them.
-        """
-        n = len(params)
-        row = conn.execute(
-            f"UPDATE relay_runs SET {assignments} "
-            f"WHERE run_id = ?{n + 1} AND token = ?{n + 2} AND state = 'running' RETURNING state",
-            (*params, run_id, token),
-        ).fetchone()
-        if row is None:
-            current = conn.execute(
-                "SELECT state, token FROM relay_runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            raise LeaseLost(_lost_reason(run_id, token, current))
-        return str(row[0])
-
     # -- connection handling -----------------------------------------------------------------
 
     def _create_schema(self) -> None:
+        """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`."""
         with self._write() as (conn, _):
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
+            version = _installed_version(conn)
+            if version is None:
+                for statement in _SCHEMA.split(";"):
+                    conn.execute(statement)
+                return
+            if version > SCHEMA_VERSION:
+                raise ConfigurationError(
+                    f"SQLite database {self.path} has Relay schema version {version}, newer than "
+                    f"this Relay's ({SCHEMA_VERSION}): upgrade Relay, or use another file"
+                )
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[step]:
                     conn.execute(statement)
             conn.execute(
-                "INSERT INTO relay_meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO NOTHING",
-                (SCHEMA_VERSION,),
+                "UPDATE relay_meta SET value = ? WHERE key = 'schema_version'",
+                (str(SCHEMA_VERSION),),
             )
 
     @contextmanager
@@ -344,13 +351,47 @@ class SQLiteLeaseBackend:
         return int(self._clock() * 1000)
 
 
-def _next_token(conn: sqlite3.Connection, job: str) -> int:
-    row = conn.execute(
-        "INSERT INTO relay_jobs (name, token) VALUES (?, 1) "
-        "ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token",
-        (job,),
-    ).fetchone()
-    return int(row[0])
+def _installed_version(conn: sqlite3.Connection) -> int | None:
+    """The schema version of the open database, or None if it holds no Relay schema yet."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'relay_meta'").fetchone() is None:
+        return None
+    row = conn.execute("SELECT value FROM relay_meta WHERE key = 'schema_version'").fetchone()
+    return 1 if row is None else int(row[0])
+
+
+def _update_held(conn: sqlite3.Connection, statement: str, params: tuple[Any, ...]) -> None:
+    """Run an update guarded by ``_HELD``; raise :class:`LeaseLost` if it changed no row.
+
+    ``params`` end with the run id and the token.
+    """
+    if conn.execute(statement, params).rowcount != 1:
+        run_id, token = params[-2:]
+        current = conn.execute(
+            "SELECT state, token FROM relay_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        raise LeaseLost(_lost_reason(run_id, token, current))
+
+
+def _last_token(conn: sqlite3.Connection, job: str) -> int:
+    """The last fencing token handed out for ``job`` (0 before its first lease)."""
+    row = conn.execute("SELECT token FROM relay_runs WHERE run_id = ?", (_counter_id(job),))
+    value = row.fetchone()
+    return 0 if value is None else int(value[0])
+
+
+def _store_token(conn: sqlite3.Connection, job: str, token: int) -> None:
+    """Record ``token`` as the last handed out for ``job``: the next one must be greater."""
+    conn.execute(
+        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, updated_ms) "
+        "VALUES (?, ?, 0, 'counter', ?, 0) "
+        "ON CONFLICT (run_id) DO UPDATE SET token = excluded.token",
+        (_counter_id(job), job, token),
+    )
+
+
+def _counter_id(job: str) -> str:
+    """The key of ``job``'s token counter row: just after its runs' ids (see sqlite.sql)."""
+    return f"{job}@~"
 
 
 def _other_live(conn: sqlite3.Connection, job: str, rid: str, now_ms: int) -> bool:
@@ -364,7 +405,7 @@ def _other_live(conn: sqlite3.Connection, job: str, rid: str, now_ms: int) -> bo
 
 def _job_range(job: str) -> tuple[str, str]:
     """Run ids of ``job`` lie strictly between these (job names hold no '@')."""
-    return f"{job}@", f"{job}@~"
+    return f"{job}@", _counter_id(job)
 
 
 def _lost_reason(run_id: str, token: int, row: Sequence[Any] | None) -> str:

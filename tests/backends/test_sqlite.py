@@ -1,0 +1,142 @@
+"""What only the SQLite lease backend has: its URL, its schema versions, its token counter rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from relay.backends.sqlite import SCHEMA_VERSION, SQLiteLeaseBackend
+from relay.contract import AcquireRequest, Outcome
+from relay.errors import ConfigurationError, LeaseLost
+from relay.runs import RunState
+
+SLOT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+# The schema of Relay's first SQLite release, as it created it (version 1).
+VERSION_1 = """
+CREATE TABLE relay_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE relay_jobs (name TEXT PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE relay_runs (
+    run_id TEXT PRIMARY KEY, job TEXT NOT NULL, slot_ms INTEGER NOT NULL, state TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL DEFAULT 1, token INTEGER NOT NULL DEFAULT 0, owner TEXT,
+    reason TEXT, error TEXT, expires_ms INTEGER, started_ms INTEGER, finished_ms INTEGER,
+    updated_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX relay_runs_live ON relay_runs (job, expires_ms)
+    WHERE state IN ('running', 'pending');
+INSERT INTO relay_meta VALUES ('schema_version', '1');
+INSERT INTO relay_jobs VALUES ('report', 41);
+INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, max_attempts, token, owner,
+    expires_ms, updated_ms)
+    VALUES ('report@2026-01-01T00:00:00Z', 'report', 1767225600000, 'running', 1, 3, 41, 'old',
+    1767225630000, 1767225600000);
+"""
+
+
+def request(job: str, slot: datetime, owner: str = "me") -> AcquireRequest:
+    return AcquireRequest(job, slot, owner, lease=30, max_attempts=3)
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_tokens_growing(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(VERSION_1)
+    backend = SQLiteLeaseBackend(path)
+    # The run leased under version 1 is still held by its token ...
+    backend.heartbeat("report@2026-01-01T00:00:00Z", 41, 30)
+    # ... and the next lease of the job gets a greater token than any handed out before.
+    won = backend.acquire(request("report", SLOT + timedelta(minutes=1))).run
+    assert won is not None and won.token == 42
+    backend.close()
+    with sqlite3.connect(path) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        version = conn.execute("SELECT value FROM relay_meta").fetchone()[0]
+    assert "relay_jobs" not in tables
+    assert version == str(SCHEMA_VERSION)
+
+
+def test_a_database_from_a_newer_relay_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    SQLiteLeaseBackend(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE relay_meta SET value = '99'")
+    with pytest.raises(ConfigurationError, match=r"version 99.*upgrade Relay"):
+        SQLiteLeaseBackend(path)
+
+
+def test_reopening_leaves_the_schema_and_the_runs_alone(tmp_path: Path) -> None:
+    path = tmp_path / "relay.db"
+    first = SQLiteLeaseBackend(path)
+    won = first.acquire(request("job", SLOT)).run
+    assert won is not None
+    first.close()
+    again = SQLiteLeaseBackend(path)
+    assert again.finish(won.id, won.token, succeeded=True) is RunState.SUCCEEDED
+    again.close()
+
+
+def test_token_counters_are_not_listed_as_runs(tmp_path: Path) -> None:
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db")
+    for job in ("a", "b"):
+        run = backend.acquire(request(job, SLOT)).run
+        assert run is not None
+        backend.finish(run.id, run.token, succeeded=True)
+    assert sorted(r.id for r in backend.runs()) == [
+        "a@2026-01-01T00:00:00Z",
+        "b@2026-01-01T00:00:00Z",
+    ]
+    assert [r.id for r in backend.runs("a")] == ["a@2026-01-01T00:00:00Z"]
+    assert backend.reclaimable() == []
+    assert backend.last_slot("a") == SLOT
+    backend.close()
+
+
+def test_tokens_grow_per_job_through_new_runs_retries_and_takeovers(tmp_path: Path) -> None:
+    now = [SLOT.timestamp()]
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=lambda: now[0])
+    tokens = []
+    first = backend.acquire(request("job", SLOT)).run
+    assert first is not None
+    tokens.append(first.token)
+    second = backend.acquire(request("job", SLOT + timedelta(seconds=1))).run
+    assert second is not None
+    tokens.append(second.token)
+    now[0] += 31  # the first run's lease expires: it is taken over
+    taken = backend.acquire(request("job", SLOT, owner="other")).run
+    assert taken is not None and taken.attempt == 2
+    tokens.append(taken.token)
+    backend.finish(taken.id, taken.token, succeeded=False)  # failed: pending, to be retried
+    retried = backend.acquire(request("job", SLOT)).run
+    assert retried is not None and retried.attempt == 3
+    tokens.append(retried.token)
+    assert tokens == sorted(set(tokens))
+    with pytest.raises(LeaseLost, match="stale"):
+        backend.finish(first.id, first.token, succeeded=True)
+    backend.close()
+
+
+def test_a_recorded_run_spends_no_token(tmp_path: Path) -> None:
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db")
+    won = backend.acquire(request("job", SLOT)).run
+    assert won is not None
+    assert backend.acquire(request("job", SLOT, owner="other")).outcome is Outcome.HELD
+    after = backend.acquire(request("job", SLOT + timedelta(seconds=1))).run
+    assert after is not None and after.token == won.token + 1
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite://host/relay.db", "has a host"),
+        ("sqlite:///", "names no file"),
+        ("sqlite:///relay.db?busy=3", "busy"),
+    ],
+)
+def test_bad_urls_name_the_fix(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        SQLiteLeaseBackend.from_url(url)
