@@ -90,6 +90,23 @@ def test_a_tick_with_nothing_due_asks_the_store_nothing(
     assert counting.calls == calls
 
 
+def test_an_instance_joining_late_reads_the_record_once_not_every_tick(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    assert slots(decider(store, clock, "a").tick()) == ["2026-11-29T12:00:00Z"]
+    clock.advance(5)
+    counting = Counting(store)
+    late = decider(counting, clock, "b")
+    assert late.tick() == []  # the latest slot is recorded already: nothing new for "b"
+    assert counting.calls == 1  # it read the job's last slot ...
+    for _ in range(50):
+        clock.advance(1)
+        assert late.tick() == []
+    assert counting.calls == 1  # ... once: no store call until the next slot is due
+    clock.advance(10)
+    assert slots(late.tick()) == ["2026-11-29T12:01:00Z"]
+
+
 def test_instances_ticking_at_different_moments_race_for_the_same_run(
     store: SQLiteLeaseBackend, clock: Clock
 ) -> None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.jobs import TICK_SPREAD, Job
@@ -33,6 +34,18 @@ class Won:
 
     run: Run
     job: Job
+
+
+class _Plan(NamedTuple):
+    """What one tick does for one job."""
+
+    due: Sequence[datetime]
+    missed: Sequence[datetime]
+    decided_until: datetime | None
+    """Every slot up to this one is decided once the tick is done (None: nothing new)."""
+
+
+_NOTHING_NEW = _Plan((), (), None)
 
 
 class Decider:
@@ -73,19 +86,18 @@ class Decider:
         """
         now = _utc(self.clock())
         plans = [(job, self._plan(job, now)) for job in self.jobs.values()]
-        due = [(job, slot) for job, (slots, _) in plans for slot in slots]
+        due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
             won = self._acquire(backend, due)
-            for job, (_, missed) in plans:
-                for slot in missed:
+            for job, plan in plans:
+                for slot in plan.missed:
                     backend.skip(job.name, slot, "missed")
         else:
             won = self._claim(backend, due)
-        for job, (slots, missed) in plans:
-            latest = max([*slots, *missed], default=None)
-            if latest is not None:
-                self._decided[job.name] = latest
+        for job, plan in plans:
+            if plan.decided_until is not None:
+                self._decided[job.name] = plan.decided_until
         return won
 
     def sweep(self) -> list[Won]:
@@ -97,12 +109,12 @@ class Decider:
         due = [(self.jobs[r.job], r.scheduled_for) for r in records]
         return self._acquire(backend, due)
 
-    def _plan(self, job: Job, now: datetime) -> tuple[list[datetime], list[datetime]]:
+    def _plan(self, job: Job, now: datetime) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed."""
         latest = job.schedule.latest_slot(now)
         after = self._decided.get(job.name)
         if latest is None or (after is not None and latest <= after):
-            return [], []
+            return _NOTHING_NEW
         catch_up, on_time_window = self._windows(job)
         if after is None:
             after = self._last_recorded(job)
@@ -120,7 +132,9 @@ class Decider:
                 due.append(slot)
             elif known_history and self.backend.capability == "lease":
                 missed.append(slot)
-        return due, missed
+        # Every slot up to the latest is now due, missed, or too late to run: none needs reading
+        # from the store again, even when none was due (so a job's record is read once).
+        return _Plan(due, missed, latest)
 
     def _windows(self, job: Job) -> tuple[float, float]:
         """How old a slot may be to be decided: any slot, and the job's latest slot.
