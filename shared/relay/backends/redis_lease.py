@@ -147,26 +147,43 @@ class RedisLeaseBackend:
         return self.acquire_many([request])[0]
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
-        # Each job's requests in order; a script call decides up to jobs_per_call jobs, and all
-        # the calls go in one pipeline: one round trip.
-        by_job: dict[str, list[int]] = {}
+        # Each (owner, job)'s requests in order; a script call decides up to jobs_per_call jobs
+        # of one owner, and all the calls go in one pipeline: one round trip.
+        groups: dict[tuple[str, str], list[int]] = {}
         for index, request in enumerate(requests):
-            by_job.setdefault(request.job, []).append(index)
-        jobs, size = list(by_job), self.jobs_per_call
+            groups.setdefault((request.owner, request.job), []).append(index)
         members = [format_slot(request.slot) for request in requests]
-        calls = [
-            self._acquire_call(requests, members, [by_job[job] for job in jobs[at : at + size]])
-            for at in range(0, len(jobs), size)
-        ]
-        listed = self._listed.intersection(by_job)
-        words = iter(" ".join(self._call_jobs("acquire", jobs, calls)).split(" "))
-        results: list[AcquireResult] = [AcquireResult(Outcome.HELD)] * len(requests)
-        lost = []
-        for job in jobs:
-            if next(words) == "1" and job in listed:
-                lost.append(job)
-            for index in by_job[job]:
-                results[index] = _acquire_result(requests[index], members[index], words)
+        by_owner: dict[str, list[tuple[str, str]]] = {}
+        for group in groups:
+            by_owner.setdefault(group[0], []).append(group)
+        size, calls, order = self.jobs_per_call, [], []
+        for owned in by_owner.values():
+            for at in range(0, len(owned), size):
+                chunk = owned[at : at + size]
+                calls.append(self._acquire_call(requests, members, chunk, groups))
+                order += chunk
+        jobs = list(dict.fromkeys(job for _, job in order))
+        listed = self._listed.intersection(jobs)
+        # Per group its new_job flag, then per request: outcome, attempt, token.
+        words = " ".join(self._call_jobs("acquire", jobs, calls)).split(" ")
+        results: list[AcquireResult] = [_HELD] * len(requests)
+        lost, at = [], 0
+        for group in order:
+            if words[at] == "1" and group[1] in listed:
+                lost.append(group[1])
+            at += 1
+            for index in groups[group]:
+                outcome = words[at]
+                if outcome == "won":
+                    request = requests[index]
+                    run = Run(
+                        f"{request.job}@{members[index]}", request.job, request.slot,
+                        int(words[at + 1]), int(words[at + 2]), request.owner,
+                    )  # fmt: skip
+                    results[index] = AcquireResult(Outcome.WON, run)
+                else:
+                    results[index] = _NOT_WON[outcome]
+                at += 3
         # A job we listed that the server did not know: it lost its keys, the set of names too.
         if lost:
             with self._errors():
@@ -242,22 +259,26 @@ class RedisLeaseBackend:
     # -- building script calls ---------------------------------------------------------------
 
     def _acquire_call(
-        self, requests: Sequence[AcquireRequest], members: list[str], jobs: list[list[int]]
+        self,
+        requests: Sequence[AcquireRequest],
+        members: list[str],
+        groups: list[tuple[str, str]],
+        indexes: dict[tuple[str, str], list[int]],
     ) -> tuple[list[str], list[Any]]:
-        """One acquire script call for ``jobs``, each the indexes of its requests."""
+        """One acquire script call for ``groups`` (owner, job), all of one owner."""
         keys: list[str] = []
-        args: list[Any] = [self.retention_ms]
-        for indexes in jobs:
-            keys.append(self._base(requests[indexes[0]].job))
-            args.append(len(indexes))
-            for index in indexes:
+        args: list[Any] = [self.retention_ms, groups[0][0]]
+        for group in groups:
+            keys.append(self._base(group[1]))
+            lines = []
+            for index in indexes[group]:
                 request = requests[index]
-                stale = "" if request.stale_after is None else repr(request.stale_after * 1000)
-                spec = (
+                stale = "-" if request.stale_after is None else _ms(request.stale_after)
+                lines.append(
                     f"{members[index]} {slot_ms(request.slot)} {_ms(request.lease)} "
                     f"{request.max_attempts} {int(request.overlap_skip)} {stale}"
                 )
-                args += [spec, request.owner]
+            args.append("\n".join(lines))
         return keys, args
 
     def _read_all(self, mode: str, limit: int) -> list[RunRecord]:
@@ -407,18 +428,7 @@ def _ms(seconds: float) -> int:
 _NOT_WON = {
     outcome.value: AcquireResult(outcome) for outcome in Outcome if outcome is not Outcome.WON
 }
-
-
-def _acquire_result(request: AcquireRequest, member: str, words: Iterator[str]) -> AcquireResult:
-    """The result of one request from the script's next words ``outcome attempt token``."""
-    outcome, attempt, token = next(words), next(words), next(words)
-    if outcome != Outcome.WON.value:
-        return _NOT_WON[outcome]
-    run = Run(
-        f"{request.job}@{member}", request.job, request.slot, int(attempt), int(token),
-        request.owner,
-    )  # fmt: skip
-    return AcquireResult(Outcome.WON, run)
+_HELD = _NOT_WON[Outcome.HELD.value]
 
 
 def _raise_if_lost(run_id: str, token: int, reply: list[Any]) -> None:

@@ -1,135 +1,135 @@
 -- acquire: decide runs in order, one step per call (the rules of relay.lease_rules).
 -- KEYS: one base key per job (one job on Redis Cluster, where a script stays in one slot).
--- ARGV: retention_ms, then per job: its number of requests n, then n pairs of a spec
--- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap_skip 1|0> <stale_after_ms or empty>"
--- and the owner.
+-- ARGV: retention_ms, the owner, then per job one block of lines, one line per request:
+-- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap_skip 1|0> <stale_after_ms or ->".
+-- (One string per job, not one argument per field: packing arguments is most of a client's work
+-- in a tick of thousands of jobs.)
 -- Returns one string (cheaper for the client to read than nested arrays): per job new_job, then
 -- per request outcome, attempt and token, all separated by spaces. new_job is 1 if the job had no
--- token yet (a new job, or a server that lost its keys): the caller then lists the job.
+-- token when one of its runs was leased (a new job, or a server that lost its keys): the caller
+-- then lists the job.
+-- Old runs are trimmed from the indexes by the other steps (finish, skip, read), not here.
 
-local retention = tonumber(ARGV[1])
+local retention, owner = tonumber(ARGV[1]), ARGV[2]
 local now, now_us = clock()
 local results = {}
 
-local function decide_job(base, first, count)
-  local token_key, active, slots = base .. 'token', base .. 'active', base .. 'slots'
+-- Another run of the job holds a live lease.
+local function other_live(base, member)
+  for _, other in ipairs(redis.call('ZRANGE', base .. 'active', 0, -1)) do
+    if other ~= member then
+      local f = redis.call('HMGET', base .. 'run:' .. other, 'state', 'expires_ms')
+      if f[1] == 'running' and tonumber(f[2]) > now then
+        return true
+      end
+    end
+  end
+  return false
+end
 
+local function skip(base, run, member, slot, reason)
+  redis.call('HSET', run, 'state', 'skipped', 'reason', reason, 'finished_ms', now)
+  redis.call('PEXPIRE', run, retention)
+  redis.call('ZADD', base .. 'slots', slot, member)
+end
+
+-- Lease the run (new, or again): a new token, the next attempt.
+local function lease(job, run, member, slot, lease_ms, failures, attempt, max_attempts)
+  job.wrote = true
+  if not job.last_token then
+    local stored = redis.call('GET', job.base .. 'token')
+    if not stored then
+      results[job.flag_at] = '1' -- a new job, or one whose keys the server lost
+    end
+    job.last_token = tonumber(stored or '0')
+  end
   -- A new token grows strictly, and stays above every token handed out before a restart that
   -- lost the counter: it is at least the server's time in microseconds.
-  local stored = redis.call('GET', token_key)
-  local last_token = tonumber(stored or '0')
-  local function next_token()
-    last_token = math.max(last_token + 1, now_us)
-    return last_token
+  job.last_token = math.max(job.last_token + 1, now_us)
+  local token = string.format('%.0f', job.last_token)
+  if attempt == 0 then
+    redis.call('HSET', run, 'state', 'running', 'attempt', 1, 'failures', 0,
+      'max_attempts', max_attempts, 'token', token, 'owner', owner, 'expires_ms', now + lease_ms)
+    redis.call('ZADD', job.base .. 'active', slot, member)
+    redis.call('ZADD', job.base .. 'slots', slot, member)
+  else
+    redis.call('HSET', run, 'state', 'running', 'attempt', attempt + 1, 'failures', failures,
+      'token', token, 'owner', owner, 'expires_ms', now + lease_ms, 'reason', '', 'started_ms', '')
   end
+  redis.call('PEXPIRE', run, retention + lease_ms)
+  return 'won ' .. (attempt + 1) .. ' ' .. token
+end
 
-  local function other_live(member)
-    for _, other in ipairs(redis.call('ZRANGE', active, 0, -1)) do
-      if other ~= member then
-        local f = redis.call('HMGET', base .. 'run:' .. other, 'state', 'expires_ms')
-        if f[1] == 'running' and tonumber(f[2]) > now then
-          return true
-        end
-      end
+local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale)
+  local base = job.base
+  local run = base .. 'run:' .. member
+  local f = redis.call('HMGET', run, 'state', 'expires_ms', 'failures', 'max_attempts', 'attempt')
+  local state = f[1]
+  if not state then
+    if stale and now - slot > stale then
+      job.wrote = true
+      skip(base, run, member, slot, 'stale')
+      return 'stale 0 0'
     end
-    return false
+    if overlap and other_live(base, member) then
+      job.wrote = true
+      skip(base, run, member, slot, 'overlap')
+      return 'overlap 0 0'
+    end
+    return lease(job, run, member, slot, lease_ms, 0, 0, max_attempts)
   end
-
-  local wrote = false
-
-  local function skip(r, reason)
-    wrote = true
-    redis.call('HSET', r.run, 'state', 'skipped', 'reason', reason, 'finished_ms', now)
-    redis.call('PEXPIRE', r.run, retention)
-    redis.call('ZADD', slots, r.slot, r.member)
+  if state ~= 'running' and state ~= 'pending' then
+    return 'finished 0 0'
   end
-
-  local function fail(r, failures)
-    wrote = true
-    redis.call('HSET', r.run, 'state', 'failed', 'failures', failures, 'reason', 'max_attempts',
+  local failures = tonumber(f[3])
+  if state == 'running' then
+    if (tonumber(f[2]) or 0) > now then
+      return 'held 0 0'
+    end
+    failures = failures + 1 -- the runner stopped heartbeating: its attempt counts as failed
+  end
+  if failures >= tonumber(f[4]) then
+    job.wrote = true
+    redis.call('HSET', run, 'state', 'failed', 'failures', failures, 'reason', 'max_attempts',
       'finished_ms', now, 'expires_ms', '')
-    redis.call('PEXPIRE', r.run, retention)
-    redis.call('ZREM', active, r.member)
+    redis.call('PEXPIRE', run, retention)
+    redis.call('ZREM', base .. 'active', member)
+    return 'exhausted 0 0'
   end
+  return lease(job, run, member, slot, lease_ms, failures, tonumber(f[5]), tonumber(f[4]))
+end
 
-  local function lease(r, failures, attempt, max_attempts)
-    wrote = true
-    local token = next_token()
-    redis.call('HSET', r.run, 'state', 'running', 'attempt', attempt + 1, 'failures', failures,
-      'max_attempts', max_attempts, 'token', string.format('%.0f', token), 'owner', r.owner,
-      'expires_ms', now + r.lease, 'reason', '', 'started_ms', '')
-    redis.call('PEXPIRE', r.run, retention + r.lease)
-    if attempt == 0 then
-      redis.call('ZADD', active, r.slot, r.member)
-      redis.call('ZADD', slots, r.slot, r.member)
-    end
-    return string.format('won %d %.0f', attempt + 1, token)
-  end
-
-  local function acquire(r)
-    local f = redis.call('HMGET', r.run, 'state', 'expires_ms', 'failures', 'max_attempts',
-      'attempt')
-    local state = f[1]
-    if not state then
-      if r.stale and now - r.slot > r.stale then
-        skip(r, 'stale')
-        return 'stale 0 0'
-      end
-      if r.overlap and other_live(r.member) then
-        skip(r, 'overlap')
-        return 'overlap 0 0'
-      end
-      return lease(r, 0, 0, r.max_attempts)
-    end
-    if state ~= 'running' and state ~= 'pending' then
-      return 'finished 0 0'
-    end
-    local failures = tonumber(f[3])
-    if state == 'running' then
-      if (tonumber(f[2]) or 0) > now then
-        return 'held 0 0'
-      end
-      failures = failures + 1 -- the runner stopped heartbeating: its attempt counts as failed
-    end
-    if failures >= tonumber(f[4]) then
-      fail(r, failures)
-      return 'exhausted 0 0'
-    end
-    return lease(r, failures, tonumber(f[5]), tonumber(f[4]))
-  end
-
-  table.insert(results, stored and '0' or '1')
+-- The job's token counter is read only when a lease needs it: a run found held, the common case
+-- for all instances but the first, costs one read.
+local function decide_job(base, block)
+  table.insert(results, '0')
+  local job = {base = base, wrote = false, last_token = nil, flag_at = #results}
   local longest = 0
-  for i = first, first + 2 * (count - 1), 2 do
-    local member, slot, lease_ms, max_attempts, overlap, stale =
-      string.match(ARGV[i], '^(%S+) (%d+) (%d+) (%d+) ([01]) (%S*)$')
-    local r = {
-      run = base .. 'run:' .. member, member = member, slot = tonumber(slot),
-      lease = tonumber(lease_ms), max_attempts = tonumber(max_attempts),
-      overlap = overlap == '1', stale = tonumber(stale), owner = ARGV[i + 1],
-    }
-    table.insert(results, acquire(r))
-    longest = math.max(longest, r.lease)
+  for member, slot, lease_ms, max_attempts, overlap, stale in
+      string.gmatch(block, '(%S+) (%d+) (%d+) (%d+) ([01]) (%S+)') do
+    lease_ms = tonumber(lease_ms)
+    table.insert(results, acquire(job, member, tonumber(slot), lease_ms, tonumber(max_attempts),
+      overlap == '1', tonumber(stale)))
+    longest = math.max(longest, lease_ms)
   end
-  if not wrote then
+  if not job.wrote then
     return -- most likely another instance was first, and did what follows
   end
-  redis.call('SET', token_key, string.format('%.0f', last_token), 'KEEPTTL')
-  trim(base, now, retention)
+  local token_key = base .. 'token'
+  if job.last_token then
+    redis.call('SET', token_key, string.format('%.0f', job.last_token), 'KEEPTTL')
+  end
   -- The job's keys outlive its records (give or take the minute renew() allows); they are
   -- renewed together, so one of them tells when.
   local ttl = retention + longest
-  if redis.call('PTTL', slots) < ttl - math.min(60000, ttl / 2) then
-    for _, key in ipairs({token_key, active, slots}) do
+  if redis.call('PTTL', base .. 'slots') < ttl - math.min(60000, ttl / 2) then
+    for _, key in ipairs({token_key, base .. 'active', base .. 'slots'}) do
       redis.call('PEXPIRE', key, ttl)
     end
   end
 end
 
-local at = 2
-for _, base in ipairs(KEYS) do
-  local count = tonumber(ARGV[at])
-  decide_job(base, at + 1, count)
-  at = at + 1 + 2 * count
+for i, base in ipairs(KEYS) do
+  decide_job(base, ARGV[i + 2])
 end
 return table.concat(results, ' ')

@@ -22,4 +22,5 @@ if state ~= 'pending' then
   redis.call('ZREM', KEYS[1] .. 'active', member)
 end
 renew(KEYS[1] .. 'slots', retention)
+trim(KEYS[1], now, retention)
 return {'ok', state}

@@ -11,4 +11,5 @@ redis.call('HSET', run, 'state', 'skipped', 'reason', ARGV[3], 'finished_ms', no
 redis.call('PEXPIRE', run, retention)
 redis.call('ZADD', KEYS[1] .. 'slots', ARGV[2], member)
 renew(KEYS[1] .. 'slots', retention)
+trim(KEYS[1], now, retention)
 return 1
