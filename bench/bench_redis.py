@@ -108,7 +108,7 @@ def tick(url: str, prefix: str, jobs: int) -> None:
         for _ in range(3)
     ]
     reports = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
-    for key, label in (("warm", "cold tick (incl. one last_slot per job)"), ("won", "tick")):
+    for key, label in (("warm", "first tick (reads every job's history first)"), ("won", "tick")):
         ids = [run for report in reports for run in report[key]]
         ok = len(ids) == len(set(ids)) == jobs
         print(f"{label}: {len(ids)} wins for {jobs} runs, {len(set(ids))} distinct -> "

@@ -196,6 +196,13 @@ class LeaseBackend(Protocol):
         """The latest slot of ``job`` that has any record, for catch-up after downtime."""
         ...
 
+    def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
+        """:meth:`last_slot` of each of ``jobs``, in as few round trips as the store allows.
+
+        A scheduler reads the history of all its jobs when it starts: one call, not one per job.
+        """
+        ...
+
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         """Runs another instance may lease now: running with an expired lease, or pending.
 

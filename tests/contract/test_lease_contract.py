@@ -243,6 +243,8 @@ def test_last_slot_and_runs_listing(backend: LeaseBackend) -> None:
     lease_run(backend, 3)
     assert backend.last_slot(JOB) == slot(5)
     assert backend.last_slot("other-job") is None
+    assert backend.last_slots([JOB, "other-job"]) == {JOB: slot(5), "other-job": None}
+    assert backend.last_slots([]) == {}
     assert [r.scheduled_for for r in backend.runs(JOB)] == [slot(5), slot(3), slot(2)]
     assert [r.scheduled_for for r in backend.runs(JOB, limit=1)] == [slot(5)]
 

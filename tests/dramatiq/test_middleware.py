@@ -340,6 +340,9 @@ class DownStore:
     def last_slot(self, job: str) -> Any:
         raise BackendUnavailable("store down")
 
+    def last_slots(self, jobs: Any) -> Any:
+        raise BackendUnavailable("store down")
+
 
 def test_a_store_outage_is_survived_and_reported(db: str) -> None:
     backend = open_backend(db)

@@ -173,9 +173,21 @@ class NatsLeaseBackend:
         )
 
     def last_slot(self, job: str) -> datetime | None:
-        data, _ = self._call(self._get(_job_key(job)))
-        last = JobState.decode(job, data).last_slot
-        return None if last is None else from_ms(last)
+        return self.last_slots([job])[job]
+
+    def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
+        async def read() -> list[tuple[bytes | None, int]]:
+            found = []
+            for at in range(0, len(jobs), 256):  # a few hundred requests in flight at a time
+                chunk = jobs[at : at + 256]
+                found += await asyncio.gather(*(self._get(_job_key(job)) for job in chunk))
+            return found
+
+        found: dict[str, datetime | None] = {}
+        for job, (data, _) in zip(jobs, self._call(read()), strict=True):
+            last = JobState.decode(job, data).last_slot
+            found[job] = None if last is None else from_ms(last)
+        return found
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         async def find() -> list[RunRecord]:

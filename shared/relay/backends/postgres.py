@@ -207,6 +207,11 @@ class PostgresLeaseBackend:
             value = conn.execute(self._queries["last_slot"], (job,)).fetchone()[0]  # type: ignore[index]
         return None if value is None else value.astimezone(UTC)
 
+    def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["last_slots"], (list(jobs),)).fetchall()
+        return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
+
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         with self._connection() as conn:
             rows = conn.execute(self._queries["reclaimable"], (limit,)).fetchall()

@@ -59,6 +59,10 @@ SELECT {schema}.skip(%s, %s, %s, %s)
 -- name: last_slot
 SELECT max(slot) FROM {schema}.runs WHERE job = %s
 
+-- name: last_slots
+SELECT name, (SELECT max(slot) FROM {schema}.runs WHERE job = name)
+FROM unnest(%s::text[]) AS name
+
 -- name: reclaimable
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
        started_at, finished_at

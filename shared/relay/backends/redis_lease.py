@@ -219,8 +219,15 @@ class RedisLeaseBackend:
         return bool(recorded)
 
     def last_slot(self, job: str) -> datetime | None:
-        (reply,) = self._call_many("read", [([self._base(job)], ["last", 1, self.retention_ms])])
-        return from_ms(int(float(reply[0]))) if reply else None
+        return self.last_slots([job])[job]
+
+    def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
+        calls = [([self._base(job)], ["last", 1, self.retention_ms]) for job in jobs]
+        replies = self._call_many("read", calls) if calls else []
+        return {
+            job: from_ms(int(float(reply[0]))) if reply else None
+            for job, reply in zip(jobs, replies, strict=True)
+        }
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         records = self._read_all("reclaimable", limit)

@@ -166,16 +166,22 @@ class SQLiteLeaseBackend:
             return self._insert_skipped(conn, job, slot, reason, now_ms)
 
     def last_slot(self, job: str) -> datetime | None:
+        return self.last_slots([job])[job]
+
+    def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
         # In run-id order a whole-second slot sorts before the sub-second ones of its second,
         # so the latest slot is one of the last two ids.
+        found: dict[str, datetime | None] = {}
         with self._read() as conn:
-            row = conn.execute(
-                "SELECT MAX(slot_ms) FROM (SELECT slot_ms FROM relay_runs "
-                "WHERE run_id > ? AND run_id < ? ORDER BY run_id DESC LIMIT 2)",
-                _job_range(job),
-            )
-            value = row.fetchone()[0]
-        return None if value is None else from_ms(value)
+            for job in jobs:
+                row = conn.execute(
+                    "SELECT MAX(slot_ms) FROM (SELECT slot_ms FROM relay_runs "
+                    "WHERE run_id > ? AND run_id < ? ORDER BY run_id DESC LIMIT 2)",
+                    _job_range(job),
+                )
+                value = row.fetchone()[0]
+                found[job] = None if value is None else from_ms(value)
+        return found
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         now_ms = self._now_ms()

@@ -85,7 +85,8 @@ class Decider:
         so the next tick tries again.
         """
         now = _utc(self.clock())
-        plans = [(job, self._plan(job, now)) for job in self.jobs.values()]
+        recorded = self._recorded_history()
+        plans = [(job, self._plan(job, now, recorded)) for job in self.jobs.values()]
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
@@ -109,15 +110,18 @@ class Decider:
         due = [(self.jobs[r.job], r.scheduled_for) for r in records]
         return self._acquire(backend, due)
 
-    def _plan(self, job: Job, now: datetime) -> _Plan:
-        """The slots of ``job`` to decide now, and those to record as missed."""
+    def _plan(self, job: Job, now: datetime, recorded: dict[str, datetime | None]) -> _Plan:
+        """The slots of ``job`` to decide now, and those to record as missed.
+
+        ``recorded``: the latest recorded slot of each job not decided before.
+        """
         latest = job.schedule.latest_slot(now)
         after = self._decided.get(job.name)
         if latest is None or (after is not None and latest <= after):
             return _NOTHING_NEW
         catch_up, on_time_window = self._windows(job)
         if after is None:
-            after = self._last_recorded(job)
+            after = recorded.get(job.name)
         known_history = after is not None
         if after is None:
             # A job with no record yet missed nothing: only its latest slot, if on time.
@@ -150,8 +154,13 @@ class Decider:
             limit = min(limit, max(backend.remembers_for - TICK_SPREAD, 0.0))
         return 0.0, limit
 
-    def _last_recorded(self, job: Job) -> datetime | None:
-        return self.backend.last_slot(job.name) if is_lease(self.backend) else None
+    def _recorded_history(self) -> dict[str, datetime | None]:
+        """The latest recorded slot of each job not decided yet, in one call to the store."""
+        backend = self.backend
+        unknown = [name for name in self.jobs if name not in self._decided]
+        if not unknown or not is_lease(backend):
+            return {}
+        return backend.last_slots(unknown)
 
     def _acquire(self, backend: LeaseBackend, due: Sequence[tuple[Job, datetime]]) -> list[Won]:
         if not due:
