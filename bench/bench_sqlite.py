@@ -5,7 +5,9 @@ own connection with the same pragmas (WAL, synchronous=NORMAL). The steps are in
 insert, an acquire, a raw insert, a finish, and again), so a busy machine slows both alike, and
 each is timed call by call; medians are printed. Target: each step at most 1.5x the raw insert.
 
-    python bench/bench_sqlite.py [--runs 5000] [--repeat 3]
+    python bench/bench_sqlite.py [--runs 5000] [--repeat 3] [--jobs 1]
+
+``--jobs N`` spreads the runs over N jobs (run n belongs to job n mod N).
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ class RawInserts:
         self.conn.execute("COMMIT")
 
 
-def one_round(path: Path, runs: int) -> dict[str, float]:
+def one_round(path: Path, runs: int, jobs: int) -> dict[str, float]:
     """Median microseconds per call of a raw insert, an acquire and a finish."""
     backend = SQLiteLeaseBackend(path)
     raw = RawInserts(path)
     requests = [
-        AcquireRequest("job", BASE + timedelta(seconds=n), "bench", lease=30) for n in range(runs)
+        AcquireRequest(f"job{n % jobs}", BASE + timedelta(seconds=n), "bench", lease=30)
+        for n in range(runs)
     ]
     timings: dict[str, list[float]] = {"raw insert": [], "acquire": [], "finish": []}
     clock = time.perf_counter
@@ -76,11 +79,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
     ratios: dict[str, list[float]] = {"acquire": [], "finish": [], "acquire + finish": []}
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as folder:
-            micros = one_round(Path(folder) / "relay.db", args.runs)
+            micros = one_round(Path(folder) / "relay.db", args.runs, args.jobs)
         raw = micros["raw insert"]
         ratios["acquire"].append(micros["acquire"] / raw)
         ratios["finish"].append(micros["finish"] / raw)

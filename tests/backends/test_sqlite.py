@@ -12,6 +12,7 @@ from relay.backends.sqlite import SCHEMA_VERSION, SQLiteLeaseBackend
 from relay.contract import AcquireRequest, Outcome
 from relay.errors import ConfigurationError, LeaseLost
 from relay.runs import RunState
+from tests.support.backends import sqlite_live_counts
 
 SLOT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -57,6 +58,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_tokens_growing(tmp_path:
         version = conn.execute("SELECT value FROM relay_meta").fetchone()[0]
     assert "relay_jobs" not in tables
     assert version == str(SCHEMA_VERSION)
+    assert sqlite_live_counts(path) == {"report": 2}  # the old run and the new one
 
 
 def test_a_database_from_a_newer_relay_is_refused(tmp_path: Path) -> None:
@@ -140,3 +142,26 @@ def test_a_recorded_run_spends_no_token(tmp_path: Path) -> None:
 def test_bad_urls_name_the_fix(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         SQLiteLeaseBackend.from_url(url)
+
+
+def test_a_live_run_behind_many_finished_ones_is_still_found(tmp_path: Path) -> None:
+    now = [SLOT.timestamp()]
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=lambda: now[0])
+    old = backend.acquire(request("job", SLOT)).run  # its runner will die
+    assert old is not None
+    for second in range(1, 200):
+        run = backend.acquire(request("job", SLOT + timedelta(seconds=second))).run
+        assert run is not None
+        backend.finish(run.id, run.token, succeeded=True)
+    # Still live: a run that skips overlap is refused ...
+    overlapping = AcquireRequest("job", SLOT + timedelta(seconds=500), "me", 30, overlap_skip=True)
+    assert backend.acquire(overlapping).outcome is Outcome.OVERLAP
+    assert backend.reclaimable() == []
+    now[0] += 31  # ... until its lease expires: then the sweep finds it.
+    assert [r.id for r in backend.reclaimable()] == [old.id]
+    taken = backend.acquire(request("job", SLOT, owner="other")).run
+    assert taken is not None and taken.attempt == 2
+    backend.finish(taken.id, taken.token, succeeded=True)
+    assert backend.reclaimable() == []
+    assert sqlite_live_counts(backend.path) == {}
+    backend.close()

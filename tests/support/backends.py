@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,28 @@ def unique(prefix: str = "relay_t") -> str:
 
 @contextmanager
 def sqlite_lease(tmp_path: Path) -> Iterator[str]:
-    yield f"sqlite:///{tmp_path / 'relay.db'}"
+    """A fresh file; afterwards, each job row must still count its job's live runs right."""
+    path = tmp_path / "relay.db"
+    yield f"sqlite:///{path}"
+    if path.exists():
+        assert sqlite_live_counts(path) == sqlite_live_runs(path)
+
+
+def sqlite_live_counts(path: Path) -> dict[str, int]:
+    """How many live runs each job row of a Relay SQLite file says its job has (zeros left out)."""
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT job, live FROM relay_runs WHERE state = 'job' AND live != 0")
+        return dict(rows.fetchall())
+
+
+def sqlite_live_runs(path: Path) -> dict[str, int]:
+    """How many runs of each job are running or pending in a Relay SQLite file, counted."""
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute(
+            "SELECT job, count(*) FROM relay_runs WHERE state IN ('running', 'pending') "
+            "GROUP BY job"
+        )
+        return dict(rows.fetchall())
 
 
 @contextmanager

@@ -31,11 +31,17 @@ _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
-    # Version 1 kept the token counters in a table of their own: one more page to write per lease.
+    # Version 1 kept the token counters in a table of their own and indexed live runs: two more
+    # pages to write per lease, one more per finish. Version 2 keeps both in each job's row.
     2: (
-        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, updated_ms) "
-        "SELECT name || '@~', name, 0, 'counter', token, 0 FROM relay_jobs",
+        "ALTER TABLE relay_runs ADD COLUMN live INTEGER",
+        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, updated_ms, live) "
+        "SELECT j.name || '@~', j.name, 0, 'job', j.token, 0, "
+        "(SELECT count(*) FROM relay_runs AS r "
+        "WHERE r.job = j.name AND r.state IN ('running', 'pending')) FROM relay_jobs AS j",
         "DROP TABLE relay_jobs",
+        "DROP INDEX relay_runs_live",
+        "CREATE INDEX relay_job_rows ON relay_runs (job) WHERE state = 'job'",
     ),
 }
 
@@ -152,10 +158,14 @@ class SQLiteLeaseBackend:
         with self._write() as (conn, now_ms):
             if succeeded:
                 _update_held(conn, _SUCCEED, (error, now_ms, run_id, token))
+                _count_live(conn, _job_of(run_id), -1)
                 return RunState.SUCCEEDED
             _update_held(conn, _FAIL, (error, now_ms, run_id, token))
             row = conn.execute("SELECT state FROM relay_runs WHERE run_id = ?", (run_id,))
-            return RunState(row.fetchone()[0])
+            state = RunState(row.fetchone()[0])
+            if state is RunState.FAILED:
+                _count_live(conn, _job_of(run_id), -1)
+            return state
 
     def release(self, run_id: str, token: int) -> None:
         with self._write() as (conn, now_ms):
@@ -186,16 +196,21 @@ class SQLiteLeaseBackend:
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         now_ms = self._now_ms()
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM relay_runs WHERE state IN ('running', 'pending') "
-                "AND (state = 'pending' OR expires_ms <= ?) ORDER BY slot_ms LIMIT ?",
-                (now_ms, limit),
+            jobs = conn.execute(
+                "SELECT job, live FROM relay_runs WHERE state = 'job' AND live > 0"
             ).fetchall()
-        return [_record(row) for row in rows]
+            rows = [
+                row
+                for job, live in jobs
+                for row in _live_runs(conn, job, live)
+                if row[3] == "pending" or row[9] <= now_ms
+            ]
+        rows.sort(key=lambda row: (row[2], row[0]))
+        return [_record(row) for row in rows[:limit]]
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
         params: tuple[str, ...]
-        where, params = "WHERE state != 'counter'", ()
+        where, params = "WHERE state != 'job'", ()
         if job is not None:
             where, params = "WHERE run_id > ? AND run_id < ?", _job_range(job)
         with self._read() as conn:
@@ -227,7 +242,9 @@ class SQLiteLeaseBackend:
             (rid,),
         ).fetchone()
         stored = None if row is None else StoredRun(RunState(row[0]), *row[1:])
-        other_live = request.overlap_skip and _other_live(conn, request.job, rid, now_ms)
+        other_live = (
+            request.overlap_skip and stored is None and _other_live(conn, request.job, now_ms)
+        )
         decision = decide(stored, request, now_ms, other_live)
         if decision.action is Action.SKIP:
             self._insert_skipped(conn, request.job, request.slot, decision.reason or "", now_ms)
@@ -237,8 +254,9 @@ class SQLiteLeaseBackend:
                 "expires_ms = NULL, finished_ms = ?, updated_ms = ? WHERE run_id = ?",
                 (decision.failures, decision.reason, now_ms, now_ms, rid),
             )
+            _count_live(conn, request.job, -1)
         elif decision.action is Action.LEASE:
-            run = self._lease(conn, request, rid, decision.failures, now_ms)
+            run = self._lease(conn, request, rid, decision.failures, now_ms, new=stored is None)
             return AcquireResult(Outcome.WON, run)
         return AcquireResult(decision.outcome)
 
@@ -260,7 +278,7 @@ class SQLiteLeaseBackend:
         ).rowcount  # fmt: skip
         if inserted != 1:
             return None
-        _store_token(conn, job, token)
+        _update_job_row(conn, job, token, live_change=1)
         return Run(rid, job, request.slot, 1, token, request.owner)
 
     def _lease(
@@ -270,9 +288,12 @@ class SQLiteLeaseBackend:
         rid: str,
         failures: int,
         now_ms: int,
+        *,
+        new: bool,
     ) -> Run:
+        """Lease the run: a new record (``new``), or a pending or expired one again."""
         token = _last_token(conn, request.job) + 1
-        _store_token(conn, request.job, token)
+        _update_job_row(conn, request.job, token, live_change=1 if new else 0)
         expires = now_ms + _ms(request.lease)
         attempt = conn.execute(
             "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
@@ -380,38 +401,60 @@ def _update_held(conn: sqlite3.Connection, statement: str, params: tuple[Any, ..
 
 def _last_token(conn: sqlite3.Connection, job: str) -> int:
     """The last fencing token handed out for ``job`` (0 before its first lease)."""
-    row = conn.execute("SELECT token FROM relay_runs WHERE run_id = ?", (_counter_id(job),))
+    row = conn.execute("SELECT token FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
     value = row.fetchone()
     return 0 if value is None else int(value[0])
 
 
-def _store_token(conn: sqlite3.Connection, job: str, token: int) -> None:
-    """Record ``token`` as the last handed out for ``job``: the next one must be greater."""
+def _update_job_row(conn: sqlite3.Connection, job: str, token: int, live_change: int) -> None:
+    """Record ``token`` as the last handed out for ``job``, and its live runs' count's change."""
     conn.execute(
-        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, updated_ms) "
-        "VALUES (?, ?, 0, 'counter', ?, 0) "
-        "ON CONFLICT (run_id) DO UPDATE SET token = excluded.token",
-        (_counter_id(job), job, token),
+        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, live, updated_ms) "
+        "VALUES (?1, ?2, 0, 'job', ?3, ?4, 0) "
+        "ON CONFLICT (run_id) DO UPDATE SET token = excluded.token, live = live + ?4",
+        (_job_row_id(job), job, token, live_change),
     )
 
 
-def _counter_id(job: str) -> str:
-    """The key of ``job``'s token counter row: just after its runs' ids (see sqlite.sql)."""
+def _count_live(conn: sqlite3.Connection, job: str, change: int) -> None:
+    """A run of ``job`` became live (+1) or final (-1)."""
+    conn.execute(
+        "UPDATE relay_runs SET live = live + ? WHERE run_id = ?", (change, _job_row_id(job))
+    )
+
+
+def _live_runs(conn: sqlite3.Connection, job: str, live: int) -> list[Any]:
+    """The ``live`` running and pending runs of ``job``, found from its newest run back."""
+    if live <= 0:
+        return []
+    return conn.execute(
+        f"SELECT {_COLUMNS} FROM relay_runs WHERE run_id > ? AND run_id < ? "
+        "AND state IN ('running', 'pending') ORDER BY run_id DESC LIMIT ?",
+        (*_job_range(job), live),
+    ).fetchall()
+
+
+def _job_row_id(job: str) -> str:
+    """The key of ``job``'s job row: just after its runs' ids (see sqlite.sql)."""
     return f"{job}@~"
 
 
-def _other_live(conn: sqlite3.Connection, job: str, rid: str, now_ms: int) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM relay_runs WHERE job = ? AND state IN ('running', 'pending') "
-        "AND state = 'running' AND expires_ms > ? AND run_id != ? LIMIT 1",
-        (job, now_ms, rid),
-    ).fetchone()
-    return row is not None
+def _job_of(run_id: str) -> str:
+    """The job a run id names (job names hold no '@')."""
+    return run_id.rpartition("@")[0]
+
+
+def _other_live(conn: sqlite3.Connection, job: str, now_ms: int) -> bool:
+    """Another run of ``job`` holds a live lease (asked for a run not recorded yet)."""
+    row = conn.execute("SELECT live FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
+    value = row.fetchone()
+    live = 0 if value is None else int(value[0])
+    return any(run[3] == "running" and run[9] > now_ms for run in _live_runs(conn, job, live))
 
 
 def _job_range(job: str) -> tuple[str, str]:
     """Run ids of ``job`` lie strictly between these (job names hold no '@')."""
-    return f"{job}@", _counter_id(job)
+    return f"{job}@", _job_row_id(job)
 
 
 def _lost_reason(run_id: str, token: int, row: Sequence[Any] | None) -> str:

@@ -7,7 +7,7 @@ CREATE TABLE relay_runs (
     run_id       TEXT PRIMARY KEY,
     job          TEXT NOT NULL,
     slot_ms      INTEGER NOT NULL,
-    state        TEXT NOT NULL,       -- running, pending, succeeded, failed, skipped, or counter
+    state        TEXT NOT NULL,       -- running, pending, succeeded, failed, skipped, or job
     attempt      INTEGER NOT NULL DEFAULT 0,
     failures     INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 1,
@@ -18,14 +18,16 @@ CREATE TABLE relay_runs (
     expires_ms   INTEGER,
     started_ms   INTEGER,
     finished_ms  INTEGER,
-    updated_ms   INTEGER NOT NULL
+    updated_ms   INTEGER NOT NULL,
+    live         INTEGER              -- on a job row: how many of the job's runs are live
 ) WITHOUT ROWID;            -- clustered by run id: one b-tree fewer to write per step
 -- A job's runs need no index of their own: run ids are 'job@<slot>', so they are one key range.
--- Each job also has one row that is not a run: its fencing-token counter, state 'counter', whose
--- token is the last one handed out for the job. Its key, '<job>@~', sorts just after the job's
--- newest runs ('~' follows every digit), so a lease writes the counter on the page it writes the
--- new run to, and a table of counters would be one more page to write per lease.
--- Only live runs (for overlap and takeover) are indexed: finished runs leave this index.
-CREATE INDEX relay_runs_live ON relay_runs (job, expires_ms)
-    WHERE state IN ('running', 'pending');
+-- Each job also has one row that is not a run, its job row, with state 'job': token holds the last
+-- fencing token handed out for the job, and live how many of its runs are running or pending.
+-- Its key, '<job>@~', sorts just after the job's newest runs ('~' follows every digit), so the
+-- steps of a recent run write the job row on the page they write the run to: a lease or a finish
+-- dirties one page. An index of live runs would be a second page for both.
+-- Live runs are found from the job rows: those with live above zero, then that many running or
+-- pending runs from the newest back. Only the job rows are indexed, and an entry is written once.
+CREATE INDEX relay_job_rows ON relay_runs (job) WHERE state = 'job';
 INSERT INTO relay_meta (key, value) VALUES ('schema_version', '2')
