@@ -102,6 +102,8 @@ class RedisLeaseBackend:
         self._redis = client
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
+        self._bases: dict[str, str] = {}
+        """Each job's base key, made once."""
         self.jobs_per_call = jobs_per_call
         """Jobs one acquire script decides; 1 keeps every script in one Cluster slot."""
         self._scripts: dict[str, Script] = {
@@ -144,7 +146,17 @@ class RedisLeaseBackend:
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:
-        return self.acquire_many([request])[0]
+        job = request.job
+        if job not in self._listed:
+            return self.acquire_many([request])[0]
+        member = format_slot(request.slot)
+        args = [self.retention_ms, request.owner, _request_line(request, member)]
+        (reply,) = self._call_many("acquire", [([self._base(job)], args)])
+        words = reply.split(" ")
+        if words[0] == "1":  # the server lost the job's keys, the set of names too
+            with self._errors():
+                self._redis.sadd(self._jobs_key(), job)
+        return _acquire_result(request, member, words, 1)
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
         # Each (owner, job)'s requests in order; a script call decides up to jobs_per_call jobs
@@ -173,16 +185,7 @@ class RedisLeaseBackend:
                 lost.append(group[1])
             at += 1
             for index in groups[group]:
-                outcome = words[at]
-                if outcome == "won":
-                    request = requests[index]
-                    run = Run(
-                        f"{request.job}@{members[index]}", request.job, request.slot,
-                        int(words[at + 1]), int(words[at + 2]), request.owner,
-                    )  # fmt: skip
-                    results[index] = AcquireResult(Outcome.WON, run)
-                else:
-                    results[index] = _NOT_WON[outcome]
+                results[index] = _acquire_result(requests[index], members[index], words, at)
                 at += 3
         # A job we listed that the server did not know: it lost its keys, the set of names too.
         if lost:
@@ -256,9 +259,12 @@ class RedisLeaseBackend:
 
     def _base(self, job: str) -> str:
         """The job's base key, ``<prefix>{job}:``; every key of the job starts with it."""
-        # Escape braces so a job's name can never end its hash tag early.
-        tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-        return f"{self.prefix}{{{tag}}}:"
+        base = self._bases.get(job)
+        if base is None:
+            # Escape braces so a job's name can never end its hash tag early.
+            tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+            base = self._bases[job] = f"{self.prefix}{{{tag}}}:"
+        return base
 
     def _jobs_key(self) -> str:
         return f"{self.prefix}jobs"
@@ -277,14 +283,7 @@ class RedisLeaseBackend:
         args: list[Any] = [self.retention_ms, groups[0][0]]
         for group in groups:
             keys.append(self._base(group[1]))
-            lines = []
-            for index in indexes[group]:
-                request = requests[index]
-                stale = "-" if request.stale_after is None else _ms(request.stale_after)
-                lines.append(
-                    f"{members[index]} {slot_ms(request.slot)} {_ms(request.lease)} "
-                    f"{request.max_attempts} {int(request.overlap_skip)} {stale}"
-                )
+            lines = [_request_line(requests[i], members[i]) for i in indexes[group]]
             args.append("\n".join(lines))
         return keys, args
 
@@ -436,6 +435,29 @@ _NOT_WON = {
     outcome.value: AcquireResult(outcome) for outcome in Outcome if outcome is not Outcome.WON
 }
 _HELD = _NOT_WON[Outcome.HELD.value]
+
+
+def _request_line(request: AcquireRequest, member: str) -> str:
+    """One request, as a line of the acquire script's arguments."""
+    stale = "-" if request.stale_after is None else _ms(request.stale_after)
+    return (
+        f"{member} {slot_ms(request.slot)} {_ms(request.lease)} {request.max_attempts} "
+        f"{int(request.overlap_skip)} {stale}"
+    )
+
+
+def _acquire_result(
+    request: AcquireRequest, member: str, words: list[str], at: int
+) -> AcquireResult:
+    """The result of ``request`` from the script's words ``outcome attempt token`` at ``at``."""
+    outcome = words[at]
+    if outcome != "won":
+        return _NOT_WON[outcome]
+    run = Run(
+        f"{request.job}@{member}", request.job, request.slot, int(words[at + 1]),
+        int(words[at + 2]), request.owner,
+    )  # fmt: skip
+    return AcquireResult(Outcome.WON, run)
 
 
 def _raise_if_lost(run_id: str, token: int, reply: list[Any]) -> None:
