@@ -28,7 +28,7 @@ from relay.backends.postgres import PostgresLeaseBackend  # noqa: E402
 from relay.contract import AcquireRequest, Outcome  # noqa: E402
 
 UTC = timezone.utc
-STEPS = 400
+STEPS = 1000
 JOBS = 10_000
 INSTANCES = 3
 

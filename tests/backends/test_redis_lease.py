@@ -190,6 +190,23 @@ def test_one_job_per_script_call_is_still_one_round_trip(
     backend.close()
 
 
+def test_a_batch_of_several_owners_gives_each_its_own_runs(
+    backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = _Counter(monkeypatch)
+    requests = [
+        req(f"job-{j}", i, owner=f"owner-{(j + i) % 3}") for j in range(60) for i in range(2)
+    ]
+    results = backend.acquire_many(requests)
+    assert counter.sends == 1
+    for request, result in zip(requests, results, strict=True):
+        assert result.run is not None
+        assert (result.run.job, result.run.owner) == (request.job, request.owner)
+        assert result.run.scheduled_for == request.slot
+    runs = {record.id: record.owner for record in backend.runs(limit=500)}
+    assert runs == {r.run.id: r.run.owner for r in results if r.run is not None}
+
+
 def test_acquire_and_finish_take_two_round_trips(
     backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
