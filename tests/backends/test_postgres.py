@@ -144,6 +144,23 @@ def test_schema_is_versioned_and_reopening_changes_nothing(schema: str) -> None:
     assert rows == [("schema_version", str(SCHEMA_VERSION))]
 
 
+def test_a_version_1_schema_is_migrated_and_keeps_its_runs(backend: PostgresLeaseBackend) -> None:
+    first = backend.acquire(AcquireRequest("job", _slot(0), "a", 30)).run
+    assert first is not None
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f"UPDATE \"{backend.schema}\".meta SET value = '1'")
+    again = PostgresLeaseBackend.from_url(_url(backend.schema))
+    try:
+        again.heartbeat(first.id, first.token, 30)
+        later = again.acquire(AcquireRequest("job", _slot(1), "a", 30)).run
+        assert later is not None and later.token > first.token
+    finally:
+        again.close()
+    with psycopg.connect(SERVICES["postgres"].url) as conn:
+        rows = conn.execute(f'SELECT value FROM "{backend.schema}".meta').fetchall()
+    assert rows == [(str(SCHEMA_VERSION),)]
+
+
 def test_a_schema_from_a_newer_relay_is_refused(backend: PostgresLeaseBackend) -> None:
     with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
         conn.execute(f"UPDATE \"{backend.schema}\".meta SET value = '99'")
