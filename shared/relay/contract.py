@@ -192,6 +192,13 @@ class LeaseBackend(Protocol):
         """Record the run skipped with ``reason`` unless it has a record; ``True`` if recorded."""
         ...
 
+    def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        """:meth:`skip` for each ``(job, slot)``, in as few round trips as the store allows.
+
+        An instance back after downtime records every slot it missed, thousands of them at times.
+        """
+        ...
+
     def last_slot(self, job: str) -> datetime | None:
         """The latest slot of ``job`` that has any record, for catch-up after downtime."""
         ...

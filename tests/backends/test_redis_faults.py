@@ -145,9 +145,10 @@ def test_clocks_an_hour_off_give_no_second_winner(
 ) -> None:
     with redis_lease(tmp_path) as url:
         common = {"url": url, "jobs": ["a", "b", "c"], "every": 1, "steps": 3, "step_time": 0.5}
-        # The early instance ticks fast so it wins many runs; its leases would look expired to
-        # everyone at once if its own clock wrote their expiry.
-        processes.append(spawn(tmp_path, "early", shift=-3600, tick=0.05, lease=10, **common))
+        # The early instance ticks fastest so it wins many runs; its leases would look expired to
+        # everyone at once if its own clock wrote their expiry. (At equal tick rates, whichever
+        # instance happened to tick just after each second could win every run.)
+        processes.append(spawn(tmp_path, "early", shift=-3600, tick=0.02, lease=10, **common))
         processes.append(spawn(tmp_path, "late", shift=3600, tick=0.05, lease=10, **common))
         processes.append(spawn(tmp_path, "right", tick=0.2, lease=10, **common))
         wait_ready(processes)

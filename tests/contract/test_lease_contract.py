@@ -236,6 +236,18 @@ def test_skip_records_once(backend: LeaseBackend) -> None:
     assert state_of(backend, run.id) is RunState.RUNNING
 
 
+def test_skip_many_records_each_run_once_in_any_order(backend: LeaseBackend) -> None:
+    run = lease_run(backend, 1)
+    batch = [("other-job", slot(3)), (JOB, slot(2)), (JOB, slot(1)), (JOB, slot(0)), (JOB, slot(2))]
+    assert backend.skip_many(batch, "missed") == [True, True, False, True, False]
+    assert state_of(backend, run.id) is RunState.RUNNING
+    skipped = [r for r in backend.runs(JOB) if r.state is RunState.SKIPPED]
+    assert sorted(r.scheduled_for for r in skipped) == [slot(0), slot(2)]
+    assert {r.reason for r in skipped} == {"missed"}
+    assert backend.last_slot("other-job") == slot(3)
+    assert backend.skip_many([], "missed") == []
+
+
 def test_last_slot_and_runs_listing(backend: LeaseBackend) -> None:
     assert backend.last_slot(JOB) is None
     lease_run(backend, 2)

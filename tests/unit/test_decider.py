@@ -265,7 +265,7 @@ class Flaky:
         self.inner, self.down, self.capability = inner, True, inner.capability
 
     def __getattr__(self, name: str) -> Any:
-        if self.down and name in {"acquire_many", "last_slots", "reclaimable", "skip"}:
+        if self.down and name in {"acquire_many", "last_slots", "reclaimable", "skip", "skip_many"}:
             raise BackendUnavailable("store is down (test)")
         return getattr(self.inner, name)
 

@@ -172,6 +172,9 @@ class NatsLeaseBackend:
             self._step(job, [ms], lambda s, now, old: s.skip(ms, reason, now, old.get(ms)))
         )
 
+    def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        return [self.skip(job, slot, reason) for job, slot in runs]
+
     def last_slot(self, job: str) -> datetime | None:
         return self.last_slots([job])[job]
 

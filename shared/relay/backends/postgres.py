@@ -202,6 +202,22 @@ class PostgresLeaseBackend:
             row = conn.execute(self._queries["skip"], (run_id(job, slot), job, slot, reason))
             return bool(row.fetchone()[0])  # type: ignore[index]
 
+    def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        if not runs:
+            return []
+        # In job order, as acquire_many takes jobs' rows, so that the two never deadlock.
+        order = sorted(range(len(runs)), key=lambda i: (runs[i][0].encode(), runs[i][1]))
+        params = (
+            reason, [run_id(*runs[i]) for i in order], [runs[i][0] for i in order],
+            [runs[i][1] for i in order],
+        )  # fmt: skip
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["skip_many"], params).fetchall()
+        recorded = [False] * len(runs)
+        for position, done in rows:
+            recorded[order[position - 1]] = bool(done)
+        return recorded
+
     def last_slot(self, job: str) -> datetime | None:
         with self._connection() as conn:
             value = conn.execute(self._queries["last_slot"], (job,)).fetchone()[0]  # type: ignore[index]

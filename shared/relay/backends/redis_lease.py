@@ -221,6 +221,16 @@ class RedisLeaseBackend:
         (recorded,) = self._call_jobs("skip", [job], [([self._base(job)], args)])
         return bool(recorded)
 
+    def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        if not runs:
+            return []
+        calls = [
+            ([self._base(job)], [format_slot(slot), slot_ms(slot), reason, self.retention_ms])
+            for job, slot in runs
+        ]
+        jobs = list(dict.fromkeys(job for job, _ in runs))
+        return [bool(recorded) for recorded in self._call_jobs("skip", jobs, calls)]
+
     def last_slot(self, job: str) -> datetime | None:
         return self.last_slots([job])[job]
 

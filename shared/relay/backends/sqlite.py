@@ -175,6 +175,10 @@ class SQLiteLeaseBackend:
         with self._write() as (conn, now_ms):
             return self._insert_skipped(conn, job, slot, reason, now_ms)
 
+    def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        with self._write() as (conn, now_ms):
+            return [self._insert_skipped(conn, job, slot, reason, now_ms) for job, slot in runs]
+
     def last_slot(self, job: str) -> datetime | None:
         return self.last_slots([job])[job]
 

@@ -91,9 +91,9 @@ class Decider:
         backend = self.backend
         if is_lease(backend):
             won = self._acquire(backend, due)
-            for job, plan in plans:
-                for slot in plan.missed:
-                    backend.skip(job.name, slot, "missed")
+            missed = [(job.name, slot) for job, plan in plans for slot in plan.missed]
+            if missed:
+                backend.skip_many(missed, "missed")
         else:
             won = self._claim(backend, due)
         for job, plan in plans:
