@@ -198,9 +198,7 @@ class PostgresLeaseBackend:
                 raise LeaseLost(self._lost_reason(conn, run_id, token))
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
-        with self._connection() as conn:
-            row = conn.execute(self._queries["skip"], (run_id(job, slot), job, slot, reason))
-            return bool(row.fetchone()[0])  # type: ignore[index]
+        return self.skip_many([(job, slot)], reason)[0]
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
         if not runs:
@@ -219,9 +217,7 @@ class PostgresLeaseBackend:
         return recorded
 
     def last_slot(self, job: str) -> datetime | None:
-        with self._connection() as conn:
-            value = conn.execute(self._queries["last_slot"], (job,)).fetchone()[0]  # type: ignore[index]
-        return None if value is None else value.astimezone(UTC)
+        return self.last_slots([job])[job]
 
     def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
         with self._connection() as conn:

@@ -53,16 +53,10 @@ WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
 -- name: lost
 SELECT state, token, owner, started_at FROM {schema}.runs WHERE run_id = %s
 
--- name: skip
-SELECT {schema}.skip(%s, %s, %s, %s)
-
 -- name: skip_many
 SELECT r.idx, {schema}.skip(r.run_id, r.job, r.slot, %s)
 FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) WITH ORDINALITY AS r (run_id, job, slot, idx)
 ORDER BY r.idx
-
--- name: last_slot
-SELECT max(slot) FROM {schema}.runs WHERE job = %s
 
 -- name: last_slots
 SELECT name, (SELECT max(slot) FROM {schema}.runs WHERE job = name)

@@ -153,9 +153,8 @@ class RedisLeaseBackend:
         args = [self.retention_ms, request.owner, _request_line(request, member)]
         (reply,) = self._call_many("acquire", [([self._base(job)], args)])
         words = reply.split(" ")
-        if words[0] == "1":  # the server lost the job's keys, the set of names too
-            with self._errors():
-                self._redis.sadd(self._jobs_key(), job)
+        if words[0] == "1":
+            self._list_again([job])
         return _acquire_result(request, member, words, 1)
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
@@ -187,10 +186,8 @@ class RedisLeaseBackend:
             for index in groups[group]:
                 results[index] = _acquire_result(requests[index], members[index], words, at)
                 at += 3
-        # A job we listed that the server did not know: it lost its keys, the set of names too.
         if lost:
-            with self._errors():
-                self._redis.sadd(self._jobs_key(), *lost)
+            self._list_again(lost)
         return results
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
@@ -217,9 +214,7 @@ class RedisLeaseBackend:
         _raise_if_lost(run_id, token, self._call_one("release", job, [member, token]))
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
-        args = [format_slot(slot), slot_ms(slot), reason, self.retention_ms]
-        (recorded,) = self._call_jobs("skip", [job], [([self._base(job)], args)])
-        return bool(recorded)
+        return self.skip_many([(job, slot)], reason)[0]
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
         if not runs:
@@ -278,6 +273,14 @@ class RedisLeaseBackend:
 
     def _jobs_key(self) -> str:
         return f"{self.prefix}jobs"
+
+    def _list_again(self, jobs: list[str]) -> None:
+        """Add back to the set of job names jobs this process listed but the server did not know.
+
+        The server lost their keys (a restart without persistence), and the set with them.
+        """
+        with self._errors():
+            self._redis.sadd(self._jobs_key(), *jobs)
 
     # -- building script calls ---------------------------------------------------------------
 

@@ -273,7 +273,7 @@ class SQLiteLeaseBackend:
         if request.overlap_skip or (stale_after is not None and now_ms - slot > stale_after * 1000):
             return None
         job = request.job
-        token = _last_token(conn, job) + 1
+        token = _job_row(conn, job)[0] + 1
         # rowcount, not RETURNING: in SQLite, RETURNING costs about as much as the insert.
         inserted = conn.execute(
             _INSERT_NEW_RUN,
@@ -296,7 +296,7 @@ class SQLiteLeaseBackend:
         new: bool,
     ) -> Run:
         """Lease the run: a new record (``new``), or a pending or expired one again."""
-        token = _last_token(conn, request.job) + 1
+        token = _job_row(conn, request.job)[0] + 1
         _update_job_row(conn, request.job, token, live_change=1 if new else 0)
         expires = now_ms + _ms(request.lease)
         attempt = conn.execute(
@@ -403,11 +403,11 @@ def _update_held(conn: sqlite3.Connection, statement: str, params: tuple[Any, ..
         raise LeaseLost(_lost_reason(run_id, token, current))
 
 
-def _last_token(conn: sqlite3.Connection, job: str) -> int:
-    """The last fencing token handed out for ``job`` (0 before its first lease)."""
-    row = conn.execute("SELECT token FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
+def _job_row(conn: sqlite3.Connection, job: str) -> tuple[int, int]:
+    """``job``'s last fencing token and its count of live runs (0 and 0 before its first lease)."""
+    row = conn.execute("SELECT token, live FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
     value = row.fetchone()
-    return 0 if value is None else int(value[0])
+    return (0, 0) if value is None else (int(value[0]), int(value[1]))
 
 
 def _update_job_row(conn: sqlite3.Connection, job: str, token: int, live_change: int) -> None:
@@ -450,9 +450,7 @@ def _job_of(run_id: str) -> str:
 
 def _other_live(conn: sqlite3.Connection, job: str, now_ms: int) -> bool:
     """Another run of ``job`` holds a live lease (asked for a run not recorded yet)."""
-    row = conn.execute("SELECT live FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
-    value = row.fetchone()
-    live = 0 if value is None else int(value[0])
+    _, live = _job_row(conn, job)
     return any(run[3] == "running" and run[9] > now_ms for run in _live_runs(conn, job, live))
 
 
