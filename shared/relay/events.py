@@ -1,0 +1,340 @@
+"""Events: what the engine decided and did, as typed values emitted in one place.
+
+The engine (:mod:`relay.engine`) is the only code that creates events; the standalone scheduler,
+the Celery beat and worker, and the Dramatiq scheduler and middleware report nothing of their own.
+Logs, user hooks, metrics and traces all subscribe to the same stream through an :class:`EventBus`.
+
+Every run event carries the run's id, job, slot, attempt, token and owner; a few add a duration or a
+reason. Each event type has a log ``level`` an operator would choose and a one-line ``message()``.
+:meth:`Event.fields` gives the values as flat ``relay_*`` keys, the ``extra`` of its log record, so
+JSON log formatters pick them up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, ClassVar, TypeVar
+
+from relay.runs import format_slot
+
+__all__ = [
+    "Event",
+    "EventBus",
+    "FencedOff",
+    "RunDispatched",
+    "RunEvent",
+    "RunExhausted",
+    "RunFailed",
+    "RunHandedOver",
+    "RunLost",
+    "RunRetried",
+    "RunSkipped",
+    "RunStarted",
+    "RunSucceeded",
+    "RunTakenOver",
+    "RunWon",
+    "RunsMissed",
+    "StoreRecovered",
+    "StoreUnavailable",
+]
+
+log = logging.getLogger("relay.events")
+"""Where :class:`EventBus` logs a callback that raised."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the engine decided or saw. Subclasses name one kind of event each."""
+
+    type: ClassVar[str] = "event"
+    """A stable short name: ``"won"``, ``"taken_over"``, ``"store_unavailable"``…"""
+    level: ClassVar[int] = logging.INFO
+    """The log level an operator would choose for it."""
+
+    def message(self) -> str:
+        """One line for a log, readable without the fields."""
+        return self.type
+
+    def fields(self) -> dict[str, Any]:
+        """The event's values as ``relay_*`` keys (datetimes as ISO strings), plus its type."""
+        values: dict[str, Any] = {"relay_event": self.type}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, datetime):
+                value = format_slot(value)
+            values[f"relay_{field.name}"] = value
+        return values
+
+
+@dataclass(frozen=True)
+class RunEvent(Event):
+    """An event about one run."""
+
+    run_id: str
+    job: str
+    slot: datetime
+    attempt: int
+    token: int
+    owner: str
+    """The instance (or worker thread) the event is about."""
+
+
+@dataclass(frozen=True)
+class RunWon(RunEvent):
+    """This instance won a new run (attempt 1): it will dispatch or run it."""
+
+    type: ClassVar[str] = "won"
+
+    def message(self) -> str:
+        return f"won {self.run_id} (token {self.token})"
+
+
+@dataclass(frozen=True)
+class RunLost(RunEvent):
+    """Another instance holds or finished this run: this instance does nothing with it."""
+
+    type: ClassVar[str] = "lost"
+    level: ClassVar[int] = logging.DEBUG
+
+    def message(self) -> str:
+        return f"lost {self.run_id} to another instance"
+
+
+@dataclass(frozen=True)
+class RunDispatched(RunEvent):
+    """A won run was handed to its runner: published (Celery), enqueued (Dramatiq), or threaded."""
+
+    type: ClassVar[str] = "dispatched"
+
+    def message(self) -> str:
+        return f"dispatched {self.run_id} (attempt {self.attempt}, token {self.token})"
+
+
+@dataclass(frozen=True)
+class RunStarted(RunEvent):
+    """A runner started the run; ``start_delay`` is seconds from the slot to the start."""
+
+    type: ClassVar[str] = "started"
+    start_delay: float = 0.0
+
+    def message(self) -> str:
+        return (
+            f"started {self.run_id} (attempt {self.attempt}, token {self.token}, "
+            f"{self.start_delay:.3f}s after its slot)"
+        )
+
+
+@dataclass(frozen=True)
+class RunSucceeded(RunEvent):
+    """The attempt succeeded; ``duration`` is seconds from its start."""
+
+    type: ClassVar[str] = "succeeded"
+    duration: float = 0.0
+
+    def message(self) -> str:
+        return f"succeeded {self.run_id} in {self.duration:.3f}s (attempt {self.attempt})"
+
+
+@dataclass(frozen=True)
+class RunFailed(RunEvent):
+    """The attempt failed. ``final``: it was the last of ``max_attempts``, the run is failed."""
+
+    type: ClassVar[str] = "failed"
+    level: ClassVar[int] = logging.ERROR
+    max_attempts: int = 1
+    error: str = ""
+    duration: float = 0.0
+    final: bool = False
+
+    def message(self) -> str:
+        then = "no attempts left, the run is failed" if self.final else "it will be retried"
+        return (
+            f"failed {self.run_id}, attempt {self.attempt} of {self.max_attempts}, "
+            f"after {self.duration:.3f}s: {self.error} ({then})"
+        )
+
+
+@dataclass(frozen=True)
+class RunRetried(RunEvent):
+    """This instance leased a run again after a failed attempt; ``attempt`` is the new one."""
+
+    type: ClassVar[str] = "retried"
+    level: ClassVar[int] = logging.WARNING
+    max_attempts: int = 1
+
+    def message(self) -> str:
+        return f"retrying {self.run_id}: attempt {self.attempt} of {self.max_attempts}"
+
+
+@dataclass(frozen=True)
+class RunTakenOver(RunEvent):
+    """This instance took over a run whose runner stopped renewing its lease (died or froze)."""
+
+    type: ClassVar[str] = "taken_over"
+    level: ClassVar[int] = logging.WARNING
+    previous_owner: str = ""
+    previous_attempt: int = 0
+    max_attempts: int = 1
+
+    def message(self) -> str:
+        return (
+            f"took over {self.run_id} from {self.previous_owner or 'an unknown owner'}, whose "
+            f"lease expired during attempt {self.previous_attempt}: now attempt {self.attempt} "
+            f"of {self.max_attempts}, token {self.token}"
+        )
+
+
+@dataclass(frozen=True)
+class RunHandedOver(RunEvent):
+    """A runner stopping gracefully gave the run back; any instance may lease it at once."""
+
+    type: ClassVar[str] = "handed_over"
+
+    def message(self) -> str:
+        return f"handed over {self.run_id} (attempt {self.attempt}, token {self.token})"
+
+
+@dataclass(frozen=True)
+class RunSkipped(RunEvent):
+    """The run was recorded skipped and will never run; ``reason``: overlap, stale or paused."""
+
+    type: ClassVar[str] = "skipped"
+    level: ClassVar[int] = logging.WARNING
+    reason: str = ""
+
+    def message(self) -> str:
+        return f"skipped {self.run_id}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class RunExhausted(RunEvent):
+    """The run was recorded failed: its last allowed attempt died without finishing."""
+
+    type: ClassVar[str] = "exhausted"
+    level: ClassVar[int] = logging.ERROR
+    max_attempts: int = 1
+
+    def message(self) -> str:
+        return (
+            f"gave up on {self.run_id}: all {self.max_attempts} attempt(s) failed or died; "
+            "the run is recorded failed"
+        )
+
+
+@dataclass(frozen=True)
+class RunsMissed(Event):
+    """Slots of ``job`` that passed while no instance ran it, too old to catch up: never run."""
+
+    type: ClassVar[str] = "missed"
+    level: ClassVar[int] = logging.WARNING
+    job: str
+    count: int
+    first: datetime
+    last: datetime
+    owner: str
+
+    def message(self) -> str:
+        window = format_slot(self.first)
+        if self.count > 1:
+            window += f" .. {format_slot(self.last)}"
+        return (
+            f"missed {self.count} run(s) of {self.job} ({window}): no instance was up to run "
+            "them and they are older than the job's catch_up window; recorded skipped (missed)"
+        )
+
+
+@dataclass(frozen=True)
+class FencedOff(RunEvent):
+    """The store refused a stale runner: ``operation`` is start, heartbeat, finish or write."""
+
+    type: ClassVar[str] = "fenced_off"
+    level: ClassVar[int] = logging.WARNING
+    operation: str = ""
+    detail: str = ""
+
+    def message(self) -> str:
+        return (
+            f"refused the {self.operation} of {self.run_id} with token {self.token}: "
+            f"{self.detail or 'a newer attempt owns the run'}"
+        )
+
+
+@dataclass(frozen=True)
+class StoreUnavailable(Event):
+    """The store could not be reached; the instance retries after ``retry_in`` seconds."""
+
+    type: ClassVar[str] = "store_unavailable"
+    level: ClassVar[int] = logging.ERROR
+    backend: str
+    owner: str
+    error: str
+    retry_in: float
+
+    def message(self) -> str:
+        return f"{self.backend} is unavailable ({self.error}); retrying in {self.retry_in:.1f}s"
+
+
+@dataclass(frozen=True)
+class StoreRecovered(Event):
+    """The store answers again after ``down_for`` seconds."""
+
+    type: ClassVar[str] = "store_recovered"
+    level: ClassVar[int] = logging.WARNING
+    backend: str
+    owner: str
+    down_for: float
+
+    def message(self) -> str:
+        return f"{self.backend} answers again after {self.down_for:.1f}s"
+
+
+E = TypeVar("E", bound=Event)
+
+
+class EventBus:
+    """Delivers each emitted event to the callbacks subscribed to its type or a base type.
+
+    Callbacks run in the emitting thread, in subscription order. A callback that raises is logged
+    (logger ``relay.events``) and skipped: it never breaks a run or the loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: list[tuple[type[Event], Callable[[Any], object]]] = []
+
+    def on(self, event_type: type[E], callback: Callable[[E], object]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event of ``event_type`` (or a subclass).
+
+        ``on(Event, cb)`` receives everything; ``on(RunEvent, cb)`` every run event. Returns a
+        function that unsubscribes.
+        """
+        if not (isinstance(event_type, type) and issubclass(event_type, Event)):
+            raise TypeError(f"on() takes an event class from relay.events, got {event_type!r}")
+        entry: tuple[type[Event], Callable[[Any], object]] = (event_type, callback)
+        with self._lock:
+            self._subscribers = [*self._subscribers, entry]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = [s for s in self._subscribers if s is not entry]
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event`` to its subscribers; never raises."""
+        for event_type, callback in self._subscribers:
+            if isinstance(event, event_type):
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("a relay event callback failed on %s; ignored", event.type)
+
+    def wants(self, event_type: type[Event]) -> bool:
+        """Whether any callback would receive an event of ``event_type`` (to skip building it)."""
+        return any(
+            issubclass(event_type, t) or issubclass(t, event_type) for t, _ in self._subscribers
+        )
