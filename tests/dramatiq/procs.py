@@ -119,13 +119,17 @@ class Deployment:
             backend.close()
 
     def enqueued(self) -> list[str]:
-        """Run ids the schedulers report enqueuing (with repeats, if any were enqueued twice)."""
+        """Run ids the schedulers report enqueuing (with repeats, if any were enqueued twice).
+
+        Read from the ``dispatched`` events the schedulers log (logger relay.events.dispatched).
+        """
+        marker = " relay.events.dispatched dispatched "
         ids = []
         for name, _ in self.procs:
             if name.startswith("scheduler"):
                 for line in (self.tmp / f"{name}.log").read_text(errors="replace").splitlines():
-                    if " enqueued " in line:
-                        ids.append(line.split(" enqueued ", 1)[1].split(" ")[0])
+                    if marker in line:
+                        ids.append(line.split(marker, 1)[1].split(" ")[0])
         return ids
 
     def wait_for(self, what: str, check: Callable[[], T | None], timeout: float = 60) -> T:
