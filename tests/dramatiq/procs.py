@@ -42,6 +42,11 @@ class Deployment:
     def out(self) -> Path:
         return self.tmp / "events.jsonl"
 
+    @property
+    def relay_events(self) -> Path:
+        """Relay's own events, logged as JSON by every process (``tests.support.event_log``)."""
+        return self.tmp / "relay-events.jsonl"
+
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
@@ -52,6 +57,7 @@ class Deployment:
             "RELAY_T_BACKEND": self.backend,
             "RELAY_T_LEASE": self.lease,
             "RELAY_T_OUT": str(self.out),
+            "RELAY_T_EVENTS": str(self.relay_events),
             "RELAY_T_JOBS": json.dumps(self.jobs),
         }
 
