@@ -25,7 +25,7 @@ from typing import Any, TypeAlias
 
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
-from relay.errors import MissingDependency, UnknownBackend
+from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
 __all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
@@ -57,8 +57,14 @@ _ALIASES = {
 _DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
 
 
-def open_backend(url: str, **options: Any) -> Backend:
-    """Open the backend a URL names; ``options`` go to its ``from_url`` (e.g. an injected clock)."""
+def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
+    """Open the backend a URL names; ``options`` go to its ``from_url`` (e.g. an injected clock).
+
+    ``read_only=True`` opens a lease store for reading only, as every command that only reads
+    does: nothing is created or migrated, and a store that does not exist (no file, schema, key
+    prefix or bucket) raises :class:`~relay.errors.StoreNotFound` naming what was not found. Claim
+    stores keep nothing to read: they are refused with a ``ConfigurationError``.
+    """
     parsed = BackendURL(url)
     scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
     strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
@@ -73,7 +79,16 @@ def open_backend(url: str, **options: Any) -> Backend:
     except ImportError:
         raise MissingDependency(driver, extra) from None
     module = importlib.import_module(f"relay.backends.{module_name}")
-    backend: Backend = getattr(module, class_name).from_url(url, **options)
+    factory = getattr(module, class_name)
+    if read_only:
+        if factory.capability != "lease":
+            raise ConfigurationError(
+                f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
+                "no runs or instances to read; read-only commands need a lease backend "
+                "(sqlite, postgresql, redis, nats)"
+            )
+        options["read_only"] = True
+    backend: Backend = factory.from_url(url, **options)
     return backend
 
 
