@@ -46,7 +46,7 @@ from relay.errors import (
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, from_ms, parse_run_id, run_id, slot_ms
 
-__all__ = ["MIN_SERVER_VERSION", "NatsLeaseBackend"]
+__all__ = ["INSTANCES_MAX_AGE", "MIN_SERVER_VERSION", "NatsLeaseBackend"]
 
 log = logging.getLogger("relay.backends.nats")
 T = TypeVar("T")
@@ -54,6 +54,8 @@ T = TypeVar("T")
 MIN_SERVER_VERSION = (2, 10, 0)
 """The oldest server whose stream info reports its clock (``ts``)."""
 CAS_TRIES = 64
+INSTANCES_MAX_AGE = 86400.0
+"""Seconds the server keeps an instance's last heartbeat (its bucket's ``max_age``)."""
 _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
 _BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -70,8 +72,9 @@ class NatsLeaseBackend:
     ``read_only``: then a missing bucket raises :class:`~relay.errors.StoreNotFound`.
 
     Instances' heartbeats live in a second bucket, ``<bucket>-instances``, one key per instance,
-    created by the first heartbeat; its messages expire (``max_age``) the ``ttl`` of that first
-    heartbeat after they are written, and each record is also read as expired past its own ttl.
+    created by the first heartbeat. Each record is read as expired past its own ``ttl``; the
+    server drops it :data:`INSTANCES_MAX_AGE` after its last write (or the first heartbeat's ttl,
+    if longer), as NATS before 2.11 cannot expire one message sooner than its bucket's others.
     """
 
     capability: Literal["lease"] = "lease"
@@ -331,7 +334,8 @@ class NatsLeaseBackend:
     async def _create_instances_bucket(self, ttl: float) -> None:
         try:
             await self._js.create_key_value(
-                bucket=self._instances, history=1, ttl=ttl, replicas=self._replicas,
+                bucket=self._instances, history=1, ttl=max(ttl, INSTANCES_MAX_AGE),
+                replicas=self._replicas,
                 storage=api.StorageType(self._storage), direct=False,
                 description="Relay instances' heartbeats",
             )  # fmt: skip

@@ -360,7 +360,7 @@ $$;
 -- version 4
 -- Each instance's own heartbeat (relay instances, relay health): one row per owner, upserted every
 -- few seconds, deleted once expired. (Version 3 is another branch's; the two merge in order.)
-CREATE TABLE {schema}.instances (
+CREATE TABLE IF NOT EXISTS {schema}.instances (
     owner         text COLLATE "C" PRIMARY KEY,
     role          text NOT NULL,
     host          text NOT NULL,

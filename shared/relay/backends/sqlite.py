@@ -48,7 +48,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (),
     # Version 4: each instance's own heartbeat, for `relay instances` and `relay health`.
     4: (
-        "CREATE TABLE relay_instances (owner TEXT PRIMARY KEY, role TEXT NOT NULL, "
+        "CREATE TABLE IF NOT EXISTS relay_instances (owner TEXT PRIMARY KEY, role TEXT NOT NULL, "
         "host TEXT NOT NULL, pid INTEGER NOT NULL, started_ms INTEGER NOT NULL, "
         "version TEXT NOT NULL, interval_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL, "
         "expires_ms INTEGER NOT NULL)",
