@@ -22,6 +22,8 @@ from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
 from relay.engine import ActiveRun, Runner
+from relay.errors import RelayError
+from relay.health import InstanceHeartbeat
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
 from relay_celery.config import CelerySettings, load_settings, open_checked
@@ -42,11 +44,13 @@ def install(app: Celery) -> None:
         steps.add(RelayStep)
 
 
-class RelayStep(bootsteps.Step):
-    """Worker bootstep: validates Relay's settings at start and wraps every task."""
+class RelayStep(bootsteps.StartStopStep):
+    """Worker bootstep: validates Relay's settings at start, wraps every task, and records the
+    worker's own heartbeat (``relay instances``, ``relay health``) while it runs."""
 
     name = "relay_celery.worker.RelayStep"
     label = "Relay"
+    requires = ("celery.worker.components:Pool",)  # beat from the main process, after forking
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
@@ -57,6 +61,27 @@ class RelayStep(bootsteps.Step):
         hooks = RunHooks(settings)
         for task in app.tasks.values():
             hooks.wrap(task)
+        self._settings = settings
+        self._heartbeat: InstanceHeartbeat | None = None
+
+    def start(self, parent: Any) -> None:
+        """Start the worker's heartbeat, on a backend connection of its own."""
+        try:
+            backend = open_backend(self._settings.backend)
+        except RelayError as exc:
+            log.error("relay: the worker's heartbeat will not be recorded: %s", exc)
+            return
+        self._heartbeat = InstanceHeartbeat(backend, default_owner(), "worker")
+        self._heartbeat.start()
+
+    def stop(self, parent: Any) -> None:
+        """Stop the heartbeat: the record expires on its own."""
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
+            heartbeat.backend.close()
+
+    terminate = stop
 
 
 class RunHooks:

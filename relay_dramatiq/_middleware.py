@@ -24,6 +24,7 @@ from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Runner, enter_run, leave_run
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
+from relay.health import InstanceHeartbeat
 from relay.jobs import check_scheduler_options
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
@@ -119,6 +120,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         self.owner = owner or default_owner()
         self._lock = threading.Lock()
         self._active: dict[int, tuple[ActiveRun, contextvars.Token[Run | None]]] = {}
+        self._heartbeat: InstanceHeartbeat | None = None
 
     def runner(self) -> Runner:
         """A runner owned by this worker thread, so two threads never share a run."""
@@ -178,6 +180,16 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         active = self._leave()
         if active is not None:
             active.fail("another middleware skipped the message")
+
+    def after_worker_boot(self, broker: Broker, worker: Worker) -> None:
+        """Start this worker process's own heartbeat (``relay instances``, ``relay health``)."""
+        self._heartbeat = InstanceHeartbeat(self.backend, self.owner, "dramatiq-worker")
+        self._heartbeat.start()
+
+    def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
+        """Stop the heartbeat: the record expires on its own."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def after_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Hand over runs whose actors did not finish before the worker stopped waiting."""

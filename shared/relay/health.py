@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +88,8 @@ class InstanceHeartbeat:
 
     Cheap to call on every tick: between beats :meth:`maybe_record` reads a monotonic clock and
     returns. A store that cannot be reached is logged and tried again one interval later; it never
-    raises into the host's loop. On a claim backend it does nothing.
+    raises into the host's loop. On a claim backend it does nothing. A host with no loop of its
+    own (a worker) calls :meth:`start` and :meth:`stop` instead: a daemon thread beats for it.
     """
 
     def __init__(
@@ -114,6 +116,8 @@ class InstanceHeartbeat:
         )  # fmt: skip
         self._clock = clock
         self._next: float | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def maybe_record(self) -> bool:
         """Record a beat if ``interval`` has passed since the last try; ``True`` if recorded."""
@@ -133,6 +137,31 @@ class InstanceHeartbeat:
             log.warning("could not record the heartbeat of %s: %s", self.info.owner, exc)
             return False
         return True
+
+    def start(self) -> None:
+        """Beat now, then every ``interval`` from a daemon thread until :meth:`stop`."""
+        if self._thread is not None or not is_lease(self.backend):
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._beat_until_stopped, name=f"relay-heartbeat-{self.info.role}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread :meth:`start` began (waiting at most ``timeout`` for a beat to end)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _beat_until_stopped(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.record()
+            except Exception:  # a heartbeat never takes its host down
+                log.exception("the heartbeat of %s failed", self.info.owner)
+            self._stopping.wait(self.info.interval)
 
 
 def _version() -> str:
