@@ -152,3 +152,14 @@ def test_a_version_2_sqlite_file_is_migrated_and_read_only_reads_it_before(tmp_p
     InstanceHeartbeat(backend, "me:1", "scheduler").record()
     assert [i.owner for i in backend.instances()] == ["me:1"]
     backend.close()
+
+
+def test_every_public_name_of_relay_health_says_what_it_is() -> None:
+    import inspect
+
+    import relay.health
+
+    for name in relay.health.__all__:
+        value = getattr(relay.health, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__doc__, name

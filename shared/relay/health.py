@@ -27,6 +27,7 @@ from relay.errors import BackendUnavailable, ConfigurationError
 __all__ = [
     "DEFAULT_INTERVAL",
     "DEFAULT_TTL",
+    "LATE_AFTER_BEATS",
     "ROLES",
     "InstanceHeartbeat",
     "InstanceInfo",

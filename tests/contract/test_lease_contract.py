@@ -391,8 +391,10 @@ def test_an_instance_that_stops_beating_expires(backend: LeaseBackend) -> None:
     assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
     time.sleep(1.3)
     assert [i.owner for i in backend.instances()] == ["here:2"]
-    backend.record_instance(instance("here:2"), ttl=600)  # a beat after the expiry changes nothing
+    backend.record_instance(instance("here:2"), ttl=600)  # another's beat does not revive it
     assert [i.owner for i in backend.instances()] == ["here:2"]
+    backend.record_instance(instance("gone:1"), ttl=600)  # its own beat does
+    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
 
 
 def test_a_read_only_open_reads_instances_and_runs(lease_url: str, backend: LeaseBackend) -> None:
