@@ -46,7 +46,8 @@ def test_a_version_1_database_is_migrated_and_keeps_its_tokens_growing(tmp_path:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         conn.executescript(VERSION_1)
-    backend = SQLiteLeaseBackend(path)
+    # A clock at the epoch puts the tokens' clock floor below the counter: the counter decides.
+    backend = SQLiteLeaseBackend(path, clock=lambda: 0.0)
     # The run leased under version 1 is still held by its token ...
     backend.heartbeat("report@2026-01-01T00:00:00Z", 41, 30)
     # ... and the next lease of the job gets a greater token than any handed out before.
@@ -122,7 +123,8 @@ def test_tokens_grow_per_job_through_new_runs_retries_and_takeovers(tmp_path: Pa
 
 
 def test_a_recorded_run_spends_no_token(tmp_path: Path) -> None:
-    backend = SQLiteLeaseBackend(tmp_path / "relay.db")
+    # A clock that stands still: the tokens' clock floor does not move between the leases.
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=lambda: SLOT.timestamp())
     won = backend.acquire(request("job", SLOT)).run
     assert won is not None
     assert backend.acquire(request("job", SLOT, owner="other")).outcome is Outcome.HELD
