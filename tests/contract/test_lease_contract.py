@@ -303,8 +303,10 @@ def test_a_lost_tail_never_hands_a_token_out_again(lease_url: str, tmp_path: Pat
     backend = open_backend(lease_url)
     try:
         assert backend.acquire(req(0, owner="b")).outcome is Outcome.FINISHED
-        again = [lease_run(backend, index, owner="b") for index in (2, 3, 4)]
-        taken = lease_run(backend, 1, owner="b")
+        results = backend.acquire_many([req(index, owner="b") for index in (2, 3, 4)])
+        again = [result.run for result in results if result.run is not None]
+        assert len(again) == 3
+        taken = lease_run(backend, 1, owner="b")  # a batch of one: the single acquire
         assert min(run.token for run in [*again, taken]) > handed_out
         assert fence.write("report", again[-1].token, "after the loss")
         for old, new in [*zip(lost, again, strict=True), (held, taken)]:
