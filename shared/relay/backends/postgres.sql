@@ -357,7 +357,6 @@ BEGIN
 END
 $$;
 
-
 -- version 3
 -- Tokens stay at or above the server's clock in microseconds, so a server that lost its last
 -- commits (restored from a backup, failed over to a replica that was behind, or run with
