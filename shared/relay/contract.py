@@ -15,6 +15,15 @@ Rules every lease backend follows:
   for SQLite). A backend never compares a caller's clock with a time the store wrote.
 * The **fencing token** is an integer per job that grows strictly with every new lease of that job
   (a new run, a takeover, a retry), so two tokens of the same job can always be compared.
+  It never goes back, even when the store loses its last writes (a crash before they reached the
+  disk, a restart without persistence, a restore from a backup): a new token is
+  ``max(last token of the job + 1, store's clock in microseconds since the epoch)``, the clock
+  being the one that decides expiry (PostgreSQL's ``clock_timestamp()``, Redis's ``TIME``, the
+  NATS server's, the host's for SQLite). A lost write takes the counter back, not the clock, so
+  the next token is above every token handed out before, which were at most the clock of their
+  time (one lease per microsecond per job keeps the counter from running ahead of it). A clock
+  that jumps back cannot break the rule "tokens grow": the counter still grows by one; only a
+  loss of writes *and* a clock behind the lost tokens together could hand a token out twice.
 * An operation carrying a token that is not the run's current one raises
   :class:`~relay.errors.LeaseLost` and changes nothing.
 * Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`, never a driver error.

@@ -17,6 +17,7 @@ import pytest
 from celery import Celery
 from celery.schedules import BaseSchedule, crontab
 
+from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.runs import HEADER, run_from_headers
 from relay_celery import RelayScheduler, install
@@ -191,7 +192,12 @@ def test_a_won_run_is_published_with_its_run_header(tmp_path: Path) -> None:
     finally:
         scheduler.close()
     run = run_from_headers(message.headers[HEADER])
-    assert run is not None and run.job == "e" and run.token == 1
+    assert run is not None and run.job == "e"
+    store = SQLiteLeaseBackend(tmp_path / "relay.db")
+    try:
+        assert [(r.id, r.token) for r in store.runs("e")] == [(run.id, run.token)]
+    finally:
+        store.close()
     assert message.headers["task"] == "t" and message.headers["celery_beat_task"] is True
     assert message.payload[0] == [1, 2]
 

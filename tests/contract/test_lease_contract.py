@@ -20,6 +20,7 @@ from relay import AcquireRequest, LeaseBackend, LeaseLost, Outcome, RunState, op
 from relay.fencing import SQLFence
 from relay.health import InstanceInfo
 from tests.support import procs
+from tests.support.tail_loss import lose_tail
 
 UTC = timezone.utc
 JOB = "contract-job"
@@ -264,6 +265,58 @@ def test_last_slot_and_runs_listing(backend: LeaseBackend) -> None:
 
 def test_store_clock_is_sane(backend: LeaseBackend) -> None:
     assert abs((backend.now() - datetime.now(UTC)).total_seconds()) < 300
+
+
+# -- a store that loses its last writes ---------------------------------------------------------
+
+
+def test_a_lost_tail_never_hands_a_token_out_again(lease_url: str, tmp_path: Path) -> None:
+    """The store is copied at one moment, used on, then restored: a crash that lost the tail.
+
+    What the lost tail must not do, checked here:
+
+    1. every token handed out after the loss is greater than every token handed out before it,
+       kept or lost, so a fenced resource accepts the new runner's writes at once;
+    2. a run whose success the store kept is never leased again (``FINISHED``);
+    3. a finish carrying a token from before the loss is refused on a run leased after it, and
+       leaves it running: a success is only recorded by the run's current lease, so no token's
+       success is recorded twice.
+
+    What it may do (a run only the lost tail knew finished is leased and run again) is the cost
+    the backend's page in docs/backends states.
+    """
+    tail = lose_tail(lease_url)
+    backend = open_backend(lease_url)
+    kept = lease_run(backend, 0)
+    assert backend.finish(kept.id, kept.token, succeeded=True) is RunState.SUCCEEDED
+    held = lease_run(backend, 1, lease=0.5, max_attempts=2)  # its finish will be lost
+    tail.copy()
+    backend.finish(held.id, held.token, succeeded=True)
+    lost = [lease_run(backend, index) for index in (2, 3, 4)]
+    for run in lost[:2]:
+        assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    fence = SQLFence.sqlite(tmp_path / "fenced.db")
+    assert fence.write("report", lost[-1].token, "before the loss")
+    handed_out = max(run.token for run in [kept, held, *lost])
+    backend.close()
+    tail.restore()
+    time.sleep(0.6)  # the copy's lease of run 1 expires
+    backend = open_backend(lease_url)
+    try:
+        assert backend.acquire(req(0, owner="b")).outcome is Outcome.FINISHED
+        results = backend.acquire_many([req(index, owner="b") for index in (2, 3, 4)])
+        again = [result.run for result in results if result.run is not None]
+        assert len(again) == 3
+        taken = lease_run(backend, 1, owner="b")  # a batch of one: the single acquire
+        assert min(run.token for run in [*again, taken]) > handed_out
+        assert fence.write("report", again[-1].token, "after the loss")
+        for old, new in [*zip(lost, again, strict=True), (held, taken)]:
+            with pytest.raises(LeaseLost):
+                backend.finish(old.id, old.token, succeeded=True)
+            assert state_of(backend, new.id) is RunState.RUNNING
+            assert backend.finish(new.id, new.token, succeeded=True) is RunState.SUCCEEDED
+    finally:
+        backend.close()
 
 
 # -- real processes ---------------------------------------------------------------------------

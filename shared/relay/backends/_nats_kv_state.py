@@ -190,7 +190,9 @@ class JobState:
     # -- helpers ---------------------------------------------------------------------------
 
     def _lease(self, request: AcquireRequest, slot: int, failures: int, now_ms: int) -> Run:
-        self.token += 1
+        # At least the server's clock in µs: a server that lost its last writes (not yet fsynced,
+        # or memory storage) never hands a token out twice; a clock gone back leaves the + 1.
+        self.token = max(self.token + 1, now_ms * 1000)
         fields = self.runs.get(slot)
         if fields is None:
             fields = self._insert(slot, RunFields("running", max_attempts=request.max_attempts))
