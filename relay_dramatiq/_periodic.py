@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import dramatiq
 
 from relay.durations import Duration
-from relay.errors import ConfigurationError
+from relay.errors import ConfigurationError, foreign_retries
 from relay.jobs import Job, Overlap, make_job
 from relay_dramatiq._middleware import RelayMiddleware
 
@@ -50,11 +50,13 @@ def periodic(
     """Run the decorated actor on a schedule; put it above ``@dramatiq.actor``.
 
     The backend is the one of the :class:`RelayMiddleware` on the actor's broker, so add the
-    middleware before declaring periodic actors. Options are checked here, once, against that
-    backend: ``overlap``, ``max_attempts`` and ``catch_up`` raise ``UnsupportedOption`` on a claim
-    backend. The actor must take no required arguments (run messages carry none); it reads its
-    run with :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the
-    actor must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
+    middleware where the broker is created, before declaring actors: an actor declared before it
+    is refused, since workers importing only the actor's module would run its runs unleased.
+    Options are checked here, once, against that backend: ``overlap``, ``max_attempts`` and
+    ``catch_up`` raise ``UnsupportedOption`` on a claim backend. The actor must take no required
+    arguments (run messages carry none); it reads its run with
+    :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the actor must
+    not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
     """
 
     def register(actor: A) -> A:
@@ -90,6 +92,14 @@ def _middleware_of(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:
             "call broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) "
             "before declaring periodic actors"
         )
+    if actor.actor_name not in found[0].declared:
+        raise ConfigurationError(
+            f"actor {actor.actor_name!r} was declared before the RelayMiddleware was added to "
+            "its broker, so workers that import the actor's module without this one would run "
+            "its runs unleased, each again and again: call "
+            "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) where the broker "
+            "is created, before declaring actors"
+        )
     return found[0]
 
 
@@ -109,7 +119,8 @@ def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:
 
 def _check_retries(actor: dramatiq.Actor[Any, Any]) -> None:
     if actor.options.get("retry_when") is not None or actor.options.get("max_retries", 0) != 0:
-        raise ConfigurationError(
-            f"periodic actor {actor.actor_name!r} sets Dramatiq retries, but Relay retries its "
-            "runs (max_attempts, each with a new token): drop max_retries / retry_when"
+        raise foreign_retries(
+            f"periodic actor {actor.actor_name!r}",
+            "max_retries / retry_when",
+            "in @periodic(max_attempts=...)",
         )
