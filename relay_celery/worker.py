@@ -28,7 +28,8 @@ from celery.worker import state as worker_state
 from relay.backends import Backend, open_backend
 from relay.durations import Duration
 from relay.engine import ActiveRun, Runner, current_run
-from relay.errors import ConfigurationError, foreign_retries
+from relay.errors import ConfigurationError
+from relay.retries import foreign_retries
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
 from relay_celery.config import (

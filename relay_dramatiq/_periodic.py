@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 import dramatiq
 
 from relay.durations import Duration
-from relay.errors import ConfigurationError, foreign_retries
+from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
+from relay.retries import foreign_retries
 from relay_dramatiq._middleware import RelayMiddleware
 
 __all__ = ["Periodic", "periodic", "periodic_actors"]

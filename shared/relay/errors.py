@@ -31,7 +31,6 @@ __all__ = [
     "RelayError",
     "UnknownBackend",
     "UnsupportedOption",
-    "foreign_retries",
 ]
 
 
@@ -88,16 +87,3 @@ class LeaseLost(BackendError):
 
     The operation that raised it changed nothing.
     """
-
-
-def foreign_retries(subject: str, setting: str, where: str) -> ConfigurationError:
-    """The one refusal of a task framework's own retries on a scheduled job, for every integration.
-
-    ``subject`` names the job (``"periodic actor 'sync'"``), ``setting`` the framework's retry
-    setting, ``where`` how to set ``max_attempts`` in that integration.
-    """
-    return ConfigurationError(
-        f"{subject} sets {setting}, but Relay retries its runs itself: drop {setting} and set "
-        f"max_attempts {where} instead. Each Relay attempt is a new message with a new fencing "
-        "token; a framework retry would re-send the old token, which the worker drops"
-    )
