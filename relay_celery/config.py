@@ -66,7 +66,7 @@ def remember_install_options(app: Celery, **options: Any) -> None:
     """Keep the settings given to ``install(app, ...)``: the lowest layer, checked now."""
     values = {key.upper(): value for key, value in options.items() if value is not None}
     from_mapping(values, source="relay_celery.install()")
-    _install_options[app] = values
+    _install_options[app] = {**_install_options.get(app, {}), **values}
 
 
 def load_settings(app: Celery) -> Settings:

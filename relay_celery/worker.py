@@ -247,7 +247,7 @@ def _own_retries(task: Task[Any, Any]) -> None:
         run = current_run()
         if run is None or run_from_headers(_header(task)) is None:
             return original(*args, **kwargs)
-        exc = kwargs.get("exc")
+        exc = kwargs.get("exc", args[2] if len(args) > 2 else None)
         countdown = kwargs.get("countdown") or kwargs.get("eta")
         delay = (
             f" (its countdown/eta {countdown} cannot be honoured: Relay retries a failed run "
@@ -257,8 +257,8 @@ def _own_retries(task: Task[Any, Any]) -> None:
         )
         message = (
             f"{task.name} asked Celery to retry {run.id}; Relay owns the retries of scheduled "
-            f"runs: this attempt is recorded failed and the run is retried under max_attempts"
-            f"{delay}"
+            "runs: this attempt is recorded failed and the run is retried while it has attempts "
+            f"left (max_attempts){delay}"
         )
         log.warning("relay: %s", message)
         raise RetryRequested(message) from exc if isinstance(exc, BaseException) else None

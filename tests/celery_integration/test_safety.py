@@ -163,8 +163,9 @@ def test_install_options_are_the_lowest_layer(tmp_path: Path) -> None:
     app = Celery("relay_safety", broker="memory://")
     install(app, "redis://one:6379/0", lease=20)
     assert (load_settings(app).backend, load_settings(app).lease) == ("redis://one:6379/0", 20.0)
+    install(app)  # again, without options: keeps the first call's
     app.conf.relay_lease = 40
-    assert load_settings(app).lease == 40.0
+    assert (load_settings(app).backend, load_settings(app).lease) == ("redis://one:6379/0", 40.0)
     with pytest.raises(ConfigurationError, match=r"relay_celery.install\(\)\['LEASE'\] must be"):
         install(app, lease="long")  # type: ignore[arg-type]
 
