@@ -79,6 +79,7 @@ def test_a_scheduled_task_with_celery_retries_stops_the_worker(tmp_path: Path) -
     assert "set max_attempts in app.conf.relay_jobs['nightly'] instead" in log
 
 
+@pytest.mark.redis
 def test_one_install_call_sets_up_beat_and_workers_and_sqlite_warns_once(tmp_path: Path) -> None:
     broker = services.require("redis")
     with cluster(tmp_path, broker, sqlite(tmp_path), {"tick": {"every": 1}}) as c:
@@ -93,6 +94,7 @@ def test_one_install_call_sets_up_beat_and_workers_and_sqlite_warns_once(tmp_pat
         assert log.count(ONE_HOST) == 1, f"{name}:\n{log}"
 
 
+@pytest.mark.redis
 def test_without_a_backend_a_redis_broker_is_the_store(tmp_path: Path) -> None:
     broker = services.require("redis")
     job = f"tick_{tmp_path.name[-12:].replace('-', '_')}"
@@ -108,6 +110,7 @@ def test_without_a_backend_a_redis_broker_is_the_store(tmp_path: Path) -> None:
     assert ONE_HOST not in log
 
 
+@pytest.mark.redis
 def test_stock_beat_loads_a_schedule_with_relay_jobs_and_relay_runs_it_too(tmp_path: Path) -> None:
     schedule = {"tick": {"every": 1, "task": "plain", "relay_jobs": {"overlap": "skip"}}}
     with cluster(tmp_path, services.require("redis"), sqlite(tmp_path), schedule) as c:
@@ -124,6 +127,7 @@ def test_stock_beat_loads_a_schedule_with_relay_jobs_and_relay_runs_it_too(tmp_p
     assert all(e["run"].startswith("tick@") for e in events[seen:])
 
 
+@pytest.mark.redis
 def test_a_celery_retry_inside_a_run_becomes_a_relay_attempt(tmp_path: Path) -> None:
     url = sqlite(tmp_path)
     schedule = {"flaky": {**one_run_now(url, "flaky", max_attempts=3), "task": "retrying"}}
