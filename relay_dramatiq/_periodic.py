@@ -16,7 +16,7 @@ from relay.jobs import Job, Overlap, make_job
 from relay.retries import foreign_retries
 from relay_dramatiq._middleware import RelayMiddleware
 
-__all__ = ["Periodic", "periodic", "periodic_actors"]
+__all__ = ["Periodic", "periodic", "periodic_actors", "require_worker_side"]
 
 A = TypeVar("A", bound="dramatiq.Actor[Any, Any]")
 
@@ -93,7 +93,24 @@ def _middleware_of(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:
             "call broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) "
             "before declaring periodic actors"
         )
-    if actor.actor_name not in found[0].declared:
+    require_worker_side(actor, found[0])
+    return found[0]
+
+
+def require_worker_side(actor: dramatiq.Actor[Any, Any], middleware: RelayMiddleware[Any]) -> None:
+    """Refuse a periodic actor that workers could load without ``middleware``.
+
+    The middleware must be on the actor's broker, and have been there when the actor was
+    declared: then every module that declares the actor also sets up Relay's worker side.
+    """
+    if middleware not in actor.broker.middleware:
+        raise ConfigurationError(
+            f"periodic actor {actor.actor_name!r} is decided on a RelayMiddleware that is not on "
+            "its broker, so workers would run its runs unleased: call "
+            "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) on the broker "
+            "the actor is declared on"
+        )
+    if actor.actor_name not in middleware.declared:
         raise ConfigurationError(
             f"actor {actor.actor_name!r} was declared before the RelayMiddleware was added to "
             "its broker, so workers that import the actor's module without this one would run "
@@ -101,7 +118,6 @@ def _middleware_of(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:
             "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) where the broker "
             "is created, before declaring actors"
         )
-    return found[0]
 
 
 def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:

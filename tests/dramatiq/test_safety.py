@@ -17,8 +17,9 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from relay.errors import ConfigurationError
+from relay.jobs import make_job
 from relay.retries import foreign_retries
-from relay_dramatiq import RelayMiddleware, periodic
+from relay_dramatiq import Periodic, RelayMiddleware, Scheduler, periodic
 from tests.dramatiq.procs import ROOT
 from tests.dramatiq.test_cli import cli
 from tests.support import services
@@ -35,6 +36,28 @@ def test_an_actor_declared_before_the_middleware_is_refused(tmp_path: Path) -> N
     assert "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...))" in message
     assert "before declaring actors" in message
     periodic(every=60)(dramatiq.actor(broker=broker, actor_name="late")(lambda: None))
+
+
+def test_the_scheduler_refuses_a_periodic_its_workers_could_run_without_relay(
+    tmp_path: Path,
+) -> None:
+    middleware = RelayMiddleware(f"sqlite:///{tmp_path / 'relay.db'}")
+    elsewhere, late = StubBroker(), StubBroker()
+    elsewhere.add_middleware(middleware)
+    bare = dramatiq.actor(broker=StubBroker(), actor_name="bare")(lambda: None)
+    declared_first = dramatiq.actor(broker=late, actor_name="first")(lambda: None)
+    late.add_middleware(middleware)
+    cases = [(bare, "not on its broker"), (declared_first, "declared before the RelayMiddleware")]
+    for actor, words in cases:
+        item = Periodic(
+            actor, make_job(middleware.backend, name=actor.actor_name, every=60), middleware
+        )
+        with pytest.raises(ConfigurationError, match=words) as caught:
+            Scheduler([item])
+        assert "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...))" in str(
+            caught.value
+        )
+    middleware.backend.close()
 
 
 LATE_MIDDLEWARE_APP = """
