@@ -127,7 +127,9 @@ def _broker_backend(app: Celery) -> str:
             BackendURL(broker).redacted(),
         )
         return broker
-    described = BackendURL(broker).redacted() if isinstance(broker, str) else "none set"
+    described = "none set"
+    if isinstance(broker, str):
+        described = BackendURL(broker).redacted() if "://" in broker else repr(broker)
     raise ConfigurationError(
         "Relay has no backend: set app.conf.relay_backend (CELERY_RELAY_BACKEND or "
         "RELAY['BACKEND'] with Django) to a store every beat and worker shares, such as "
