@@ -174,6 +174,10 @@ def test_install_makes_relay_the_beat_scheduler_unless_the_app_chose_one() -> No
     chosen = Celery("a")
     install(chosen)
     assert chosen.conf.beat_scheduler == "relay_celery.RelayScheduler"
+    configured = Celery("e")
+    configured.conf.table()  # configuration already loaded when install() runs
+    install(configured)
+    assert configured.conf.beat_scheduler == "relay_celery.RelayScheduler"
     before = Celery("b")
     before.conf.beat_scheduler = STOCK
     install(before)
