@@ -127,6 +127,14 @@ def test_stock_beat_loads_a_schedule_with_relay_jobs_and_relay_runs_it_too(tmp_p
     assert all(e["run"].startswith("tick@") for e in events[seen:])
 
 
+def test_the_relay_key_is_what_stock_beat_cannot_load(tmp_path: Path) -> None:
+    """Why ``relay_jobs`` exists (and why RelayScheduler warns about the ``"relay"`` key)."""
+    schedule = {"tick": {"every": 1, "task": "plain", "relay": {"overlap": "skip"}}}
+    with cluster(tmp_path, MEMORY, sqlite(tmp_path), schedule) as c:
+        log = refused(c, c.beat(scheduler=STOCK))
+    assert "unexpected keyword argument 'relay'" in log
+
+
 @pytest.mark.redis
 def test_a_celery_retry_inside_a_run_becomes_a_relay_attempt(tmp_path: Path) -> None:
     url = sqlite(tmp_path)
