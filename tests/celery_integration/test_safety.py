@@ -265,3 +265,17 @@ def test_django_relay_with_a_misspelled_key_is_refused(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "settings.RELAY has unknown key(s) BAKEND (did you mean BACKEND?)" in out.stdout
+
+
+def test_the_relay_key_still_works_and_is_logged_as_blocking_a_roll_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="relay")
+    schedule = {"tick": {"task": "t", "schedule": 60, "relay": {"overlap": "skip"}}}
+    scheduler = RelayScheduler(make_app(tmp_path, beat_schedule=schedule))
+    try:
+        assert scheduler.decider.jobs["tick"].overlap == "skip"
+    finally:
+        scheduler.close()
+    (warning,) = [r.getMessage() for r in caplog.records if "'relay' key" in r.getMessage()]
+    assert "entries tick carry" in warning and "move them to app.conf.relay_jobs" in warning
