@@ -28,7 +28,7 @@ from relay.contract import ClaimBackend, LeaseBackend
 from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
-__all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
+__all__ = ["LEASE_BACKENDS", "Backend", "one_host_warning", "open_backend"]
 
 Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 
@@ -90,6 +90,24 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         options["read_only"] = True
     backend: Backend = factory.from_url(url, **options)
     return backend
+
+
+def one_host_warning(backend: Backend) -> str | None:
+    """A warning for a store that only processes on one host can share (SQLite), else ``None``.
+
+    Task-queue integrations run on many hosts: each host would decide on a file of its own and
+    publish every run again, so they log this once when they start on such a store.
+    """
+    from relay.backends.sqlite import SQLiteLeaseBackend
+    from relay.backends.sqlite_claim import SQLiteClaimBackend
+
+    if not isinstance(backend, SQLiteLeaseBackend | SQLiteClaimBackend):
+        return None
+    return (
+        f"{backend.name} serves one host only: processes on other hosts would each decide on "
+        "a file of their own and run every run again. Across hosts, use PostgreSQL, Redis or "
+        "NATS (the backend setting)"
+    )
 
 
 def _unknown_message(raw_scheme: str, scheme: str, strategy: str) -> str:
