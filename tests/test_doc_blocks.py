@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support import services
-from tests.support.doc_blocks import ROOT, Block, blocks, documents
+from tests.support.doc_blocks import Block, blocks, documents, run_checked
 
 ALL = [block for page in documents() for block in blocks(page)]
 RUN = [block for block in ALL if not block.illustrative and not block.snippet]
 MARKERS = {"illustrative", "needs", "raises"}
-RUNNER = ROOT / "tests" / "support" / "run_doc_block.py"
 # The URLs the docs write for the suite's servers, replaced by the suite's own when they differ.
 DOC_URLS = {
     "redis": ("redis://localhost:6379/0", "redis://127.0.0.1:6379/0"),
@@ -53,14 +49,6 @@ def test_a_python_block_runs(block: Block, tmp_path: Path) -> None:
             source = source.replace(written, url)
     script = tmp_path / "block.py"
     script.write_text(source, encoding="utf-8")
-    raises = block.markers.get("raises", [])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run(
-        [sys.executable, str(RUNNER), str(script), *raises[:1]],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    raises = block.markers.get("raises", [None])[0]
+    done = run_checked(script, tmp_path, raises=raises)
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout}\n{done.stderr}"

@@ -17,13 +17,17 @@ site build fails if that file is missing.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ROOT", "Block", "blocks", "documents"]
+__all__ = ["ROOT", "Block", "blocks", "documents", "run_checked"]
 
 ROOT = Path(__file__).resolve().parents[2]
+_RUNNER = Path(__file__).with_name("run_doc_block.py")
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _MARKER = re.compile(r"^\s*<!--(.*)-->\s*$")
 
@@ -89,3 +93,19 @@ def blocks(path: Path) -> list[Block]:
         found.append(Block(path, index + 1, language, body, _markers(lines, index)))
         index = end + 1
     return found
+
+
+def run_checked(
+    script: Path, cwd: Path, *, raises: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a Python file with ``run_doc_block.py`` in a fresh interpreter; its output, checked."""
+    paths = [str(ROOT), *(env or {}).pop("PYTHONPATH", "").split(os.pathsep)]
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    return subprocess.run(
+        [sys.executable, str(_RUNNER), str(script), *([raises] if raises else [])],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

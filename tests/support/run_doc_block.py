@@ -24,6 +24,13 @@ def _run_two_seconds(self: relay.Scheduler[Any]) -> None:
     _run(self)
 
 
+def _options(job: relay.Job) -> str:
+    return (
+        f"overlap={job.overlap} max_attempts={job.max_attempts} catch_up={job.catch_up} "
+        f"stale_after={job.stale_after}"
+    )
+
+
 def _check_celery(namespace: dict[str, Any]) -> None:
     if "celery" not in sys.modules:
         return
@@ -36,8 +43,11 @@ def _check_celery(namespace: dict[str, Any]) -> None:
             continue
         beat = RelayScheduler(app)
         try:
-            assert set(beat.decider.jobs) == set(app.conf.beat_schedule), beat.decider.jobs
-            print(f"celery app {app.main}: {sorted(beat.decider.jobs)}")
+            jobs = beat.decider.jobs
+            assert set(jobs) == set(app.conf.beat_schedule), jobs
+            print(f"celery app {app.main} on {beat.settings.backend}:")
+            for name, job in sorted(jobs.items()):
+                print(f"  job {name}: {job.schedule.describe()}, {_options(job)}")
         finally:
             beat.close()
 
@@ -47,7 +57,9 @@ def _check_dramatiq() -> None:
         return
     from relay_dramatiq import periodic_actors
 
-    print(f"periodic actors: {[item.job.name for item in periodic_actors()]}")
+    for item in periodic_actors():
+        job = item.job
+        print(f"  job {job.name}: {job.schedule.describe()}, {_options(job)}")
 
 
 def main(path: str, raises: str | None) -> int:
