@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import services
-from tests.support.doc_blocks import Block, blocks, documents, run_checked
+from tests.support.doc_blocks import ROOT, Block, blocks, documents, run_checked
 
 ALL = [block for page in documents() for block in blocks(page)]
 RUN = [block for block in ALL if not block.illustrative and not block.snippet]
@@ -22,7 +22,7 @@ DOC_URLS = {
 
 
 def test_the_docs_have_blocks_to_check() -> None:
-    assert len(ALL) > 20 and len(RUN) > 10
+    assert len(ALL) > 40 and len(RUN) >= 6 and len(SNIPPETS) >= 8
 
 
 @pytest.mark.parametrize("block", ALL, ids=lambda b: b.name)
@@ -38,6 +38,22 @@ def test_a_block_is_python_or_marked_illustrative(block: Block) -> None:
     compile(block.text, block.name, "exec")
     for name in block.markers.get("needs", []):
         assert name in services.SERVICES, f"{block.name}: unknown service {name!r}"
+
+
+SNIPPETS = [block for block in ALL if block.snippet]
+TESTS_TEXT = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("*.py"))
+
+
+@pytest.mark.parametrize("block", SNIPPETS, ids=lambda b: b.name)
+def test_an_included_file_exists_and_a_test_exercises_it(block: Block) -> None:
+    for line in block.text.split("\n"):
+        included = Path(line.split('"')[1])
+        assert (ROOT / included).is_file(), f"{block.name}: {included} does not exist"
+        folder = included.parent.name
+        names = {str(included), included.stem if folder == "examples" else folder}
+        assert any(name in TESTS_TEXT for name in names), (
+            f"{block.name}: no test names {included}; include only tested files"
+        )
 
 
 @pytest.mark.parametrize("block", RUN, ids=lambda b: b.name)

@@ -89,3 +89,15 @@ def test_django_celery_beat_after_is_the_django_example_with_code_defined_schedu
                 "job refresh-cache: every 15s, overlap=skip",
             ],
         )
+
+
+def test_the_tutorial_app_builds_its_beat(tmp_path: Path) -> None:
+    check(
+        ROOT / "examples" / "celery_app" / "app.py",
+        tmp_path,
+        {"RELAY_BACKEND": f"sqlite:///{tmp_path / 'relay.db'}"},
+        [
+            "job heartbeat-every-10s: every 10s",
+            "job cleanup-every-minute: cron '* * * * *' (UTC), overlap=skip max_attempts=3",
+        ],
+    )
