@@ -51,6 +51,7 @@ def test_the_reference_is_generated_from_the_code(site: Path) -> None:
         assert f'id="{name}"' in page, f"{name} is missing from the generated reference"
     # A docstring's text appears, so the page is not an empty shell of headings.
     assert "The root of every error Relay raises." in page
+    assert ":class:" not in page and ":func:" not in page  # docs/hooks/sphinx_roles.py
 
 
 def test_every_page_of_the_nav_is_built(site: Path) -> None:
