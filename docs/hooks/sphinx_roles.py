@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):(?=<code>)")
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>~?")
 
 
 def on_page_content(html: str, **kwargs: Any) -> str:
-    """Drop the role prefix before each rendered code span."""
-    return _ROLE.sub("", html)
+    """Drop the role prefix (and Sphinx's ``~`` shortening mark) before each code span."""
+    return _ROLE.sub("<code>", html)
