@@ -30,7 +30,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
-from relay.runs import Run, RunRecord, RunState
+from relay.runs import Run, RunRecord, RunState, check_slot
 
 __all__ = [
     "AcquireRequest",
@@ -72,6 +72,9 @@ class AcquireRequest:
     overlap_skip: bool = False
     stale_after: float | None = None
     """Refuse (and record skipped) a run not yet leased once ``now - slot`` exceeds this."""
+
+    def __post_init__(self) -> None:
+        check_slot(self.slot)  # a naive slot would name a different run on each host
 
 
 @dataclass(frozen=True)

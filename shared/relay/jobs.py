@@ -8,7 +8,15 @@ from datetime import tzinfo
 from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend
-from relay.durations import Duration, non_negative_seconds, optional_seconds
+from relay.durations import (
+    MIN_HEARTBEAT,
+    MIN_LEASE,
+    MIN_TICK,
+    Duration,
+    at_least,
+    non_negative_seconds,
+    optional_seconds,
+)
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.schedules import Schedule, make_schedule
 
@@ -19,6 +27,7 @@ __all__ = [
     "Job",
     "Overlap",
     "check_scheduler_options",
+    "check_tick",
     "make_job",
 ]
 
@@ -74,7 +83,7 @@ def make_job(
     """
     if not isinstance(name, str) or not name or "@" in name:
         raise ConfigurationError(f"job name {name!r} must be a non-empty string without '@'")
-    schedule = make_schedule(cron=cron, every=every, tz=tz)
+    schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
     if backend.capability == "claim":
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
         for option, value in lease_only.items():
@@ -117,16 +126,23 @@ def check_scheduler_options(
 ) -> tuple[float, float]:
     """Validate ``lease`` and ``heartbeat`` (seconds) against the backend; return them as floats.
 
-    On a claim backend both must be left out. On a lease backend they default to 30 s and 10 s, and
-    the heartbeat must be shorter than the lease so a live runner renews before it expires.
+    On a claim backend both must be left out. On a lease backend they default to 30 s and a third
+    of the lease (at most 10 s); the lease is at least :data:`~relay.durations.MIN_LEASE` (1 s),
+    the heartbeat at least :data:`~relay.durations.MIN_HEARTBEAT` (0.1 s) and shorter than the
+    lease, so a live runner renews before it expires. A queue lease (Celery, Dramatiq) must be at
+    least the lease, so these floors hold for it too.
     """
     if backend.capability == "claim":
         for option, value in {"lease": lease, "heartbeat": heartbeat}.items():
             if value is not None:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         return 0.0, 0.0
-    lease_s = optional_seconds(lease, "lease") or 30.0
-    heartbeat_s = optional_seconds(heartbeat, "heartbeat") or min(10.0, lease_s / 3)
+    lease_s = 30.0 if lease is None else at_least(lease, "lease", MIN_LEASE, _SHORT_LEASE)
+    heartbeat_s = (
+        min(10.0, lease_s / 3)
+        if heartbeat is None
+        else at_least(heartbeat, "heartbeat", MIN_HEARTBEAT, _SHORT_HEARTBEAT)
+    )
     if heartbeat_s >= lease_s:
         raise ConfigurationError(
             f"heartbeat ({heartbeat_s:g}s) must be shorter than lease ({lease_s:g}s), "
@@ -134,3 +150,19 @@ def check_scheduler_options(
             "a third of the lease is a good heartbeat"
         )
     return lease_s, heartbeat_s
+
+
+def check_tick(tick: Duration | None, default: float = 1.0) -> float:
+    """Validate how often an instance looks for due runs (seconds); ``None`` gives ``default``."""
+    if tick is None:
+        return default
+    return at_least(tick, "tick", MIN_TICK, "a faster tick only spends CPU; 1 s is the default")
+
+
+_SHORT_LEASE = (
+    "a lease this short can expire during one slow round trip or pause of a live runner, and "
+    "another instance then runs the run again; the default is 30 s"
+)
+_SHORT_HEARTBEAT = (
+    "each heartbeat writes to the store for every running run; the default is a third of the lease"
+)

@@ -21,11 +21,12 @@ Drivers are imported only when a backend of theirs is opened; a missing one rais
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, TypeAlias
 
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
-from relay.errors import MissingDependency, UnknownBackend
+from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
 __all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
@@ -73,8 +74,24 @@ def open_backend(url: str, **options: Any) -> Backend:
     except ImportError:
         raise MissingDependency(driver, extra) from None
     module = importlib.import_module(f"relay.backends.{module_name}")
-    backend: Backend = getattr(module, class_name).from_url(url, **options)
+    cls = getattr(module, class_name)
+    _check_options(cls, options)
+    backend: Backend = cls.from_url(url, **options)
     return backend
+
+
+def _check_options(cls: type, options: dict[str, Any]) -> None:
+    """Refuse keyword options the backend's constructor does not take, naming those it does."""
+    if not options:
+        return
+    parameters = inspect.signature(cls).parameters
+    accepted = {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigurationError(
+            f"{cls.__name__} takes no option(s) {', '.join(unknown)}; "
+            f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+        )
 
 
 def _unknown_message(raw_scheme: str, scheme: str, strategy: str) -> str:

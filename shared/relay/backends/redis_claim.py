@@ -113,6 +113,12 @@ class RedisClaimBackend:
             known.append("retention")
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
+        database = parsed.parts.path.strip("/")
+        if database and not database.isdigit():
+            raise ConfigurationError(
+                f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
+                "number, as in redis://localhost:6379/0"
+            )
         driver_url = parsed.without_options(_OUR_OPTIONS)
         scheme = parsed.parts.scheme
         driver_url = _SCHEMES.get(scheme.lower(), scheme) + driver_url[len(scheme) :]
