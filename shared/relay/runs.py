@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -14,6 +15,7 @@ __all__ = [
     "RunRecord",
     "RunState",
     "check_slot",
+    "check_slots",
     "format_slot",
     "from_ms",
     "parse_run_id",
@@ -45,6 +47,13 @@ def check_slot(slot: object) -> datetime:
             f"time zone: {AWARE_HINT}"
         )
     return slot
+
+
+def check_slots(runs: Iterable[tuple[str, datetime]]) -> None:
+    """:func:`check_slot` for each ``(job, slot)`` of a batch, before a backend writes any of it."""
+    for _, slot in runs:
+        if getattr(slot, "tzinfo", None) is not UTC:
+            check_slot(slot)
 
 
 def format_slot(slot: datetime) -> str:

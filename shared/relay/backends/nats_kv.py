@@ -37,7 +37,7 @@ from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, RelayError
-from relay.runs import Run, RunRecord, RunState, from_ms, parse_run_id, run_id, slot_ms
+from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, parse_run_id, run_id, slot_ms
 
 __all__ = ["MIN_SERVER_VERSION", "NatsLeaseBackend"]
 
@@ -173,6 +173,7 @@ class NatsLeaseBackend:
         )
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         return [self.skip(job, slot, reason) for job, slot in runs]
 
     def last_slot(self, job: str) -> datetime | None:

@@ -33,7 +33,7 @@ from redis.exceptions import AuthenticationError, NoScriptError, RedisError, Res
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
-from relay.runs import run_id, slot_ms
+from relay.runs import check_slots, run_id, slot_ms
 
 __all__ = ["IDMP_MIN_VERSION", "STRATEGIES", "RedisClaimBackend"]
 
@@ -153,6 +153,7 @@ class RedisClaimBackend:
         return self.claim_many([(job, slot)])[0]
 
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         with self._translated():
