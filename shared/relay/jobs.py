@@ -81,8 +81,10 @@ def make_job(
     Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
     ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them.
     """
-    if not isinstance(name, str) or not name or "@" in name:
-        raise ConfigurationError(f"job name {name!r} must be a non-empty string without '@'")
+    if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
+        raise ConfigurationError(
+            f"job name {name!r} must be a non-empty string without '@' or control characters"
+        )
     schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
     if backend.capability == "claim":
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}

@@ -215,6 +215,12 @@ CASES = [
     # -- jobs and the scheduler -------------------------------------------------------------
     Case("duplicate-name", twice, ConfigurationError, ("'report' is already scheduled", "name=")),
     Case(
+        "name-with-NUL",
+        lambda tmp: job(tmp, every=60, name="report\x00"),
+        ConfigurationError,
+        ("without '@' or control characters",),
+    ),
+    Case(
         "bare-decorator",
         lambda tmp: scheduler(tmp).job(lambda run: None),
         ConfigurationError,

@@ -94,3 +94,21 @@ def test_refusals_say_why(expression: str, words: str) -> None:
     with pytest.raises(InvalidSchedule, match="not valid") as caught:
         CronSchedule(expression, job="j")
     assert words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("expression", "job", "first"),
+    [
+        ("H H * * *", "nightly-report", "00:36"),
+        ("H H * * *", "refresh-cache", "09:19"),
+        ("H/15 * * * *", "nightly-report", "00:06"),
+        ("H/15 * * * *", "refresh-cache", "00:04"),
+    ],
+)
+def test_H_values_are_pinned(expression: str, job: str, first: str) -> None:
+    """Instances on different croniter versions must agree: a change of hashing fails here.
+
+    (croniter 6.0.0 and 7.0.0 expand H identically; these values come from both.)
+    """
+    slot = next(CronSchedule(expression, job=job).slots_between(*DAY))
+    assert slot.strftime("%H:%M") == first
