@@ -193,7 +193,7 @@ class Scheduler(Generic[BackendT]):
             _check_handler(handler, name)
             job = make_job(
                 self.backend,
-                name=name or handler.__qualname__,
+                name=handler.__qualname__ if name is None else name,
                 handler=handler,
                 cron=cron,
                 every=every,

@@ -215,6 +215,18 @@ CASES = [
     # -- jobs and the scheduler -------------------------------------------------------------
     Case("duplicate-name", twice, ConfigurationError, ("'report' is already scheduled", "name=")),
     Case(
+        "name-empty",
+        lambda tmp: job(tmp, every=60, name=""),
+        ConfigurationError,
+        ("job name '' must be a non-empty string",),
+    ),
+    Case(
+        "two-lambdas",
+        lambda tmp: [s := scheduler(tmp), *(s.job(every=60)(lambda run: None) for _ in "ab")],
+        ConfigurationError,
+        ("<lambda>' is already scheduled", "name="),
+    ),
+    Case(
         "name-with-NUL",
         lambda tmp: job(tmp, every=60, name="report\x00"),
         ConfigurationError,
