@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import tzinfo
+from pathlib import PurePath
 from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend
@@ -26,6 +28,8 @@ __all__ = [
     "TICK_SPREAD",
     "Job",
     "Overlap",
+    "check_handler",
+    "check_instance_options",
     "check_scheduler_options",
     "check_tick",
     "make_job",
@@ -168,3 +172,49 @@ _SHORT_LEASE = (
 _SHORT_HEARTBEAT = (
     "each heartbeat writes to the store for every running run; the default is a third of the lease"
 )
+
+
+def check_instance_options(
+    backend: object, owner: object, max_workers: object, clock: object
+) -> None:
+    """Refuse, with the fix, a standalone scheduler's options that no backend needs to judge."""
+    if not isinstance(backend, str) and getattr(backend, "capability", None) not in (
+        "claim",
+        "lease",
+    ):
+        hint = ""
+        if isinstance(backend, PurePath):
+            hint = f" (for this SQLite file: 'sqlite:///{backend}')"
+        raise ConfigurationError(
+            f"backend {backend!r} is neither a URL nor a backend: pass a URL such as "
+            f"'sqlite:///relay.db'{hint}, or an object from relay.open_backend(url)"
+        )
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise ConfigurationError(f"owner={owner!r} must be a non-empty string, or None")
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ConfigurationError(
+            f"max_workers={max_workers!r} must be a whole number >= 1: how many runs may "
+            "execute at once in this instance"
+        )
+    if not callable(clock):
+        raise ConfigurationError(f"clock={clock!r} must be a function returning epoch seconds")
+
+
+def check_handler(handler: object, name: str | None) -> None:
+    """Refuse a handler that cannot be called with the run: each attempt would fail."""
+    if not callable(handler):
+        raise ConfigurationError(
+            f"@scheduler.job(...) decorates a function taking the run, not {handler!r}"
+        )
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # some builtins have no signature: nothing to check
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        label = name or getattr(handler, "__qualname__", repr(handler))
+        raise ConfigurationError(
+            f"job {label!r}: its function must accept the run as one argument, "
+            f"as in def {getattr(handler, '__name__', 'handler')}(run: relay.Run) -> None"
+        ) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
@@ -12,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import tzinfo
-from pathlib import PurePath
 from types import FrameType
 from typing import Any, Generic, TypeVar, overload
 
@@ -22,7 +20,15 @@ from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Runner, Won
 from relay.engine.dispatching import Dispatcher
 from relay.errors import BackendUnavailable, ConfigurationError
-from relay.jobs import Job, Overlap, check_scheduler_options, check_tick, make_job
+from relay.jobs import (
+    Job,
+    Overlap,
+    check_handler,
+    check_instance_options,
+    check_scheduler_options,
+    check_tick,
+    make_job,
+)
 from relay.runs import Run
 
 __all__ = ["Handler", "Scheduler", "default_owner"]
@@ -104,7 +110,7 @@ class Scheduler(Generic[BackendT]):
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        _check_plain_options(backend, owner, max_workers, clock)
+        check_instance_options(backend, owner, max_workers, clock)
         self.backend: ClaimBackend | LeaseBackend = (
             open_backend(backend) if isinstance(backend, str) else backend
         )
@@ -190,7 +196,7 @@ class Scheduler(Generic[BackendT]):
             )
 
         def register(handler: H) -> H:
-            _check_handler(handler, name)
+            check_handler(handler, name)
             job = make_job(
                 self.backend,
                 name=handler.__qualname__ if name is None else name,
@@ -345,49 +351,3 @@ class Scheduler(Generic[BackendT]):
                 signal.signal(sig, handler)
 
         return restore
-
-
-def _check_plain_options(
-    backend: object, owner: object, max_workers: object, clock: object
-) -> None:
-    """Refuse, with the fix, the options no backend needs to judge."""
-    if not isinstance(backend, str) and getattr(backend, "capability", None) not in (
-        "claim",
-        "lease",
-    ):
-        hint = ""
-        if isinstance(backend, PurePath):
-            hint = f" (for this SQLite file: 'sqlite:///{backend}')"
-        raise ConfigurationError(
-            f"backend {backend!r} is neither a URL nor a backend: pass a URL such as "
-            f"'sqlite:///relay.db'{hint}, or an object from relay.open_backend(url)"
-        )
-    if owner is not None and (not isinstance(owner, str) or not owner):
-        raise ConfigurationError(f"owner={owner!r} must be a non-empty string, or None")
-    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-        raise ConfigurationError(
-            f"max_workers={max_workers!r} must be a whole number >= 1: how many runs may "
-            "execute at once in this instance"
-        )
-    if not callable(clock):
-        raise ConfigurationError(f"clock={clock!r} must be a function returning epoch seconds")
-
-
-def _check_handler(handler: object, name: str | None) -> None:
-    """Refuse a handler that cannot be called with the run: each attempt would fail."""
-    if not callable(handler):
-        raise ConfigurationError(
-            f"@scheduler.job(...) decorates a function taking the run, not {handler!r}"
-        )
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):  # some builtins have no signature: nothing to check
-        return
-    try:
-        signature.bind(None)
-    except TypeError:
-        label = name or getattr(handler, "__qualname__", repr(handler))
-        raise ConfigurationError(
-            f"job {label!r}: its function must accept the run as one argument, "
-            f"as in def {getattr(handler, '__name__', 'handler')}(run: relay.Run) -> None"
-        ) from None
