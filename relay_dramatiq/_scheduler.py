@@ -20,7 +20,7 @@ from relay.engine import Decider, Runner, Won
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import HEADER, run_to_headers
 from relay_dramatiq._middleware import RelayMiddleware
-from relay_dramatiq._periodic import Periodic
+from relay_dramatiq._periodic import Periodic, require_worker_side
 
 __all__ = ["Scheduler"]
 
@@ -62,7 +62,9 @@ class Scheduler:
     """Decides the runs of periodic actors and enqueues those this process wins.
 
     ``periodics`` usually comes from :func:`relay_dramatiq.periodic_actors` after importing the
-    app; ``tick`` defaults to the middleware's. ``clock`` exists for tests.
+    app; each one's middleware must be on its actor's broker since before the actor was declared
+    (so workers have it too), else :class:`~relay.errors.ConfigurationError`. ``tick`` defaults to
+    the middleware's. ``clock`` exists for tests.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Scheduler:
     ) -> None:
         self._groups: dict[int, _Group] = {}
         for item in periodics:
+            require_worker_side(item.actor, item.middleware)
             key = id(item.middleware)
             if key not in self._groups:
                 self._groups[key] = _Group(item.middleware, clock)

@@ -149,6 +149,8 @@ class RunRecord:
     expires_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    error: str | None = None
+    """The error its last failed attempt reported, if any."""
 
 
 HEADER = "relay_run"
