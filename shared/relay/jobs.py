@@ -17,7 +17,6 @@ from relay.durations import (
     Duration,
     at_least,
     non_negative_seconds,
-    optional_seconds,
 )
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.schedules import Schedule, make_schedule
@@ -90,12 +89,17 @@ def make_job(
             f"job name {name!r} must be a non-empty string without '@' or control characters"
         )
     schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
+    stale = (
+        None
+        if stale_after is None
+        else at_least(stale_after, "stale_after", TICK_SPREAD, _SHORT_STALE_AFTER)
+    )
     if backend.capability == "claim":
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
         for option, value in lease_only.items():
             if value is not None:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
-        _check_claim_memory(backend, optional_seconds(stale_after, "stale_after"))
+        _check_claim_memory(backend, stale)
     if overlap not in (None, "allow", "skip"):
         raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
     if max_attempts is not None and (
@@ -109,7 +113,7 @@ def make_job(
         overlap=overlap or "allow",
         max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
         catch_up=non_negative_seconds(catch_up or 0, "catch_up"),
-        stale_after=optional_seconds(stale_after, "stale_after"),
+        stale_after=stale,
     )
 
 
@@ -168,6 +172,10 @@ def check_tick(tick: Duration | None, default: float = 1.0) -> float:
 _SHORT_LEASE = (
     "a lease this short can expire during one slow round trip or pause of a live runner, and "
     "another instance then runs the run again; the default is 30 s"
+)
+_SHORT_STALE_AFTER = (
+    "a run not decided this soon after its slot is recorded stale and never runs, and instances' "
+    "ticks may lag one another by this much"
 )
 _SHORT_HEARTBEAT = (
     "each heartbeat writes to the store for every running run; the default is a third of the lease"

@@ -215,6 +215,12 @@ CASES = [
     # -- jobs and the scheduler -------------------------------------------------------------
     Case("duplicate-name", twice, ConfigurationError, ("'report' is already scheduled", "name=")),
     Case(
+        "stale-after-1s",
+        lambda tmp: job(tmp, every=60, stale_after=1),
+        ConfigurationError,
+        ("5s floor", "recorded stale and never runs", "stale_after=5 or more"),
+    ),
+    Case(
         "name-empty",
         lambda tmp: job(tmp, every=60, name=""),
         ConfigurationError,
