@@ -25,7 +25,7 @@ from relay.engine import ActiveRun, Runner, enter_run, leave_run
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.health import InstanceHeartbeat
-from relay.jobs import check_scheduler_options
+from relay.jobs import check_scheduler_options, check_tick
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
 
@@ -114,7 +114,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
                 self.backend, lease=lease, heartbeat=heartbeat
             )
             self.queue_lease = _queue_lease(self.backend, queue_lease, self.lease)
-            self.tick = 1.0 if tick is None else seconds(tick, "tick")
+            self.tick = check_tick(tick)
         except BaseException:
             if isinstance(backend, str):  # we opened it: do not leak its connections
                 self.backend.close()

@@ -15,9 +15,10 @@ from types import FrameType
 from typing import Any
 
 from relay.contract import is_lease
-from relay.durations import Duration, seconds
+from relay.durations import Duration
 from relay.engine import Decider, Runner, Won
 from relay.errors import BackendUnavailable, ConfigurationError
+from relay.jobs import check_tick
 from relay.runs import HEADER, run_to_headers
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic, require_worker_side
@@ -84,7 +85,7 @@ class Scheduler:
         if not self._groups:
             raise ConfigurationError("no periodic actors: decorate actors with @periodic(...)")
         ticks = [group.middleware.tick for group in self._groups.values()]
-        self.tick = min(ticks) if tick is None else seconds(tick, "tick")
+        self.tick = check_tick(tick, default=min(ticks))
         self._stopping = threading.Event()
 
     def run(self) -> None:

@@ -52,6 +52,11 @@ def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Setting
     Unknown keys and bad values raise :class:`ConfigurationError` naming ``source`` and the key
     (and, for a misspelled key, the closest known one).
     """
+    if not isinstance(values, Mapping):
+        raise ConfigurationError(
+            f"{source} must be a dict such as {{'BACKEND': 'sqlite:///relay.db'}}, "
+            f"not {type(values).__name__}"
+        )
     upper = {str(key).upper(): value for key, value in values.items()}
     unknown = sorted(set(upper) - _KEYS)
     if unknown:

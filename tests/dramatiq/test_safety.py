@@ -19,7 +19,7 @@ from dramatiq.brokers.stub import StubBroker
 from relay.errors import ConfigurationError
 from relay.jobs import make_job
 from relay.retries import foreign_retries
-from relay_dramatiq import Periodic, RelayMiddleware, Scheduler, periodic
+from relay_dramatiq import Periodic, RelayMiddleware, Scheduler, periodic, periodic_actors
 from tests.dramatiq.procs import ROOT
 from tests.dramatiq.test_cli import cli
 from tests.support import services
@@ -173,3 +173,18 @@ def test_django_without_a_backend_decides_on_a_redis_broker() -> None:
     broker = {"BROKER": "dramatiq.brokers.redis.RedisBroker", "OPTIONS": {"url": url}}
     result = django_middleware({"RELAY": {}, "DRAMATIQ_BROKER": broker})
     assert result.get("backend", "").startswith("Redis ("), result
+
+
+def test_the_dramatiq_tick_has_the_core_floor(tmp_path: Path) -> None:
+    """`tick` below 0.01 s is refused by the middleware and by the scheduler, as by the core."""
+    with pytest.raises(ConfigurationError, match=r"0\.01s floor"):
+        RelayMiddleware(f"sqlite:///{tmp_path / 'relay.db'}", tick=0.001)
+    broker = StubBroker()
+    broker.add_middleware(RelayMiddleware(f"sqlite:///{tmp_path / 'relay.db'}"))
+
+    @periodic(every=60)
+    @dramatiq.actor(broker=broker)
+    def tick_floor() -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"0\.01s floor"):
+        Scheduler([p for p in periodic_actors() if p.job.name == "tick_floor"], tick=0.001)

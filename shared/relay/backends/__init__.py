@@ -21,6 +21,7 @@ Drivers are imported only when a backend of theirs is opened; a missing one rais
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, TypeAlias
 
 from relay.backends._url import BackendURL
@@ -80,6 +81,7 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         raise MissingDependency(driver, extra) from None
     module = importlib.import_module(f"relay.backends.{module_name}")
     factory = getattr(module, class_name)
+    _check_options(factory, options)
     if read_only:
         if factory.capability != "lease":
             raise ConfigurationError(
@@ -90,6 +92,20 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         options["read_only"] = True
     backend: Backend = factory.from_url(url, **options)
     return backend
+
+
+def _check_options(cls: type, options: dict[str, Any]) -> None:
+    """Refuse keyword options the backend's constructor does not take, naming those it does."""
+    if not options:
+        return
+    parameters = inspect.signature(cls).parameters
+    accepted = {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigurationError(
+            f"{cls.__name__} takes no option(s) {', '.join(unknown)}; "
+            f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+        )
 
 
 def one_host_warning(backend: Backend) -> str | None:
