@@ -1,11 +1,13 @@
 """SQLite: acquire and finish per run, against a raw ``BEGIN IMMEDIATE; INSERT; COMMIT``.
 
 The raw baseline writes to a two-column table in the same database file as Relay's, through its
-own connection with the same pragmas (WAL, synchronous=NORMAL). The steps are interleaved (a raw
-insert, an acquire, a raw insert, a finish, and again), so a busy machine slows both alike, and
-each is timed call by call; medians are printed. Target: each step at most 1.5x the raw insert.
+own connection with the same pragmas: WAL, and the ``synchronous`` setting the backend's acquire
+and finish commit with (``FULL`` for ``--durability full``, the default, so both wait for the disk
+alike; ``NORMAL`` for ``--durability fast``). The steps are interleaved (a raw insert, an acquire,
+a raw insert, a finish, and again), so a busy machine slows both alike, and each is timed call by
+call; medians are printed. Target: each step at most 1.5x the raw insert.
 
-    python bench/bench_sqlite.py [--runs 5000] [--repeat 3] [--jobs 1]
+    python bench/bench_sqlite.py [--runs 5000] [--repeat 3] [--jobs 1] [--durability full]
 
 ``--jobs N`` spreads the runs over N jobs (run n belongs to job n mod N).
 """
@@ -21,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from relay import AcquireRequest
-from relay.backends.sqlite import SQLiteLeaseBackend
+from relay.backends.sqlite import DURABILITY, Durability, SQLiteLeaseBackend
 
 BASE = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -29,10 +31,10 @@ BASE = datetime(2026, 1, 1, tzinfo=timezone.utc)
 class RawInserts:
     """The baseline: one transaction per claim, inserting its id, and nothing more."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durability: Durability) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         self.conn.execute("CREATE TABLE bench_raw (run_id TEXT PRIMARY KEY, owner TEXT)")
         self.count = 0
 
@@ -46,10 +48,10 @@ class RawInserts:
         self.conn.execute("COMMIT")
 
 
-def one_round(path: Path, runs: int, jobs: int) -> dict[str, float]:
+def one_round(path: Path, runs: int, jobs: int, durability: Durability) -> dict[str, float]:
     """Median microseconds per call of a raw insert, an acquire and a finish."""
-    backend = SQLiteLeaseBackend(path)
-    raw = RawInserts(path)
+    backend = SQLiteLeaseBackend(path, durability=durability)
+    raw = RawInserts(path, durability)
     requests = [
         AcquireRequest(f"job{n % jobs}", BASE + timedelta(seconds=n), "bench", lease=30)
         for n in range(runs)
@@ -80,11 +82,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--durability", choices=list(DURABILITY), default="full")
     args = parser.parse_args()
+    print(f"durability={args.durability}: synchronous={DURABILITY[args.durability]} on both sides")
     ratios: dict[str, list[float]] = {"acquire": [], "finish": [], "acquire + finish": []}
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as folder:
-            micros = one_round(Path(folder) / "relay.db", args.runs, args.jobs)
+            micros = one_round(Path(folder) / "relay.db", args.runs, args.jobs, args.durability)
         raw = micros["raw insert"]
         ratios["acquire"].append(micros["acquire"] / raw)
         ratios["finish"].append(micros["finish"] / raw)

@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from relay.durations import Duration, seconds
+from relay.durations import Duration
 from relay.engine import Decider, Loop, Step, Won
 from relay.errors import ConfigurationError
+from relay.jobs import check_tick
 from relay.runs import HEADER, run_to_headers
 from relay_dramatiq._middleware import RelayMiddleware
-from relay_dramatiq._periodic import Periodic
+from relay_dramatiq._periodic import Periodic, require_worker_side
 
 __all__ = ["Scheduler"]
 
@@ -61,7 +62,9 @@ class Scheduler:
     """Decides the runs of periodic actors and enqueues those this process wins.
 
     ``periodics`` usually comes from :func:`relay_dramatiq.periodic_actors` after importing the
-    app; ``tick`` defaults to the middleware's. ``clock`` exists for tests.
+    app; each one's middleware must be on its actor's broker since before the actor was declared
+    (so workers have it too), else :class:`~relay.errors.ConfigurationError`. ``tick`` defaults to
+    the middleware's. ``clock`` exists for tests.
     """
 
     def __init__(
@@ -74,10 +77,10 @@ class Scheduler:
         items = list(periodics)
         if not items:
             raise ConfigurationError("no periodic actors: decorate actors with @periodic(...)")
-        ticks = [item.middleware.tick for item in items]
-        self.tick = min(ticks) if tick is None else seconds(tick, "tick")
+        self.tick = check_tick(tick, default=min(item.middleware.tick for item in items))
         self._groups: dict[int, _Group] = {}
         for item in items:
+            require_worker_side(item.actor, item.middleware)
             key = id(item.middleware)
             if key not in self._groups:
                 self._groups[key] = _Group(item.middleware, self.tick, clock)

@@ -15,6 +15,15 @@ Rules every lease backend follows:
   for SQLite). A backend never compares a caller's clock with a time the store wrote.
 * The **fencing token** is an integer per job that grows strictly with every new lease of that job
   (a new run, a takeover, a retry), so two tokens of the same job can always be compared.
+  It never goes back, even when the store loses its last writes (a crash before they reached the
+  disk, a restart without persistence, a restore from a backup): a new token is
+  ``max(last token of the job + 1, store's clock in microseconds since the epoch)``, the clock
+  being the one that decides expiry (PostgreSQL's ``clock_timestamp()``, Redis's ``TIME``, the
+  NATS server's, the host's for SQLite). A lost write takes the counter back, not the clock, so
+  the next token is above every token handed out before, which were at most the clock of their
+  time (one lease per microsecond per job keeps the counter from running ahead of it). A clock
+  that jumps back cannot break the rule "tokens grow": the counter still grows by one; only a
+  loss of writes *and* a clock behind the lost tokens together could hand a token out twice.
 * An operation carrying a token that is not the run's current one raises
   :class:`~relay.errors.LeaseLost` and changes nothing.
 * Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`, never a driver error.
@@ -26,11 +35,14 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
-from relay.runs import Run, RunRecord, RunState
+from relay.runs import Run, RunRecord, RunState, check_slot
+
+if TYPE_CHECKING:  # relay.health builds on this module
+    from relay.health import InstanceInfo
 
 __all__ = [
     "AcquireRequest",
@@ -72,6 +84,9 @@ class AcquireRequest:
     overlap_skip: bool = False
     stale_after: float | None = None
     """Refuse (and record skipped) a run not yet leased once ``now - slot`` exceeds this."""
+
+    def __post_init__(self) -> None:
+        check_slot(self.slot)  # a naive slot would name a different run on each host
 
 
 @dataclass(frozen=True)
@@ -223,6 +238,20 @@ class LeaseBackend(Protocol):
 
     def now(self) -> datetime:
         """The store's clock: the one that decides expiry."""
+        ...
+
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        """Record a heartbeat of the instance ``info.owner``, replacing its previous record.
+
+        One upsert on the store's clock: the record's ``beat_at`` is the store's ``now`` and its
+        ``expires_at`` ``ttl`` seconds later (the ``beat_at`` and ``expires_at`` of ``info`` are
+        ignored). An expired record is gone for :meth:`instances`; stores that can expire keys
+        (Redis) or messages (NATS) let them, the others delete expired records here.
+        """
+        ...
+
+    def instances(self) -> list[InstanceInfo]:
+        """Every instance whose record has not expired, by role then owner. Writes nothing."""
         ...
 
     def close(self) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pytest
 from relay import AcquireRequest, LeaseBackend, Outcome, RunState, open_backend
 from relay.backends._nats_kv_state import KEEP_FINISHED
 from relay.backends.nats_kv import NatsLeaseBackend
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
 from tests.support import services
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary, free_port
 
@@ -202,6 +204,46 @@ def test_leases_survive_a_server_restart_and_the_backend_reconnects(tmp_path: Pa
                 time.sleep(0.2)
         assert backend.acquire(req(0, owner="b")).outcome is Outcome.HELD  # type: ignore[union-attr]
         backend.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.nats_kv
+@pytest.mark.slow
+def test_a_server_back_on_an_older_copy_of_its_store_hands_out_greater_tokens(
+    tmp_path: Path,
+) -> None:
+    """The server's store is copied, more leases follow, the server is killed and comes back on
+    the copy: what a power loss before JetStream's fsync does to a single server."""
+    binary = find_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary >= 2.10 to restart")
+    server = NatsServer(binary, tmp_path / "store")
+    files, copy = server.store_dir / "jetstream", tmp_path / "copy"
+    server.start()
+    try:
+        url = f"{server.url}?bucket=tail&timeout=2"
+        with closing(open_backend(url)) as backend:
+            kept = backend.acquire(req(0)).run
+            assert kept is not None
+            backend.finish(kept.id, kept.token, succeeded=True)
+        server.stop()  # a clean stop: everything so far is in the files copied next
+        shutil.copytree(files, copy)
+        server.start()
+        with closing(open_backend(url)) as backend:
+            lost = [backend.acquire(req(index)).run for index in (1, 2, 3)]
+        server.stop(kill=True)
+        shutil.rmtree(files)
+        shutil.copytree(copy, files)
+        server.start()
+        with closing(open_backend(url)) as backend:
+            assert backend.acquire(req(0, owner="b")).outcome is Outcome.FINISHED
+            again = [backend.acquire(req(index, owner="b")).run for index in (1, 2, 3)]
+            assert min(r.token for r in again if r) > max(r.token for r in lost if r)
+            for old in lost:
+                assert old is not None
+                with pytest.raises(LeaseLost):
+                    backend.finish(old.id, old.token, succeeded=True)
     finally:
         server.stop()
 

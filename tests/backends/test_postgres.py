@@ -259,6 +259,26 @@ def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) ->
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
 
 
+def test_tokens_follow_the_servers_clock_and_outgrow_a_counter_set_back(
+    backend: PostgresLeaseBackend,
+) -> None:
+    single = backend.acquire(AcquireRequest("one", _slot(0), "a", 30)).run
+    batch = backend.acquire_many(
+        [AcquireRequest("many", _slot(0), "a", 30), AcquireRequest("many", _slot(1), "a", 30)]
+    )
+    now_us = backend.now().timestamp() * 1_000_000
+    tokens = [single.token if single else 0, *(r.run.token for r in batch if r.run)]
+    assert len(tokens) == 3 and all(0 <= now_us - token < 60_000_000 for token in tokens)
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{backend.schema}".jobs SET token = 5')  # the counters' tail lost
+    again = backend.acquire(AcquireRequest("one", _slot(1), "a", 30)).run
+    more = backend.acquire_many(
+        [AcquireRequest("many", _slot(2), "a", 30), AcquireRequest("many", _slot(3), "a", 30)]
+    )
+    later = [again.token if again else 0, *(r.run.token for r in more if r.run)]
+    assert len(later) == 3 and min(later) > max(tokens)
+
+
 def test_no_session_state_outlives_a_step(schema: str) -> None:
     backend = PostgresLeaseBackend.from_url(_url(schema) + "&pool_max=1")  # one connection
     for minute in range(10):

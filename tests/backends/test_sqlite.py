@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import sqlite3
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -46,7 +50,8 @@ def test_a_version_1_database_is_migrated_and_keeps_its_tokens_growing(tmp_path:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
         conn.executescript(VERSION_1)
-    backend = SQLiteLeaseBackend(path)
+    # A clock at the epoch puts the tokens' clock floor below the counter: the counter decides.
+    backend = SQLiteLeaseBackend(path, clock=lambda: 0.0)
     # The run leased under version 1 is still held by its token ...
     backend.heartbeat("report@2026-01-01T00:00:00Z", 41, 30)
     # ... and the next lease of the job gets a greater token than any handed out before.
@@ -122,7 +127,8 @@ def test_tokens_grow_per_job_through_new_runs_retries_and_takeovers(tmp_path: Pa
 
 
 def test_a_recorded_run_spends_no_token(tmp_path: Path) -> None:
-    backend = SQLiteLeaseBackend(tmp_path / "relay.db")
+    # A clock that stands still: the tokens' clock floor does not move between the leases.
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=lambda: SLOT.timestamp())
     won = backend.acquire(request("job", SLOT)).run
     assert won is not None
     assert backend.acquire(request("job", SLOT, owner="other")).outcome is Outcome.HELD
@@ -165,3 +171,91 @@ def test_a_live_run_behind_many_finished_ones_is_still_found(tmp_path: Path) -> 
     assert backend.reclaimable() == []
     assert sqlite_live_counts(backend.path) == {}
     backend.close()
+
+
+def test_tokens_start_at_the_clock_and_grow_by_one_when_it_goes_back(tmp_path: Path) -> None:
+    now = [SLOT.timestamp()]
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=lambda: now[0])
+    first = backend.acquire(request("job", SLOT)).run
+    assert first is not None and first.token == int(SLOT.timestamp() * 1_000_000)
+    now[0] -= 3600  # the host's clock is set back an hour: the counter still grows by one
+    second = backend.acquire(request("job", SLOT + timedelta(seconds=1))).run
+    assert second is not None and second.token == first.token + 1
+    now[0] += 7200  # an hour ahead of the first lease: the clock floors the token again
+    third = backend.acquire(request("job", SLOT + timedelta(seconds=2))).run
+    assert third is not None and third.token == int(now[0] * 1000) * 1000
+    backend.close()
+
+
+@pytest.mark.parametrize("value", ["safe", "FULL", ""])
+def test_an_unknown_durability_names_the_choices(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"durability=.*'full'.*'fast'"):
+        SQLiteLeaseBackend.from_url(f"sqlite:///{tmp_path / 'relay.db'}?durability={value}")
+    with pytest.raises(ConfigurationError, match=r"durability=.*'full'.*'fast'"):
+        SQLiteLeaseBackend(tmp_path / "relay.db", durability=value)  # type: ignore[arg-type]
+
+
+# Each step between two markers (writes of its name to /dev/null, which strace shows).
+STEPS = """
+import os, sys
+from datetime import datetime, timezone
+from relay.backends.sqlite import SQLiteLeaseBackend
+from relay.contract import AcquireRequest
+
+backend = SQLiteLeaseBackend.from_url(sys.argv[1])
+marker = os.open(os.devnull, os.O_WRONLY)
+slot = datetime(2026, 1, 1, tzinfo=timezone.utc).replace(minute=int(sys.argv[2]))
+mark = lambda step: os.write(marker, step.encode())
+# The first write after opening starts a new WAL, whose header is synced in every mode.
+mark("warm"); backend.skip("warm-up", slot, "first write")
+mark("acquire"); run = backend.acquire(AcquireRequest("job", slot, "me", lease=30)).run
+mark("start"); backend.start(run.id, run.token, "me", 30)
+mark("heartbeat"); backend.heartbeat(run.id, run.token, 30)
+mark("finish"); backend.finish(run.id, run.token, succeeded=True)
+mark("setup"); other = backend.acquire(AcquireRequest("job", slot.replace(second=1), "me", 30)).run
+mark("release"); backend.release(other.id, other.token)
+mark("skip"); backend.skip("job", slot.replace(second=2), "missed")
+mark("end"); backend.close()
+"""
+MARKER = re.compile(r'write\(\d+, "(\w+)", \d+\)')
+
+
+def disk_syncs_per_step(url: str, minute: int, tmp_path: Path) -> dict[str, int]:
+    """How many times each step of STEPS, run in its own process, asked the disk to sync."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    log = tmp_path / f"strace-{minute}.log"
+    done = subprocess.run(
+        [strace, "-f", "-o", str(log), "-e", "trace=write,fsync,fdatasync",
+         sys.executable, "-c", STEPS, url, str(minute)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    syncs: dict[str, int] = {}
+    step = "open"
+    for line in log.read_text().splitlines():
+        if found := MARKER.search(line):
+            step = found.group(1)
+            syncs[step] = 0
+        elif "fsync(" in line or "fdatasync(" in line:
+            syncs[step] = syncs.get(step, 0) + 1
+    return syncs
+
+
+def test_every_step_but_a_heartbeat_reaches_the_disk_before_it_returns(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    syncs = disk_syncs_per_step(url, 0, tmp_path)
+    assert syncs["heartbeat"] == 0, syncs
+    for step in ("acquire", "start", "finish", "release", "skip"):
+        assert syncs[step] >= 1, syncs
+
+
+def test_durability_fast_never_waits_for_the_disk(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}?durability=fast"
+    SQLiteLeaseBackend.from_url(url).close()  # the schema is created (and synced) beforehand
+    syncs = disk_syncs_per_step(url, 1, tmp_path)
+    for step in ("acquire", "start", "heartbeat", "finish", "release", "skip"):
+        assert syncs[step] == 0, syncs

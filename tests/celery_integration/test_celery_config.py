@@ -17,6 +17,7 @@ import pytest
 from celery import Celery
 from celery.schedules import BaseSchedule, crontab
 
+from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.runs import HEADER, run_from_headers
 from relay_celery import RelayScheduler, install
@@ -38,6 +39,7 @@ def make_app(tmp_path: Path, schedule: dict[str, Any], **conf: Any) -> Celery:
             **conf,
         }
     )
+    install(app)  # beat refuses an app without Relay's worker hooks
     return app
 
 
@@ -191,7 +193,12 @@ def test_a_won_run_is_published_with_its_run_header(tmp_path: Path) -> None:
     finally:
         scheduler.close()
     run = run_from_headers(message.headers[HEADER])
-    assert run is not None and run.job == "e" and run.token == 1
+    assert run is not None and run.job == "e"
+    store = SQLiteLeaseBackend(tmp_path / "relay.db")
+    try:
+        assert [(r.id, r.token) for r in store.runs("e")] == [(run.id, run.token)]
+    finally:
+        store.close()
     assert message.headers["task"] == "t" and message.headers["celery_beat_task"] is True
     assert message.payload[0] == [1, 2]
 

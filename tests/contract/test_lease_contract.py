@@ -18,7 +18,9 @@ import pytest
 
 from relay import AcquireRequest, LeaseBackend, LeaseLost, Outcome, RunState, open_backend
 from relay.fencing import SQLFence
+from relay.health import InstanceInfo
 from tests.support import procs
+from tests.support.tail_loss import lose_tail
 
 UTC = timezone.utc
 JOB = "contract-job"
@@ -265,6 +267,58 @@ def test_store_clock_is_sane(backend: LeaseBackend) -> None:
     assert abs((backend.now() - datetime.now(UTC)).total_seconds()) < 300
 
 
+# -- a store that loses its last writes ---------------------------------------------------------
+
+
+def test_a_lost_tail_never_hands_a_token_out_again(lease_url: str, tmp_path: Path) -> None:
+    """The store is copied at one moment, used on, then restored: a crash that lost the tail.
+
+    What the lost tail must not do, checked here:
+
+    1. every token handed out after the loss is greater than every token handed out before it,
+       kept or lost, so a fenced resource accepts the new runner's writes at once;
+    2. a run whose success the store kept is never leased again (``FINISHED``);
+    3. a finish carrying a token from before the loss is refused on a run leased after it, and
+       leaves it running: a success is only recorded by the run's current lease, so no token's
+       success is recorded twice.
+
+    What it may do (a run only the lost tail knew finished is leased and run again) is the cost
+    the backend's page in docs/backends states.
+    """
+    tail = lose_tail(lease_url)
+    backend = open_backend(lease_url)
+    kept = lease_run(backend, 0)
+    assert backend.finish(kept.id, kept.token, succeeded=True) is RunState.SUCCEEDED
+    held = lease_run(backend, 1, lease=0.5, max_attempts=2)  # its finish will be lost
+    tail.copy()
+    backend.finish(held.id, held.token, succeeded=True)
+    lost = [lease_run(backend, index) for index in (2, 3, 4)]
+    for run in lost[:2]:
+        assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    fence = SQLFence.sqlite(tmp_path / "fenced.db")
+    assert fence.write("report", lost[-1].token, "before the loss")
+    handed_out = max(run.token for run in [kept, held, *lost])
+    backend.close()
+    tail.restore()
+    time.sleep(0.6)  # the copy's lease of run 1 expires
+    backend = open_backend(lease_url)
+    try:
+        assert backend.acquire(req(0, owner="b")).outcome is Outcome.FINISHED
+        results = backend.acquire_many([req(index, owner="b") for index in (2, 3, 4)])
+        again = [result.run for result in results if result.run is not None]
+        assert len(again) == 3
+        taken = lease_run(backend, 1, owner="b")  # a batch of one: the single acquire
+        assert min(run.token for run in [*again, taken]) > handed_out
+        assert fence.write("report", again[-1].token, "after the loss")
+        for old, new in [*zip(lost, again, strict=True), (held, taken)]:
+            with pytest.raises(LeaseLost):
+                backend.finish(old.id, old.token, succeeded=True)
+            assert state_of(backend, new.id) is RunState.RUNNING
+            assert backend.finish(new.id, new.token, succeeded=True) is RunState.SUCCEEDED
+    finally:
+        backend.close()
+
+
 # -- real processes ---------------------------------------------------------------------------
 
 
@@ -348,6 +402,66 @@ def test_runner_frozen_past_its_lease_is_fenced_out(
     procs.finish(holder)
     assert SQLFence.sqlite(fence_db).read("report") == (result.run.token, "from the successor")
     assert state_of(backend, result.run.id) is RunState.RUNNING
+
+
+# -- instances' heartbeats ------------------------------------------------------------------
+
+
+def instance(owner: str, role: str = "scheduler", interval: float = 10.0) -> InstanceInfo:
+    started = datetime(2026, 11, 30, 8, 0, 0, 123000, tzinfo=UTC)
+    return InstanceInfo(owner, role, "host-1", 4242, started, "9.9.9", interval)
+
+
+def test_record_instance_lists_it_with_the_store_clock(backend: LeaseBackend) -> None:
+    before = backend.now()
+    backend.record_instance(instance("a:1", "scheduler", 2.5), ttl=600)
+    backend.record_instance(instance("b:2", "dramatiq-worker"), ttl=600)
+    after = backend.now()
+    found = backend.instances()
+    assert [(i.role, i.owner) for i in found] == [("dramatiq-worker", "b:2"), ("scheduler", "a:1")]
+    a = found[1]
+    assert (a.host, a.pid, a.version, a.interval) == ("host-1", 4242, "9.9.9", 2.5)
+    assert a.started_at == instance("a:1").started_at
+    assert a.beat_at is not None and a.expires_at is not None
+    assert before - timedelta(milliseconds=1) <= a.beat_at <= after + timedelta(milliseconds=1)
+    assert abs((a.expires_at - a.beat_at).total_seconds() - 600) < 0.01
+
+
+def test_record_instance_replaces_the_same_owners_record(backend: LeaseBackend) -> None:
+    backend.record_instance(instance("a:1", "beat"), ttl=600)
+    (first,) = backend.instances()
+    time.sleep(0.05)
+    backend.record_instance(instance("a:1", "worker"), ttl=600)
+    (second,) = backend.instances()
+    assert second.role == "worker"
+    assert first.beat_at is not None and second.beat_at is not None
+    assert second.beat_at > first.beat_at
+
+
+def test_an_instance_that_stops_beating_expires(backend: LeaseBackend) -> None:
+    backend.record_instance(instance("gone:1"), ttl=1.0)
+    backend.record_instance(instance("here:2"), ttl=600)
+    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
+    time.sleep(1.3)
+    assert [i.owner for i in backend.instances()] == ["here:2"]
+    backend.record_instance(instance("here:2"), ttl=600)  # another's beat does not revive it
+    assert [i.owner for i in backend.instances()] == ["here:2"]
+    backend.record_instance(instance("gone:1"), ttl=600)  # its own beat does
+    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
+
+
+def test_a_read_only_open_reads_instances_and_runs(lease_url: str, backend: LeaseBackend) -> None:
+    backend.record_instance(instance("a:1"), ttl=600)
+    run = lease_run(backend)
+    backend.finish(run.id, run.token, succeeded=False, error="ValueError: boom")
+    reader = open_backend(lease_url, read_only=True)
+    try:
+        assert reader.capability == "lease"
+        assert [i.owner for i in reader.instances()] == ["a:1"]
+        (record,) = reader.runs(JOB)
+        assert (record.id, record.error) == (run.id, "ValueError: boom")
+    finally:
+        reader.close()
 
 
 def _ms(index: int) -> int:

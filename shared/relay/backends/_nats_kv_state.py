@@ -63,6 +63,7 @@ class RunFields:
             state=self.run_state, attempt=self.attempt, failures=self.failures, token=self.token,
             owner=self.owner, reason=self.reason, expires_at=_time(self.expires_ms),
             started_at=_time(self.started_ms), finished_at=_time(self.finished_ms),
+            error=self.error,
         )  # fmt: skip
 
 
@@ -189,7 +190,9 @@ class JobState:
     # -- helpers ---------------------------------------------------------------------------
 
     def _lease(self, request: AcquireRequest, slot: int, failures: int, now_ms: int) -> Run:
-        self.token += 1
+        # At least the server's clock in µs: a server that lost its last writes (not yet fsynced,
+        # or memory storage) never hands a token out twice; a clock gone back leaves the + 1.
+        self.token = max(self.token + 1, now_ms * 1000)
         fields = self.runs.get(slot)
         if fields is None:
             fields = self._insert(slot, RunFields("running", max_attempts=request.max_attempts))

@@ -4,6 +4,14 @@ Every step is one ``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lo
 read, the decision and the write of a step happen as one. WAL mode lets readers go on meanwhile,
 and a busy timeout makes concurrent writers wait their turn instead of failing. The host's clock
 decides expiry (all processes share it); tests can inject another.
+
+Durability (URL option ``durability``): with ``full``, the default, every step but a heartbeat
+commits with ``synchronous=FULL``, so the WAL is flushed to disk before the step returns and an OS
+crash or power loss cannot roll it back. A heartbeat commits with ``synchronous=NORMAL``: a renewal
+lost in a crash only shortens a lease (as on PostgreSQL). With ``fast`` every step commits with
+``NORMAL``: the last steps before an OS crash may roll back (a process crash still loses nothing).
+Fencing tokens stay above the host's clock in microseconds, so even a lost tail cannot hand a token
+out twice.
 """
 
 from __future__ import annotations
@@ -16,17 +24,22 @@ from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.health import InstanceInfo
 from relay.lease_rules import Action, StoredRun, decide
-from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
+from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
-__all__ = ["SQLiteLeaseBackend"]
+__all__ = ["DURABILITY", "Durability", "SQLiteLeaseBackend"]
 
-SCHEMA_VERSION = 2
+Durability = Literal["full", "fast"]
+DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
+"""The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
+
+SCHEMA_VERSION = 4
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -43,7 +56,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX relay_runs_live",
         "CREATE INDEX relay_job_rows ON relay_runs (job) WHERE state = 'job'",
     ),
+    # Version 3 changes nothing: it keeps SQLite's numbers in step with PostgreSQL's (whose
+    # version 3 floors tokens by the server's clock; SQLite floors them in Python).
+    3: (),
+    # Version 4: each instance's own heartbeat, for `relay instances` and `relay health`.
+    4: (
+        "CREATE TABLE IF NOT EXISTS relay_instances (owner TEXT PRIMARY KEY, role TEXT NOT NULL, "
+        "host TEXT NOT NULL, pid INTEGER NOT NULL, started_ms INTEGER NOT NULL, "
+        "version TEXT NOT NULL, interval_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL, "
+        "expires_ms INTEGER NOT NULL)",
+    ),
 }
+_INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
 # A step's statements are constants: the driver's statement cache finds them by their text.
 _INSERT_NEW_RUN = (
@@ -70,12 +94,16 @@ _RELEASE = (
 
 _COLUMNS = (
     "run_id, job, slot_ms, state, attempt, failures, token, owner, reason, "
-    "expires_ms, started_ms, finished_ms"
+    "expires_ms, started_ms, finished_ms, error"
 )
 
 
 class SQLiteLeaseBackend:
-    """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``."""
+    """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``.
+
+    ``read_only`` opens an existing file for reading only: a missing file raises
+    :class:`~relay.errors.StoreNotFound` and nothing is created or migrated.
+    """
 
     capability: Literal["lease"] = "lease"
 
@@ -85,17 +113,24 @@ class SQLiteLeaseBackend:
         *,
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        read_only: bool = False,
+        durability: Durability = "full",
     ) -> None:
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
+        self._durable = DURABILITY[_checked_durability(durability)]
+        self._synchronous = ""
+        if read_only:
+            self._conn, self._version = self._open_read_only(busy_timeout)
+            return
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
             self._create_schema()
+            self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
             raise BackendUnavailable(
                 f"cannot open SQLite database {str(self.path)!r}: {exc}; "
@@ -104,9 +139,12 @@ class SQLiteLeaseBackend:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SQLiteLeaseBackend:
-        """Open the database a ``sqlite:///…`` URL names (option: ``busy_timeout`` in seconds)."""
+        """Open the database a ``sqlite:///…`` URL names.
+
+        Options: ``busy_timeout`` in seconds, ``durability`` (``full``, the default, or ``fast``).
+        """
         parsed = BackendURL(url)
-        parsed.check_options(["busy_timeout"], "the SQLite backend")
+        parsed.check_options(["busy_timeout", "durability"], "the SQLite backend")
         if parsed.parts.netloc:
             raise ConfigurationError(
                 f"SQLite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
@@ -114,11 +152,45 @@ class SQLiteLeaseBackend:
         path = parsed.parts.path[1:] if parsed.parts.path.startswith("/") else parsed.parts.path
         if not path:
             raise ConfigurationError(f"SQLite URL {url!r} names no file: use sqlite:///relay.db")
-        return cls(path, busy_timeout=parsed.float_option("busy_timeout", 30.0), **kwargs)
+        durability = _checked_durability(parsed.option("durability", "full"))
+        return cls(
+            path,
+            busy_timeout=parsed.float_option("busy_timeout", 30.0),
+            durability=durability,
+            **kwargs,
+        )
 
     @property
     def name(self) -> str:
         return f"SQLite ({self.path})"
+
+    def _open_read_only(self, busy_timeout: float) -> tuple[sqlite3.Connection, int]:
+        """A connection that cannot write (``mode=ro``), to a file that must hold Relay's schema."""
+        if not self.path.is_file():
+            raise StoreNotFound(
+                f"SQLite database {str(self.path)!r} does not exist (resolved to "
+                f"{str(self.path.absolute())!r}); check the path in the URL"
+            )
+        try:
+            conn = sqlite3.connect(
+                f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=busy_timeout,
+                isolation_level=None, check_same_thread=False,
+            )  # fmt: skip
+            version = _installed_version(conn)
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(
+                f"cannot read SQLite database {str(self.path)!r}: {exc}"
+            ) from exc
+        if version is None:
+            conn.close()
+            raise StoreNotFound(f"SQLite file {str(self.path)!r} holds no Relay schema")
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise ConfigurationError(
+                f"SQLite database {self.path} has Relay schema version {version}, newer than "
+                f"this Relay's ({SCHEMA_VERSION}): upgrade Relay"
+            )
+        return conn, version
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -149,7 +221,7 @@ class SQLiteLeaseBackend:
             return Run(run_id, row[4], from_ms(row[5]), row[6], token, owner)
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
-        with self._write() as (conn, now_ms):
+        with self._write(durable=False) as (conn, now_ms):
             _update_held(conn, _HEARTBEAT, (now_ms + _ms(lease), now_ms, run_id, token))
 
     def finish(
@@ -176,6 +248,7 @@ class SQLiteLeaseBackend:
             return self._insert_skipped(conn, job, slot, reason, now_ms)
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         with self._write() as (conn, now_ms):
             return [self._insert_skipped(conn, job, slot, reason, now_ms) for job, slot in runs]
 
@@ -227,6 +300,29 @@ class SQLiteLeaseBackend:
     def now(self) -> datetime:
         return from_ms(self._now_ms())
 
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        with self._write() as (conn, now_ms):
+            conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
+            conn.execute(
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
+                    info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
+                ),
+            )  # fmt: skip
+
+    def instances(self) -> list[InstanceInfo]:
+        if self._version < 4:  # read-only on a file no scheduler of this version opened yet
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_INSTANCE_COLUMNS} FROM relay_instances WHERE expires_ms > ? "
+                "ORDER BY role, owner",
+                (self._now_ms(),),
+            ).fetchall()
+        return [_instance(*row) for row in rows]
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -273,7 +369,7 @@ class SQLiteLeaseBackend:
         if request.overlap_skip or (stale_after is not None and now_ms - slot > stale_after * 1000):
             return None
         job = request.job
-        token = _job_row(conn, job)[0] + 1
+        token = _next_token(conn, job, now_ms)
         # rowcount, not RETURNING: in SQLite, RETURNING costs about as much as the insert.
         inserted = conn.execute(
             _INSERT_NEW_RUN,
@@ -296,7 +392,7 @@ class SQLiteLeaseBackend:
         new: bool,
     ) -> Run:
         """Lease the run: a new record (``new``), or a pending or expired one again."""
-        token = _job_row(conn, request.job)[0] + 1
+        token = _next_token(conn, request.job, now_ms)
         _update_job_row(conn, request.job, token, live_change=1 if new else 0)
         expires = now_ms + _ms(request.lease)
         attempt = conn.execute(
@@ -331,9 +427,11 @@ class SQLiteLeaseBackend:
         """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`."""
         with self._write() as (conn, _):
             version = _installed_version(conn)
-            if version is None:
+            if version is None:  # the base schema, then the migrations that follow it
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
+                version = _installed_version(conn) or 0
+            if version == SCHEMA_VERSION:
                 return
             if version > SCHEMA_VERSION:
                 raise ConfigurationError(
@@ -349,9 +447,11 @@ class SQLiteLeaseBackend:
             )
 
     @contextmanager
-    def _write(self) -> Iterator[tuple[sqlite3.Connection, int]]:
+    def _write(self, *, durable: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
+        """One ``BEGIN IMMEDIATE`` transaction; ``durable=False`` never waits for the disk."""
         with self._lock:
             try:
+                self._set_synchronous(self._durable if durable else "NORMAL")
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise BackendUnavailable(
@@ -378,8 +478,24 @@ class SQLiteLeaseBackend:
                     f"SQLite database {self.path} is unavailable: {exc}"
                 ) from exc
 
+    def _set_synchronous(self, value: str) -> None:
+        """Set ``synchronous`` for the next transactions (it may change between transactions)."""
+        if value != self._synchronous:
+            self._conn.execute(f"PRAGMA synchronous={value}")
+            self._synchronous = value
+
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _checked_durability(value: str) -> Durability:
+    """``value`` if it is a known durability, else a ``ConfigurationError`` naming the choices."""
+    if value in DURABILITY:
+        return cast(Durability, value)
+    raise ConfigurationError(
+        f"SQLite durability={value!r} is not known: use 'full' (the default: leases and outcomes "
+        "are on disk before a step returns) or 'fast' (an OS crash may undo the last steps)"
+    )
 
 
 def _installed_version(conn: sqlite3.Connection) -> int | None:
@@ -408,6 +524,16 @@ def _job_row(conn: sqlite3.Connection, job: str) -> tuple[int, int]:
     row = conn.execute("SELECT token, live FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
     value = row.fetchone()
     return (0, 0) if value is None else (int(value[0]), int(value[1]))
+
+
+def _next_token(conn: sqlite3.Connection, job: str, now_ms: int) -> int:
+    """``job``'s next fencing token: one more than its last, and at least the clock in µs.
+
+    The floor keeps a token above every one handed out before a crash that lost the last writes
+    (the counter went back, the clock did not); a clock that goes back only leaves the counter
+    growing by one.
+    """
+    return max(_job_row(conn, job)[0] + 1, now_ms * 1000)
 
 
 def _update_job_row(conn: sqlite3.Connection, job: str, token: int, live_change: int) -> None:
@@ -472,11 +598,30 @@ def _ms(seconds: float) -> int:
 
 
 def _record(row: Sequence[Any]) -> RunRecord:
-    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = row
+    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = (
+        row[:12]
+    )
     return RunRecord(
         id=rid, job=job, scheduled_for=from_ms(slot), state=RunState(state), attempt=attempt,
         failures=failures, token=token, owner=owner, reason=reason,
         expires_at=None if expires is None else from_ms(expires),
         started_at=None if started is None else from_ms(started),
-        finished_at=None if finished is None else from_ms(finished),
+        finished_at=None if finished is None else from_ms(finished), error=row[12],
+    )  # fmt: skip
+
+
+def _instance(
+    owner: str,
+    role: str,
+    host: str,
+    pid: int,
+    started: int,
+    version: str,
+    interval: int,
+    beat: int,
+    expires: int,
+) -> InstanceInfo:
+    return InstanceInfo(
+        owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
+        interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
     )  # fmt: skip

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.engine.reporting import decision_event, missed_events
+from relay.errors import ConfigurationError
 from relay.events import EventBus
 from relay.jobs import TICK_SPREAD, Job
 from relay.runs import Run, RunRecord, run_id
@@ -78,7 +79,7 @@ class Decider:
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
         if job.name in self.jobs:
-            raise ValueError(f"a job named {job.name!r} is already scheduled")
+            raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
 
     def forget_progress(self) -> None:
