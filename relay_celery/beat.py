@@ -69,7 +69,7 @@ class RelayScheduler(Scheduler):
             backend.close()
             raise
         self.loop = Loop(
-            self.decider, interval=self._max_interval(), sweep_every=settings.heartbeat
+            self.decider, interval=self._max_interval(), sweep_every=settings.heartbeat, role="beat"
         )
         log.info(
             "beat %s deciding %d job(s) on %s", self.decider.owner, len(self.schedule), backend.name

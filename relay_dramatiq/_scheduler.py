@@ -38,7 +38,9 @@ class _Group:
             middleware.backend, owner=middleware.owner, lease=middleware.queue_lease, clock=clock,
             events=middleware.events,
         )  # fmt: skip
-        self.loop = Loop(decider, interval=tick, sweep_every=middleware.heartbeat)
+        self.loop = Loop(
+            decider, interval=tick, sweep_every=middleware.heartbeat, role="dramatiq-scheduler"
+        )
         self.actors: dict[str, Periodic] = {}
 
     def add(self, item: Periodic) -> None:

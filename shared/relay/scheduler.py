@@ -135,7 +135,9 @@ class Scheduler(Generic[BackendT]):
             self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
             events=self.events, clock=clock,
         )  # fmt: skip
-        self.loop = Loop(self.decider, interval=self.tick_interval, sweep_every=self.heartbeat)
+        self.loop = Loop(
+            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat, role="scheduler"
+        )
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)

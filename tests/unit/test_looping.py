@@ -200,3 +200,17 @@ def test_a_run_the_host_kept_is_not_reported_dispatched(store: Store, clock: Clo
     seen: list[Event] = []
     loop(store, clock, seen).step(lambda won: False)
     assert [type(e) for e in seen] == [RunWon]
+
+
+def test_a_loop_with_a_role_records_the_instances_own_heartbeat(store: Store, clock: Clock) -> None:
+    looped = loop(store, clock, [])
+    looped.step(sent([]))
+    assert store.inner.instances() == []  # no role: nothing recorded
+    with_role = Loop(looped.decider, interval=5, sweep_every=10, role="beat", monotonic=clock)
+    store.down = True
+    with_role.step(sent([]))
+    assert store.inner.instances() == []  # the store did not answer: no beat either
+    store.down = False
+    with_role.step(sent([]), force=True)
+    [instance] = store.inner.instances()
+    assert (instance.owner, instance.role) == ("me", "beat")

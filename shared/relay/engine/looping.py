@@ -10,7 +10,9 @@ published task, an enqueued message). The loop owns every rule of timing:
 * when the store cannot answer, the loop forgets what it knew (the next tick re-reads each job's
   history), reports :class:`~relay.events.StoreUnavailable` once, and retries after a back-off that
   doubles up to :data:`MAX_BACKOFF`; the first step that succeeds reports
-  :class:`~relay.events.StoreRecovered`.
+  :class:`~relay.events.StoreRecovered`;
+* given a ``role``, a step the store answered also records the instance's own heartbeat
+  (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
 from relay.errors import BackendUnavailable
 from relay.events import RunDispatched, StoreRecovered, StoreUnavailable
+from relay.health import InstanceHeartbeat
 
 __all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Loop", "Step"]
 
@@ -60,8 +63,10 @@ class Loop:
     """Steps one :class:`Decider`: the only place where runs are decided and dispatched.
 
     ``interval`` is the longest wait between two steps (a host's tick); ``sweep_every`` how often
-    expired runs are looked for on a lease backend (the heartbeat). ``monotonic`` times sweeps and
-    back-off; the decider's own clock decides which slots are due. Both exist for tests.
+    expired runs are looked for on a lease backend (the heartbeat). ``role`` (``"scheduler"``,
+    ``"beat"``, ``"dramatiq-scheduler"``) records the instance's heartbeat for ``relay instances``
+    and ``relay health``. ``monotonic`` times sweeps and back-off; the decider's own clock decides
+    which slots are due. Both exist for tests.
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class Loop:
         *,
         interval: float,
         sweep_every: float,
+        role: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.decider = decider
@@ -82,6 +88,10 @@ class Loop:
             decider.backend, owner=decider.owner, lease=decider.lease, heartbeat=sweep_every,
             events=decider.events,
         )  # fmt: skip
+        self.instance = (
+            None if role is None else InstanceHeartbeat(decider.backend, decider.owner, role)
+        )
+        """This instance's own heartbeat, recorded from the loop (``None``: not recorded)."""
         self.next_sweep = 0.0
         """When the next sweep is due, on ``monotonic``: set it to 0 to sweep at the next step."""
         self._first_backoff = min(interval, FIRST_BACKOFF)
@@ -114,6 +124,8 @@ class Loop:
         if failure is not None:
             return Step(won, self._back_off(failure, now), healthy=False)
         self._recovered(now)
+        if self.instance is not None:
+            self.instance.maybe_record()
         return Step(won, self._next_in(now))
 
     def _tick(self, force: bool) -> list[Won]:
