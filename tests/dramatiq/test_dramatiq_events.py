@@ -7,14 +7,17 @@ from the schedulers, the running events from the workers.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relay.runs import parse_run_id
 from tests.dramatiq.procs import Deployment
-from tests.dramatiq.test_processes import combos, deploy, settled
+from tests.dramatiq.test_processes import _redis_broker, combos, deploy, settled
+from tests.support.backends import unique
 from tests.support.event_log import count, read_events
+from tests.support.redis_server import own_redis
 
 __all__ = ["deploy"]  # the fixture, used through the parametrization below
 
@@ -109,3 +112,28 @@ def test_failed_attempts_then_the_retry_are_reported_once_each(deploy: Any) -> N
     [retried] = relay_events(d, "retried")
     assert retried["relay_attempt"] == 2
     assert relay_events(d, "exhausted") == []  # the last attempt failed: it did not die
+
+
+@pytest.mark.redis
+def test_a_store_restart_is_reported_once_per_scheduler(tmp_path: Path) -> None:
+    queue = unique("relay_dq")
+    with _redis_broker(queue) as broker_url, own_redis(tmp_path) as server:
+        d = Deployment(
+            tmp_path, "redis", broker_url, queue, server.url, {"tick": {"every": 1}}, "2,0.5,10"
+        )
+        try:
+            d.worker("worker", threads=2)
+            schedulers = {d.scheduler(f"scheduler{i}").pid for i in range(2)}
+            d.wait_for("a run", lambda: relay_events(d, "succeeded"))
+            server.kill()
+            d.wait_for("the outage", lambda: pids(d, "store_unavailable") == schedulers)
+            time.sleep(3)
+            server.start()
+            d.wait_for("the recovery", lambda: pids(d, "store_recovered") == schedulers)
+            events = relay_events(d)
+        finally:
+            d.close()
+    for kind in ("store_unavailable", "store_recovered"):
+        assert sorted(e["process"] for e in events if e["relay_event"] == kind) == sorted(
+            schedulers
+        )
