@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -214,3 +215,20 @@ def test_a_loop_with_a_role_records_the_instances_own_heartbeat(store: Store, cl
     with_role.step(sent([]), force=True)
     [instance] = store.inner.instances()
     assert (instance.owner, instance.role) == ("me", "beat")
+
+
+def test_an_unexpected_error_is_logged_and_backed_off_never_raised(
+    store: Store, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[Event] = []
+    looped = loop(store, clock, seen)
+
+    def broken() -> list[Won]:
+        raise KeyError("a bug")
+
+    looped.decider.tick = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="relay.engine"):
+        step = looped.step(sent([]))
+    assert not step.healthy and step.next_in == 1
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [KeyError]
+    assert seen == []  # not a store outage: no StoreUnavailable

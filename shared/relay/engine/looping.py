@@ -105,20 +105,23 @@ class Loop:
         """Tick, sweep when due, pass each won run to ``send``, and say when to step again.
 
         ``force`` ticks and sweeps now, even while backing off or before anything is due.
-        Never raises ``BackendUnavailable``: it is reported, and the step says when to retry.
+        Never raises: ``BackendUnavailable`` is reported as an event, anything else (a bug) is
+        logged with its traceback, and either way the step backs off and says when to retry.
         """
         now = self.monotonic()
         if not force and now < self._retry_at:
             return Step([], self._retry_at - now, healthy=False)
         won: list[Won] = []
-        failure: BackendUnavailable | None = None
+        failure: Exception | None = None
         try:
             won += self._tick(force)
             if is_lease(self.decider.backend) and (force or now >= self.next_sweep):
                 self.next_sweep = now + self.sweep_every
                 won += self.decider.sweep()
-        except BackendUnavailable as exc:
+        except Exception as exc:  # a host's loop never dies of one step
             failure = exc
+            if not isinstance(exc, BackendUnavailable):
+                log.exception("a loop step of %s failed; retrying", self.decider.owner)
         for item in won:  # runs won before a failure are ours: dispatch them all the same
             self._send(item, send)
         if failure is not None:
@@ -170,15 +173,15 @@ class Loop:
                 )
             )
 
-    def _back_off(self, exc: BackendUnavailable, now: float) -> float:
-        """Forget progress, report the outage once, and return the wait before the next try."""
+    def _back_off(self, exc: Exception, now: float) -> float:
+        """Forget progress, report an outage once, and return the wait before the next try."""
         self.decider.forget_progress()
         self._wake = None
         self.next_sweep = 0.0
         delay = self._backoff
         self._backoff = min(delay * 2, MAX_BACKOFF)
         self._retry_at = now + delay
-        if self._down_since is None:
+        if self._down_since is None and isinstance(exc, BackendUnavailable):
             self._down_since = now
             self.events.emit(
                 StoreUnavailable(
