@@ -212,7 +212,8 @@ def test_a_store_restart_is_reported_unavailable_then_recovered_once_per_instanc
     ) as group:  # fmt: skip
         owners = [group.start("a"), group.start("b")]
         group.wait("a run", "succeeded")
-        server.kill()
+        wait_for(lambda: set(owners) <= {e["relay_owner"] for e in group.events()}, 30)
+        server.kill()  # both instances are up and deciding
         for owner in owners:
             group.wait("the outage", "store_unavailable", owner=owner)
         time.sleep(4)  # several retries while it is down

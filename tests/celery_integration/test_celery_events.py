@@ -155,6 +155,8 @@ def test_a_store_restart_is_reported_once_per_beat(tmp_path: Path) -> None:
             beats = [c.beat(), c.beat()]
             c.worker(pool="threads", concurrency=2)
             c.wait_for("a run", lambda: relay_events(c, "succeeded") != [])
+            beat_pids = {b.pid for b in beats}
+            c.wait_for("both beats", lambda: pids(c, "won") | pids(c, "lost") >= beat_pids)
             server.kill()
             c.wait_for("the outage", lambda: pids(c, "store_unavailable") == {b.pid for b in beats})
             time.sleep(3)

@@ -125,6 +125,7 @@ def test_a_store_restart_is_reported_once_per_scheduler(tmp_path: Path) -> None:
             d.worker("worker", threads=2)
             schedulers = {d.scheduler(f"scheduler{i}").pid for i in range(2)}
             d.wait_for("a run", lambda: relay_events(d, "succeeded"))
+            d.wait_for("both schedulers", lambda: pids(d, "won") | pids(d, "lost") >= schedulers)
             server.kill()
             d.wait_for("the outage", lambda: pids(d, "store_unavailable") == schedulers)
             time.sleep(3)
