@@ -1,0 +1,111 @@
+"""Multiprocess mode: real processes write, one exposition process sums them over HTTP.
+
+The live-leases gauge is summed over live processes only: a SIGKILLed worker's leases are not
+held any more, and its file is dropped at the next scrape; its counters stay.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    directory = tmp_path / "prom"
+    directory.mkdir()
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def emitter(env: dict[str, str], job: str, *tokens: int) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "tests.metrics.emitter", job, *map(str, tokens)]
+    process = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
+
+
+def scrape(port: int, timeout: float = 30.0) -> dict[str, float]:
+    """The samples at /metrics, by ``name{labels}``; waits for the server to answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, number = line.rpartition(" ")
+            samples[name] = float(number)
+    return samples
+
+
+def test_an_exposition_process_sums_the_hosts_processes_and_forgets_dead_leases(
+    env: dict[str, str], processes: list[subprocess.Popen[str]]
+) -> None:
+    port = free_port()
+    processes.append(emitter(env, "a", 1, 2))  # one finished run, one live lease
+    killed = emitter(env, "a", 3, 4, 5)  # one finished run, two live leases
+    processes.append(killed)
+    command = [sys.executable, "-m", "relay.metrics", "--port", str(port), "--addr", "127.0.0.1"]
+    processes.append(subprocess.Popen(command, env=env, cwd=ROOT))
+
+    before = scrape(port)
+    assert before["relay_live_leases"] == 3
+    assert before['relay_runs_total{job="a",outcome="succeeded"}'] == 2
+    assert before['relay_takeovers_total{job="a"}'] == 2
+    assert before['relay_run_start_delay_seconds_count{job="a"}'] == 5
+
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(10)
+    after = scrape(port)
+    assert after["relay_live_leases"] == 1
+    assert after['relay_runs_total{job="a",outcome="succeeded"}'] == 2
+    assert after['relay_run_start_delay_seconds_count{job="a"}'] == 5
+
+
+def test_the_exposition_process_refuses_to_start_without_the_directory(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "relay.metrics", "--port", "0"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "PROMETHEUS_MULTIPROC_DIR" in result.stderr
