@@ -29,6 +29,8 @@ Metrics (every name starts with ``namespace``, ``relay`` by default):
                                                 and ``outcome`` (``succeeded`` / ``failed``)
 ``relay_live_leases``               gauge       runs started and not finished in this process
                                                 (multiprocess mode: summed over live processes)
+``relay_last_success_timestamp_``   gauge       when a run of ``job`` last succeeded (Unix time;
+``seconds``                                     multiprocess mode: the latest of any process)
 ==================================  ==========  ====================================================
 """
 
@@ -135,6 +137,10 @@ class _Metrics:
             "live_leases", "Runs started and not finished in this process",
             multiprocess_mode="livesum", **kw,
         )  # fmt: skip
+        self.last_success = prom.Gauge(
+            "last_success_timestamp_seconds", "When a run of the job last succeeded (Unix time)",
+            ["job"], multiprocess_mode="max", **kw,
+        )  # fmt: skip
         self._children: dict[tuple[object, ...], Any] = {}
         self._lock = threading.Lock()
         self._live: set[tuple[str, int]] = set()
@@ -215,6 +221,7 @@ def instrument(
         m.ended((e.run_id, e.token))
         m.child(m.runs, e.job, "succeeded").inc()
         m.child(m.duration, e.job, "succeeded").observe(e.duration)
+        m.child(m.last_success, e.job).set(time.time())
 
     def failed(e: RunFailed) -> None:
         m.ended((e.run_id, e.token))

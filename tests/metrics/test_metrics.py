@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -48,6 +49,7 @@ def test_a_run_that_succeeds_counts_once_with_its_delay_and_duration(
 ) -> None:
     bus.emit(event(RunStarted, start_delay=0.3))
     assert value(registry, "relay_live_leases") == 1
+    before = time.time()
     bus.emit(event(RunSucceeded, duration=2.0))
 
     assert value(registry, "relay_runs_total", job="refresh", outcome="succeeded") == 1
@@ -59,6 +61,8 @@ def test_a_run_that_succeeds_counts_once_with_its_delay_and_duration(
     labels = {"job": "refresh", "outcome": "succeeded"}
     assert value(registry, "relay_run_duration_seconds_sum", **labels) == 2.0
     assert value(registry, "relay_live_leases") == 0
+    last = value(registry, "relay_last_success_timestamp_seconds", job="refresh")
+    assert before <= last <= time.time()
 
 
 def test_failed_attempts_count_each_and_the_run_only_when_final(
