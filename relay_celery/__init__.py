@@ -1,11 +1,13 @@
 """Relay for Celery: run several ``celery beat`` processes; each scheduled run happens once.
 
 Beat: ``app.conf.beat_scheduler = "relay_celery.RelayScheduler"``. Worker: ``install(app)``.
-Inside a task started by beat, :func:`current_run` returns its :class:`~relay.Run`.
+Inside a task started by beat, :func:`current_run` returns its :class:`~relay.Run`. Hooks:
+:func:`on` (``relay_celery.on(RunFailed, callback)``) or the :data:`relay_event` signal.
 """
 
 from relay.engine import current_run
 from relay_celery.beat import RelayScheduler
+from relay_celery.events import on, relay_event
 from relay_celery.worker import install
 
-__all__ = ["RelayScheduler", "current_run", "install"]
+__all__ = ["RelayScheduler", "current_run", "install", "on", "relay_event"]

@@ -22,9 +22,10 @@ from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
 from relay.engine import ActiveRun, Runner
-from relay.runs import HEADER, Run, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
 from relay.scheduler import default_owner
 from relay_celery.config import CelerySettings, load_settings, open_checked
+from relay_celery.events import bus
 
 __all__ = ["RelayStep", "install"]
 
@@ -78,18 +79,26 @@ class RunHooks:
 
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> Any:
-            relay_run = run_from_headers(_header(task))
+            header = _header(task)
+            relay_run = run_from_headers(header)
             if relay_run is None:
                 return body(*args, **kwargs)
-            return self.execute(relay_run, body, args, kwargs)
+            return self.execute(relay_run, body, args, kwargs, max_attempts_from_headers(header))
 
         # Celery's tracer calls the instance's ``run`` (or ``__call__``, which calls it).
         task.run = run  # type: ignore[method-assign]
         setattr(task, _WRAPPED, True)
 
-    def execute(self, run: Run, body: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+    def execute(
+        self,
+        run: Run,
+        body: Callable[..., Any],
+        args: Any,
+        kwargs: dict[str, Any],
+        max_attempts: int = 0,
+    ) -> Any:
         """Begin ``run``, call the body, record the outcome; ``Ignore`` drops the message."""
-        active = self._begin(run)
+        active = self._begin(run, max_attempts)
         result: list[Any] = []
         errors: list[Exception] = []
 
@@ -107,7 +116,6 @@ class RunHooks:
         except BaseException:
             # The worker is stopping under the task (cold shutdown, SystemExit): the run is not
             # the task's failure; hand it over so a beat re-dispatches it at once.
-            log.warning("relay: handing %s over, the worker is stopping", run.id)
             active.release()
             if errors:
                 raise errors[0] from None
@@ -116,15 +124,14 @@ class RunHooks:
             raise errors[0]
         return result[0]
 
-    def _begin(self, run: Run) -> ActiveRun:
+    def _begin(self, run: Run, max_attempts: int) -> ActiveRun:
         try:
-            active = self.runner().begin(run)
+            active = self.runner().begin(run, max_attempts=max_attempts)
         except Exception as exc:
             # Never run what the store did not confirm: the lease expires and beat re-dispatches.
             log.error("relay: could not start %s, dropping this message: %s", run.id, exc)
             raise Ignore() from exc
-        if active is None:
-            log.info("relay: dropping a stale or duplicate message for %s", run.id)
+        if active is None:  # refused, and reported fenced off by the runner
             raise Ignore()
         return active
 
@@ -148,6 +155,7 @@ class RunHooks:
                     owner=f"{self._owner}/{threading.current_thread().name}",
                     lease=self.settings.lease,
                     heartbeat=self.settings.heartbeat,
+                    events=bus,
                 )
                 self._local.runner = runner
         return runner

@@ -9,9 +9,9 @@ run is skipped, never let through.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
 from dramatiq.broker import Broker, MessageProxy
@@ -21,11 +21,12 @@ from dramatiq.worker import Worker
 from relay.backends import LEASE_BACKENDS, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Runner, enter_run, leave_run
+from relay.engine import ActiveRun, Runner
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
+from relay.events import Event, EventBus
 from relay.jobs import check_scheduler_options
-from relay.runs import HEADER, Run, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
 from relay.scheduler import default_owner
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
@@ -33,6 +34,7 @@ __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
 log = logging.getLogger("relay.dramatiq")
 
 BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
+EventT = TypeVar("EventT", bound=Event)
 
 DEFAULT_QUEUE_LEASE = 300.0
 """Seconds a scheduler's lease on an enqueued run lasts: the longest a run message may wait."""
@@ -117,13 +119,30 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
                 self.backend.close()
             raise
         self.owner = owner or default_owner()
+        self.events = EventBus()
+        """The events of this middleware's worker and scheduler; each is logged (see :meth:`on`)."""
         self._lock = threading.Lock()
-        self._active: dict[int, tuple[ActiveRun, contextvars.Token[Run | None]]] = {}
+        self._active: dict[int, tuple[ActiveRun, Any]] = {}
+
+    def on(
+        self, event_type: type[EventT], callback: Callable[[EventT], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event of ``event_type`` (a :mod:`relay.events` class).
+
+        Worker processes emit started, succeeded, failed, handed over and fenced off; the
+        ``relay-dramatiq`` scheduler emits the deciding events (won, skipped, missed, taken over,
+        dispatched…). A callback that raises is logged and never breaks a run or a message.
+        Returns a function that unsubscribes.
+        """
+        return self.events.on(event_type, callback)
 
     def runner(self) -> Runner:
         """A runner owned by this worker thread, so two threads never share a run."""
         owner = f"{self.owner}/{threading.current_thread().name}"
-        return Runner(self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat)
+        return Runner(
+            self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat,
+            events=self.events,
+        )  # fmt: skip
 
     # -- Dramatiq hooks ----------------------------------------------------------------------
 
@@ -135,15 +154,16 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         if run is None:
             log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
             raise SkipMessage("malformed Relay run option")
+        max_attempts = max_attempts_from_headers(message.options[HEADER])
         try:
-            active = self.runner().begin(run)
+            active = self.runner().begin(run, max_attempts=max_attempts)
         except Exception:
             log.exception("skipping %s: could not start it; it will be taken over", run.id)
             raise SkipMessage(f"could not start {run.id}") from None
         if active is None:
             raise SkipMessage(f"{run.id} (token {run.token}) is stale, finished or held")
         with self._lock:
-            self._active[threading.get_ident()] = (active, enter_run(active.run))
+            self._active[threading.get_ident()] = (active, active.enter())
 
     def after_process_message(
         self,
@@ -192,8 +212,8 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
             entry = self._active.pop(threading.get_ident(), None)
         if entry is None:
             return None
-        active, token = entry
-        leave_run(token)
+        active, tokens = entry
+        active.leave(tokens)
         return active
 
 

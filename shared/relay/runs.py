@@ -12,6 +12,7 @@ __all__ = [
     "RunState",
     "format_slot",
     "from_ms",
+    "max_attempts_from_headers",
     "parse_run_id",
     "run_from_headers",
     "run_id",
@@ -114,9 +115,25 @@ HEADER = "relay_run"
 """The message header (Celery) or message option (Dramatiq) that carries a run."""
 
 
-def run_to_headers(run: Run) -> dict[str, str | int]:
-    """The run as plain values for a message header, so a worker can start it with its token."""
-    return {"id": run.id, "token": run.token, "attempt": run.attempt, "owner": run.owner}
+def run_to_headers(run: Run, *, max_attempts: int = 0) -> dict[str, str | int]:
+    """The run as plain values for a message header, so a worker can start it with its token.
+
+    ``max_attempts`` (the job's, when known) lets the worker report "attempt n of m".
+    """
+    values: dict[str, str | int] = {
+        "id": run.id, "token": run.token, "attempt": run.attempt, "owner": run.owner,
+    }  # fmt: skip
+    if max_attempts:
+        values["max_attempts"] = max_attempts
+    return values
+
+
+def max_attempts_from_headers(values: object) -> int:
+    """The job's ``max_attempts`` a run header carries, or 0 if it carries none."""
+    try:
+        return int(values.get("max_attempts", 0)) if isinstance(values, dict) else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def run_from_headers(values: object) -> Run | None:

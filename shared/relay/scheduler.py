@@ -15,11 +15,12 @@ from types import FrameType
 from typing import Any, Generic, TypeVar, overload
 
 from relay.backends import open_backend
-from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Decider, Runner, Won
+from relay.engine import ActiveRun, Decider, Loop, Runner, Won
 from relay.engine.dispatching import Dispatcher
 from relay.errors import BackendUnavailable
+from relay.events import Event, EventBus
 from relay.jobs import Job, Overlap, check_scheduler_options, make_job
 from relay.runs import Run
 
@@ -31,8 +32,7 @@ BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
 Handler = Callable[[Run], Any]
 """A job's function: called with the :class:`~relay.Run` it should perform."""
 H = TypeVar("H", bound=Handler)
-
-MAX_BACKOFF = 30.0
+EventT = TypeVar("EventT", bound=Event)
 
 
 def default_owner() -> str:
@@ -117,10 +117,16 @@ class Scheduler(Generic[BackendT]):
         self.tick_interval = seconds(tick, "tick")
         self.stop_timeout = seconds(stop_timeout, "stop_timeout")
         self.owner = owner or default_owner()
-        self.decider = Decider(self.backend, owner=self.owner, lease=self.lease, clock=clock)
-        self.runner = Runner(
-            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat
+        self.events = EventBus()
+        """Every event of this instance (see :meth:`on`); each is logged by default."""
+        self.decider = Decider(
+            self.backend, owner=self.owner, lease=self.lease, clock=clock, events=self.events
         )
+        self.runner = Runner(
+            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
+            events=self.events, clock=clock,
+        )  # fmt: skip
+        self.loop = Loop(self.decider, interval=self.tick_interval, sweep_every=self.heartbeat)
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)
@@ -135,6 +141,17 @@ class Scheduler(Generic[BackendT]):
     def jobs(self) -> dict[str, Job]:
         """The scheduled jobs by name."""
         return self.decider.jobs
+
+    def on(
+        self, event_type: type[EventT], callback: Callable[[EventT], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event of ``event_type`` (a :mod:`relay.events` class).
+
+        ``on(relay.events.Event, cb)`` receives every event. Callbacks run in the thread that
+        emits (the loop, or the run's thread); one that raises is logged and never breaks a run.
+        Returns a function that unsubscribes.
+        """
+        return self.events.on(event_type, callback)
 
     @overload
     def job(
@@ -220,12 +237,11 @@ class Scheduler(Generic[BackendT]):
         self._stopping.set()
 
     def run_pending(self) -> list[Run]:
-        """One tick: decide due runs and take over abandoned ones; start what was won."""
-        won = self.decider.tick()
-        won += self.decider.sweep()
-        for item in won:
-            self._dispatch(item)
-        return [item.run for item in won]
+        """One tick: decide due runs and take over abandoned ones; start what was won.
+
+        A store that cannot answer is reported (``StoreUnavailable``) and nothing is started.
+        """
+        return [item.run for item in self.loop.step(self._dispatch, force=True).won]
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until no run is in flight; ``False`` if some still are after ``timeout``."""
@@ -252,26 +268,12 @@ class Scheduler(Generic[BackendT]):
             active.release()
 
     def _loop(self) -> None:
-        backoff = self.tick_interval
-        next_sweep = 0.0
         while not self._stopping.is_set():
-            try:
-                won = self.decider.tick()
-                if is_lease(self.backend) and time.monotonic() >= next_sweep:
-                    won += self.decider.sweep()
-                    next_sweep = time.monotonic() + self.heartbeat
-                for item in won:
-                    self._dispatch(item)
-                backoff = self.tick_interval
-            except BackendUnavailable as exc:
-                log.error("%s; retrying in %.1fs", exc, backoff)
-                self.decider.forget_progress()
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-                continue
-            self._stopping.wait(self.tick_interval)
+            step = self.loop.step(self._dispatch)
+            self._stopping.wait(step.next_in)
 
-    def _dispatch(self, won: Won) -> None:
+    def _dispatch(self, won: Won) -> bool:
+        """Start a thread for ``won``; hand it back instead if the instance is stopping."""
         with self._lock:
             stopping = self._stopping.is_set()
             if not stopping:
@@ -281,8 +283,9 @@ class Scheduler(Generic[BackendT]):
                 self._threads.add(thread)
         if stopping:
             self.runner.release(won.run)
-        else:
-            thread.start()
+            return False
+        thread.start()
+        return True
 
     def _execute(self, won: Won) -> None:
         try:
@@ -302,7 +305,7 @@ class Scheduler(Generic[BackendT]):
         handler = won.job.handler
         assert handler is not None
         try:
-            active = self.runner.begin(won.run)
+            active = self.runner.begin(won.run, max_attempts=won.job.max_attempts)
         except BackendUnavailable as exc:
             log.error("could not start %s, it will be taken over: %s", won.run.id, exc)
             return

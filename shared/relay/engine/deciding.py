@@ -1,25 +1,27 @@
 """The deciding half: which slots are due, who wins them, and which expired runs to take over.
 
 A :class:`Decider` asks the store nothing while no new slot is due, so a tick is cheap; when one is,
-every due run of every job is decided in one batched call.
+every due run of every job is decided in one batched call. Every decision is reported on the
+decider's :class:`~relay.events.EventBus`: won, lost, skipped, exhausted, taken over, retried,
+picked up, and the slots recorded missed.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
+from relay.engine.reporting import decision_event, missed_events
+from relay.events import EventBus
 from relay.jobs import TICK_SPREAD, Job
-from relay.runs import Run, run_id
+from relay.runs import Run, RunRecord, run_id
 
 __all__ = ["ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
 
-log = logging.getLogger("relay.decider")
 UTC = timezone.utc
 
 ON_TIME_GRACE = 60.0
@@ -49,7 +51,10 @@ _NOTHING_NEW = _Plan((), (), None)
 
 
 class Decider:
-    """Decides runs for a set of jobs on one backend, on behalf of one owner."""
+    """Decides runs for a set of jobs on one backend, on behalf of one owner.
+
+    Each decision is emitted on ``events`` (a new bus, which logs them, if none is given).
+    """
 
     def __init__(
         self,
@@ -59,8 +64,10 @@ class Decider:
         lease: float,
         clock: Callable[[], float] = time.time,
         grace: float = ON_TIME_GRACE,
+        events: EventBus | None = None,
     ) -> None:
         self.backend = backend
+        self.events = events if events is not None else EventBus()
         self.owner = owner
         self.lease = lease
         self.clock = clock
@@ -90,10 +97,11 @@ class Decider:
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
-            won = self._acquire(backend, due)
+            won = self._acquire(backend, due, self._previous(backend, due, recorded))
             missed = [(job.name, slot) for job, plan in plans for slot in plan.missed]
             if missed:
-                backend.skip_many(missed, "missed")
+                for event in missed_events(missed, backend.skip_many(missed, "missed"), self.owner):
+                    self.events.emit(event)
         else:
             won = self._claim(backend, due)
         for job, plan in plans:
@@ -108,7 +116,24 @@ class Decider:
             return []
         records = [r for r in backend.reclaimable() if r.job in self.jobs]
         due = [(self.jobs[r.job], r.scheduled_for) for r in records]
-        return self._acquire(backend, due)
+        return self._acquire(backend, due, {r.id: r for r in records})
+
+    def _previous(
+        self,
+        backend: LeaseBackend,
+        due: Sequence[tuple[Job, datetime]],
+        recorded: Mapping[str, datetime | None],
+    ) -> dict[str, RunRecord]:
+        """The records of due runs that may exist already, to tell how a won one was won.
+
+        Only a tick that read a job's history (the first, or the first after an outage) can decide
+        a slot that has a record: then the store's reclaimable runs are read once.
+        """
+        if not any(
+            (last := recorded.get(job.name)) is not None and slot <= last for job, slot in due
+        ):
+            return {}
+        return {r.id: r for r in backend.reclaimable()}
 
     def _plan(self, job: Job, now: datetime, recorded: dict[str, datetime | None]) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed.
@@ -162,7 +187,12 @@ class Decider:
             return {}
         return backend.last_slots(unknown)
 
-    def _acquire(self, backend: LeaseBackend, due: Sequence[tuple[Job, datetime]]) -> list[Won]:
+    def _acquire(
+        self,
+        backend: LeaseBackend,
+        due: Sequence[tuple[Job, datetime]],
+        previous: Mapping[str, RunRecord],
+    ) -> list[Won]:
         if not due:
             return []
         requests = [
@@ -179,10 +209,11 @@ class Decider:
         ]
         results = backend.acquire_many(requests)
         won = []
-        debug = log.isEnabledFor(logging.DEBUG)
         for (job, slot), result in zip(due, results, strict=True):
-            if debug:
-                log.debug("%s: %s", run_id(job.name, slot), result.outcome.value)
+            before = previous.get(run_id(job.name, slot))
+            self.events.emit(
+                decision_event(result.outcome, job, slot, self.owner, result.run, before)
+            )
             if result.outcome is Outcome.WON and result.run is not None:
                 won.append(Won(result.run, job))
         return won
@@ -192,11 +223,14 @@ class Decider:
         if not due:
             return []
         results = backend.claim_many([(job.name, slot) for job, slot in due])
-        return [
-            Won(Run(run_id(job.name, slot), job.name, slot, 1, 0, self.owner), job)
-            for (job, slot), first in zip(due, results, strict=True)
-            if first
-        ]
+        won = []
+        for (job, slot), first in zip(due, results, strict=True):
+            run = Run(run_id(job.name, slot), job.name, slot, 1, 0, self.owner) if first else None
+            outcome = Outcome.WON if first else Outcome.HELD
+            self.events.emit(decision_event(outcome, job, slot, self.owner, run, None))
+            if run is not None:
+                won.append(Won(run, job))
+        return won
 
 
 def _utc(timestamp: float) -> datetime:
