@@ -22,8 +22,9 @@ from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
 from relay.engine import ActiveRun, Runner
-from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers
 from relay.scheduler import default_owner
+from relay.tracing import run_from_message
 from relay_celery.config import CelerySettings, load_settings, open_checked
 from relay_celery.events import bus
 
@@ -80,7 +81,7 @@ class RunHooks:
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> Any:
             header = _header(task)
-            relay_run = run_from_headers(header)
+            relay_run = run_from_message(header)
             if relay_run is None:
                 return body(*args, **kwargs)
             return self.execute(relay_run, body, args, kwargs, max_attempts_from_headers(header))

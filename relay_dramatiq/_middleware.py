@@ -26,8 +26,9 @@ from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.jobs import check_scheduler_options
-from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers
 from relay.scheduler import default_owner
+from relay.tracing import run_from_message
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
 
@@ -150,7 +151,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""
         if HEADER not in message.options or message.failed:
             return
-        run = run_from_headers(message.options[HEADER])
+        run = run_from_message(message.options[HEADER])
         if run is None:
             log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
             raise SkipMessage("malformed Relay run option")

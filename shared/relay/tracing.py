@@ -27,6 +27,7 @@ from relay.events import (
     RunExhausted,
     RunFailed,
     RunHandedOver,
+    RunPickedUp,
     RunRetried,
     RunSkipped,
     RunStarted,
@@ -92,16 +93,16 @@ class RunTracer:
         """Start the publish span of a run this instance will dispatch."""
         kind = self._trace.SpanKind.PRODUCER
         span = self.tracer.start_span(f"{e.job} publish", kind=kind, attributes=_attributes(e))
-        with self._lock:
-            self._publishing[(e.run_id, e.token)] = span
-
-    def dispatched(self, e: RunEvent) -> None:
-        """End the publish span: the run is on its way (maybe to a thread of this process)."""
         key = (e.run_id, e.token)
         with self._lock:
-            span = self._publishing.pop(key, None)
-            if span is not None:
-                self._parents[key] = span.get_span_context()
+            self._publishing[key] = span
+            # The parent of the run span if the run starts in this process (standalone).
+            self._parents[key] = span.get_span_context()
+
+    def dispatched(self, e: RunEvent) -> None:
+        """End the publish span: the run is on its way."""
+        with self._lock:
+            span = self._publishing.pop((e.run_id, e.token), None)
         if span is not None:
             span.end()
 
@@ -125,10 +126,7 @@ class RunTracer:
         """Start the run span, child of the publish span, and make it current in this thread."""
         key = (e.run_id, e.token)
         with self._lock:
-            publishing = self._publishing.get(key)
             found = self._parents.pop(key, None)
-        if found is None and publishing is not None:  # started before its dispatch was reported
-            found = publishing.get_span_context()
         parent = None
         if found is not None:
             parent = self._trace.set_span_in_context(self._trace.NonRecordingSpan(found))
@@ -170,6 +168,7 @@ class RunTracer:
             (RunWon, self.won),
             (RunTakenOver, self.won),
             (RunRetried, self.won),
+            (RunPickedUp, self.won),
             (RunDispatched, self.dispatched),
             (RunStarted, self.started),
             (RunSucceeded, self.ended),
@@ -227,12 +226,12 @@ def uninstrument() -> None:
     _tracer = None
 
 
-def message_headers(run: Run) -> dict[str, Any]:
+def message_headers(run: Run, *, max_attempts: int = 0) -> dict[str, Any]:
     """The run header for ``run``'s message: :func:`~relay.runs.run_to_headers`, plus the trace.
 
     Hosts call it when they publish a won run (Celery beat, the Dramatiq scheduler).
     """
-    values: dict[str, Any] = dict(run_to_headers(run))
+    values: dict[str, Any] = dict(run_to_headers(run, max_attempts=max_attempts))
     tracer = _tracer
     if tracer is not None:
         carrier: dict[str, Any] = {}
