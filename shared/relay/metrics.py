@@ -45,20 +45,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from relay.errors import MissingDependency
-from relay.events import (
-    Event,
-    FencedOff,
-    RunExhausted,
-    RunFailed,
-    RunHandedOver,
-    RunSkipped,
-    RunsMissed,
-    RunStarted,
-    RunSucceeded,
-    RunTakenOver,
-    StoreUnavailable,
+from relay._prometheus import (
+    COUNTED,
+    DURATION_BUCKETS,
+    START_DELAY_BUCKETS,
+    MetricSet,
+    prometheus,
 )
+from relay.events import Event
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -77,10 +71,6 @@ __all__ = [
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """The environment variable that switches prometheus-client to its multiprocess mode."""
-START_DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
-"""Seconds: from on time to an hour late (a queue backlog, a long downtime caught up)."""
-DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
-"""Seconds: periodic jobs last from milliseconds to an hour."""
 
 E = TypeVar("E", bound=Event)
 
@@ -93,113 +83,52 @@ class Subscribable(Protocol):
         ...
 
 
-def _prometheus() -> Any:
-    try:
-        import prometheus_client
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependency("prometheus-client", "metrics") from exc
-    return prometheus_client
-
-
-class _Metrics:
-    """The metric objects of one registry, and the runs live in this process."""
-
-    def __init__(self, registry: CollectorRegistry, namespace: str) -> None:
-        prom = _prometheus()
-        kw: dict[str, Any] = {"registry": registry, "namespace": namespace}
-        self.runs = prom.Counter("runs", "Runs that ended, by outcome", ["job", "outcome"], **kw)
-        self.attempts_failed = prom.Counter(
-            "attempts_failed", "Attempts whose handler raised", ["job"], **kw
-        )
-        self.skipped = prom.Counter(
-            "runs_skipped", "Runs recorded skipped (never run), by reason", ["job", "reason"], **kw
-        )
-        self.takeovers = prom.Counter(
-            "takeovers", "Runs taken over after their runner's lease expired", ["job"], **kw
-        )
-        self.fenced = prom.Counter(
-            "fenced_off", "Stale runners' operations the store refused", ["job", "operation"], **kw
-        )
-        self.store_down = prom.Counter(
-            "store_unavailable", "Times the store could not be reached", [], **kw
-        )
-        self.start_delay = prom.Histogram(
-            "run_start_delay_seconds", "Seconds from a run's slot to its start", ["job"],
-            buckets=START_DELAY_BUCKETS, **kw,
-        )  # fmt: skip
-        self.duration = prom.Histogram(
-            "run_duration_seconds", "Seconds from an attempt's start to its end",
-            ["job", "outcome"], buckets=DURATION_BUCKETS, **kw,
-        )  # fmt: skip
-        # livesum: a host's live leases are those of its processes still alive; a dead worker's
-        # leases are not held any more (another instance takes them over).
-        self.live = prom.Gauge(
-            "live_leases", "Runs started and not finished in this process",
-            multiprocess_mode="livesum", **kw,
-        )  # fmt: skip
-        self.last_success = prom.Gauge(
-            "last_success_timestamp_seconds", "When a run of the job last succeeded (Unix time)",
-            ["job"], multiprocess_mode="max", **kw,
-        )  # fmt: skip
-        self._children: dict[tuple[object, ...], Any] = {}
-        self._lock = threading.Lock()
-        self._live: set[tuple[str, int]] = set()
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, cached: a run's events then cost a dict lookup each."""
-        key = (id(metric), *labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
-
-    def started(self, key: tuple[str, int]) -> None:
-        with self._lock:
-            if key in self._live:
-                return
-            self._live.add(key)
-        self.live.inc()
-
-    def ended(self, key: tuple[str, int]) -> None:
-        with self._lock:
-            if key not in self._live:
-                return  # not started here (a beat handing back a run), or already ended
-            self._live.discard(key)
-        self.live.dec()
-
-
-_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, _Metrics] = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
-
-
-def _metrics_for(registry: CollectorRegistry | None, namespace: str) -> _Metrics:
-    """One set of metric objects per registry: instrumenting twice never registers twice."""
-    if registry is None:
-        registry = _prometheus().REGISTRY
-    with _registry_lock:
-        found = _by_registry.get(registry)
-        if found is None:
-            found = _by_registry[registry] = _Metrics(registry, namespace)
-        return found
-
-
 class Instrumentation:
-    """The subscriptions :func:`instrument` made; :meth:`detach` removes them."""
+    """Counts one target's events; :meth:`detach` stops it.
 
-    def __init__(self, metrics: _Metrics, unsubscribe: Sequence[Callable[[], object]]) -> None:
+    The subscribed callback only queues the events that move a metric; they are counted at each
+    scrape and every second (:meth:`flush` counts them now).
+    """
+
+    def __init__(self, metrics: MetricSet) -> None:
         self._metrics = metrics
-        self._unsubscribe = list(unsubscribe)
+        self._unsubscribe: Callable[[], object] | None = None
+
+    def __call__(self, event: Event) -> None:
+        """Queue ``event`` if it moves a metric."""
+        if type(event) in COUNTED:
+            self._metrics.enqueue(event)
 
     @property
     def live_leases(self) -> int:
         """Runs started and not finished in this process."""
-        return len(self._metrics._live)
+        self.flush()
+        return len(self._metrics.live_runs)
+
+    def flush(self) -> None:
+        """Count the queued events now."""
+        self._metrics.flush()
 
     def detach(self) -> None:
         """Stop counting this target's events (the metrics keep their values)."""
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._unsubscribe.clear()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, MetricSet] = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+def _metrics_for(registry: CollectorRegistry | None, namespace: str) -> MetricSet:
+    """One set of metric objects per registry: instrumenting twice never registers twice."""
+    if registry is None:
+        registry = prometheus().REGISTRY
+    with _registry_lock:
+        found = _by_registry.get(registry)
+        if found is None:
+            found = _by_registry[registry] = MetricSet(registry, namespace)
+        return found
 
 
 def instrument(
@@ -211,45 +140,10 @@ def instrument(
     object with the same ``on(event_type, callback)``. Instrumenting several targets with one
     registry shares the metrics. Raises ``MissingDependency`` without prometheus-client.
     """
-    m = _metrics_for(registry, namespace)
-
-    def started(e: RunStarted) -> None:
-        m.started((e.run_id, e.token))
-        m.child(m.start_delay, e.job).observe(e.start_delay)
-
-    def succeeded(e: RunSucceeded) -> None:
-        m.ended((e.run_id, e.token))
-        m.child(m.runs, e.job, "succeeded").inc()
-        m.child(m.duration, e.job, "succeeded").observe(e.duration)
-        m.child(m.last_success, e.job).set(time.time())
-
-    def failed(e: RunFailed) -> None:
-        m.ended((e.run_id, e.token))
-        m.child(m.attempts_failed, e.job).inc()
-        m.child(m.duration, e.job, "failed").observe(e.duration)
-        if e.final:
-            m.child(m.runs, e.job, "failed").inc()
-
-    handlers: list[tuple[type[Any], Callable[[Any], None]]] = [
-        (RunStarted, started),
-        (RunSucceeded, succeeded),
-        (RunFailed, failed),
-        (RunExhausted, lambda e: m.child(m.runs, e.job, "exhausted").inc()),
-        (RunSkipped, lambda e: m.child(m.skipped, e.job, e.reason or "unknown").inc()),
-        (RunsMissed, lambda e: m.child(m.skipped, e.job, "missed").inc(e.count)),
-        (RunTakenOver, lambda e: m.child(m.takeovers, e.job).inc()),
-        (RunHandedOver, lambda e: m.ended((e.run_id, e.token))),
-        (FencedOff, lambda e: _fenced(m, e)),
-        (StoreUnavailable, lambda e: m.store_down.inc()),
-    ]
-    unsubscribe = [target.on(event_type, handler) for event_type, handler in handlers]
-    return Instrumentation(m, [u for u in unsubscribe if callable(u)])
-
-
-def _fenced(m: _Metrics, e: FencedOff) -> None:
-    # The store refused this token: whatever the process still does, it holds no lease now.
-    m.ended((e.run_id, e.token))
-    m.child(m.fenced, e.job, e.operation or "unknown").inc()
+    instrumentation = Instrumentation(_metrics_for(registry, namespace))
+    unsubscribe = target.on(Event, instrumentation)
+    instrumentation._unsubscribe = unsubscribe if callable(unsubscribe) else None
+    return instrumentation
 
 
 # -- exposition ---------------------------------------------------------------------------------
@@ -264,7 +158,7 @@ def serve(
     directory (call it once per host, e.g. in the Celery worker's main process); otherwise the
     ``registry`` (default: the global one). Returns the server (``.shutdown()`` stops it).
     """
-    prom = _prometheus()
+    prom = prometheus()
     if os.environ.get(MULTIPROC_ENV):
         registry = multiprocess_registry(os.environ[MULTIPROC_ENV])
     server, _thread = prom.start_http_server(port, addr=addr, registry=registry or prom.REGISTRY)
@@ -278,7 +172,7 @@ def multiprocess_registry(path: str) -> CollectorRegistry:
     its own, so its live leases would be counted forever. Before each scrape, the files of
     processes that no longer exist on this host are dropped (counters and histograms keep theirs).
     """
-    prom = _prometheus()
+    prom = prometheus()
     multiprocess = importlib.import_module("prometheus_client.multiprocess")
     collector = multiprocess.MultiProcessCollector(None, path=path)
 

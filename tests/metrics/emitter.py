@@ -19,12 +19,13 @@ from tests.metrics.events import event
 def main() -> None:
     job, *tokens = sys.argv[1:]
     bus = EventBus()
-    metrics.instrument(bus)
+    instrumentation = metrics.instrument(bus)
     for n, token in enumerate(int(t) for t in tokens):
         bus.emit(event(RunStarted, job=job, token=token, start_delay=0.1))
         if n == 0:
             bus.emit(event(RunTakenOver, job=job, token=token))
             bus.emit(event(RunSucceeded, job=job, token=token, duration=1.0))
+    instrumentation.flush()
     print("ready", flush=True)
     time.sleep(600)
 

@@ -156,3 +156,17 @@ def test_without_prometheus_client_it_names_the_extra(
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(MissingDependency, match=r"relay-scheduler\[metrics\]"):
         metrics.instrument(EventBus(), registry)
+
+
+def test_queued_events_are_counted_within_a_second_without_a_scrape(
+    bus: EventBus, registry: CollectorRegistry
+) -> None:
+    from relay._prometheus import FLUSH_EVERY
+
+    bus.emit(event(RunTakenOver, job="unscraped"))
+    child = metrics._by_registry[registry].child  # read the value without a scrape
+    takeovers = metrics._by_registry[registry].takeovers
+    deadline = time.monotonic() + 10 * FLUSH_EVERY
+    while child(takeovers, "unscraped")._value.get() != 1:
+        assert time.monotonic() < deadline, "the flushing thread never counted the event"
+        time.sleep(0.05)

@@ -1,4 +1,6 @@
-"""Multiprocess mode: real processes write, one exposition process sums them over HTTP.
+"""Metrics scraped over HTTP from real processes: a standalone scheduler, and multiprocess mode.
+
+In multiprocess mode, real processes write and one exposition process sums them over HTTP.
 
 The live-leases gauge is summed over live processes only: a SIGKILLed worker's leases are not
 held any more, and its file is dropped at the next scrape; its counters stay.
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from relay import metrics
 from tests.support.procs import ROOT
 
 pytestmark = pytest.mark.slow
@@ -109,3 +112,41 @@ def test_the_exposition_process_refuses_to_start_without_the_directory(tmp_path:
     )  # fmt: skip
     assert result.returncode == 2
     assert "PROMETHEUS_MULTIPROC_DIR" in result.stderr
+
+
+def test_a_standalone_scheduler_process_serves_its_runs(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["PYTHONPATH"] = str(ROOT)
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    command = [sys.executable, "-m", "tests.metrics.standalone", url, str(port)]
+    processes.append(subprocess.Popen(command, env=env, cwd=ROOT, stderr=subprocess.DEVNULL))
+
+    deadline = time.monotonic() + 60
+    ok = 'relay_runs_total{job="ok",outcome="succeeded"}'
+    while (samples := scrape(port)).get(ok, 0) < 3:
+        assert time.monotonic() < deadline, samples
+        time.sleep(0.2)
+    assert samples['relay_runs_total{job="boom",outcome="failed"}'] >= 1
+    assert samples['relay_attempts_failed_total{job="boom"}'] >= 1
+    assert samples['relay_run_start_delay_seconds_count{job="ok"}'] >= 3
+    assert samples['relay_last_success_timestamp_seconds{job="ok"}'] > time.time() - 60
+    assert samples["relay_live_leases"] in (0, 1, 2)
+
+
+def test_a_forked_child_counts_its_own_events_and_not_its_parents(env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.metrics.forker"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    parent, child = result.stdout.split()
+    registry = metrics.multiprocess_registry(env["PROMETHEUS_MULTIPROC_DIR"])
+    count = "relay_run_start_delay_seconds_count"
+    assert registry.get_sample_value(count, {"job": "parent"}) == 1
+    assert registry.get_sample_value(count, {"job": "child"}) == 1
+    # Both exited: their live leases (one each) are forgotten at the scrape.
+    assert registry.get_sample_value("relay_live_leases") in (None, 0.0)
+    left = os.listdir(env["PROMETHEUS_MULTIPROC_DIR"])
+    assert {f"gauge_livesum_{parent}.db", f"gauge_livesum_{child}.db"}.isdisjoint(left)
