@@ -4,17 +4,16 @@ and scraped over HTTP from an exposition process; each run's span is a child of 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.celery_integration import cluster as cluster_module
 from tests.celery_integration.cluster import cluster
-from tests.metrics.test_multiprocess import free_port, scrape
+from tests.metrics.spans import assert_runs_are_children_of_their_publish
+from tests.metrics.test_multiprocess import free_port, scrape_until
 from tests.support import services
 from tests.support.procs import ROOT
 
@@ -39,23 +38,10 @@ def test_prefork_workers_metrics_and_traces(
         exposer = subprocess.Popen(command, env=c.env, cwd=ROOT, start_new_session=True)
         c.processes.append(exposer)  # type: ignore[arg-type]
         c.wait_for("4 runs", lambda: len(c.events("end")) >= 4)
-        c.wait_for(
-            "the runs in the metrics",
-            lambda: scrape(port).get('relay_runs_total{job="tick",outcome="succeeded"}', 0) >= 4,
-        )
-        samples = scrape(port)
+        samples = scrape_until(port, 'relay_runs_total{job="tick",outcome="succeeded"}', 4)
         ran = len(c.events("end"))
-    pids = {e["pid"] for e in c.events("end")}
     assert samples['relay_run_start_delay_seconds_count{job="tick"}'] >= 4
     assert samples['relay_runs_total{job="tick",outcome="succeeded"}'] <= ran
     assert "relay_live_leases" in samples
 
-    lines = [json.loads(line) for line in spans.read_text().splitlines()]
-    publish = {s["attributes"]["relay.run_id"]: s for s in lines if s["name"] == "tick publish"}
-    runs = [s for s in lines if s["name"] == "tick run"]
-    assert len(runs) >= 4
-    for span in runs:
-        parent = publish[span["attributes"]["relay.run_id"]]
-        assert (span["trace"], span["parent"]) == (parent["trace"], parent["span"])
-        assert span["pid"] != parent["pid"] and span["status"] == "OK"
-    assert Counter(s["pid"] for s in runs).keys() <= pids
+    assert_runs_are_children_of_their_publish(spans, "tick", 4)

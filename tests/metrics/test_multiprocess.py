@@ -79,6 +79,15 @@ def scrape(port: int, timeout: float = 30.0) -> dict[str, float]:
     return samples
 
 
+def scrape_until(port: int, key: str, at_least: float, timeout: float = 60.0) -> dict[str, float]:
+    """Scrape until the sample ``key`` reaches ``at_least``; return the last samples."""
+    deadline = time.monotonic() + timeout
+    while (samples := scrape(port)).get(key, 0) < at_least:
+        assert time.monotonic() < deadline, f"{key} never reached {at_least}: {samples}"
+        time.sleep(0.2)
+    return samples
+
+
 def test_an_exposition_process_sums_the_hosts_processes_and_forgets_dead_leases(
     env: dict[str, str], processes: list[subprocess.Popen[str]]
 ) -> None:
@@ -124,11 +133,7 @@ def test_a_standalone_scheduler_process_serves_its_runs(
     command = [sys.executable, "-m", "tests.metrics.standalone", url, str(port)]
     processes.append(subprocess.Popen(command, env=env, cwd=ROOT, stderr=subprocess.DEVNULL))
 
-    deadline = time.monotonic() + 60
-    ok = 'relay_runs_total{job="ok",outcome="succeeded"}'
-    while (samples := scrape(port)).get(ok, 0) < 3:
-        assert time.monotonic() < deadline, samples
-        time.sleep(0.2)
+    samples = scrape_until(port, 'relay_runs_total{job="ok",outcome="succeeded"}', 3)
     assert samples['relay_runs_total{job="boom",outcome="failed"}'] >= 1
     assert samples['relay_attempts_failed_total{job="boom"}'] >= 1
     assert samples['relay_run_start_delay_seconds_count{job="ok"}'] >= 3
