@@ -85,7 +85,9 @@ class RunTracer:
         self._lock = threading.Lock()
         self._publishing: _Bounded = _Bounded()  # run -> its open publish span
         self._parents: _Bounded = _Bounded()  # run -> the SpanContext its run span descends from
-        self._running: _Bounded = _Bounded()  # run -> (consumer span, attach token, thread id)
+        self._running: _Bounded = _Bounded()  # run -> (its run span, the thread it is current in)
+        self._attached: dict[int, Any] = {}  # thread id -> the context token of its run span
+        self._handlers = self._by_type()
 
     # -- the deciding side ------------------------------------------------------------------
 
@@ -135,9 +137,15 @@ class RunTracer:
             f"{e.job} run", context=parent, kind=self._trace.SpanKind.CONSUMER,
             attributes=attributes,
         )  # fmt: skip
+        thread = threading.get_ident()
+        with self._lock:
+            stale = self._attached.pop(thread, None)
+        if stale is not None:  # a run whose end was never reported in this thread (lease lost)
+            self._context.detach(stale)
         token = self._context.attach(self._trace.set_span_in_context(span))
         with self._lock:
-            self._running[key] = (span, token, threading.get_ident())
+            self._running[key] = (span, thread)
+            self._attached[thread] = token
 
     def ended(self, e: RunEvent, error: str | None = None) -> None:
         """End the run span with the attempt's outcome (``error``: it failed or was refused)."""
@@ -145,13 +153,16 @@ class RunTracer:
             entry = self._running.pop((e.run_id, e.token), None)
         if entry is None:
             return
-        span, token, thread = entry
+        span, thread = entry
         span.set_attribute("relay.outcome", e.type)
         status = self._trace.StatusCode.ERROR if error else self._trace.StatusCode.OK
         span.set_status(self._trace.Status(status, error))
-        if thread == threading.get_ident():
-            self._context.detach(token)
         span.end()
+        if thread == threading.get_ident():
+            with self._lock:
+                token = self._attached.pop(thread, None)
+            if token is not None:
+                self._context.detach(token)
 
     def note(self, e: RunEvent, message: str) -> None:
         """Add an event to the run's open span (publish or run), if this process has one."""
@@ -162,23 +173,27 @@ class RunTracer:
         if span is not None:
             span.add_event(e.type, {"relay.message": message})
 
-    def subscribe(self, target: Subscribable) -> list[Callable[[], None]]:
-        """Subscribe this tracer's callbacks to ``target``'s events."""
-        handlers: list[tuple[type[Any], Callable[[Any], None]]] = [
-            (RunWon, self.won),
-            (RunTakenOver, self.won),
-            (RunRetried, self.won),
-            (RunPickedUp, self.won),
-            (RunDispatched, self.dispatched),
-            (RunStarted, self.started),
-            (RunSucceeded, self.ended),
-            (RunFailed, lambda e: self.ended(e, e.error or "failed")),
-            (RunHandedOver, self._handed_over),
-            (FencedOff, self._fenced_off),
-            (RunSkipped, lambda e: self.note(e, e.message())),
-            (RunExhausted, lambda e: self.note(e, e.message())),
-        ]
-        return [target.on(event_type, handler) for event_type, handler in handlers]
+    def __call__(self, event: RunEvent) -> None:
+        """Act on one run event (subscribed once, it dispatches on the event's type)."""
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    def _by_type(self) -> dict[type[RunEvent], Callable[[Any], None]]:
+        return {
+            RunWon: self.won,
+            RunTakenOver: self.won,
+            RunRetried: self.won,
+            RunPickedUp: self.won,
+            RunDispatched: self.dispatched,
+            RunStarted: self.started,
+            RunSucceeded: self.ended,
+            RunFailed: lambda e: self.ended(e, e.error or "failed"),
+            RunHandedOver: self._handed_over,
+            FencedOff: self._fenced_off,
+            RunSkipped: lambda e: self.note(e, e.message()),
+            RunExhausted: lambda e: self.note(e, e.message()),
+        }
 
     def _handed_over(self, e: RunHandedOver) -> None:
         self.ended(e, "handed over")
@@ -190,7 +205,7 @@ class RunTracer:
 
     def _fenced_off(self, e: FencedOff) -> None:
         self.note(e, e.message())
-        if e.operation in ("finish", "start"):
+        if e.operation != "write":  # the store refused the token: the attempt is over
             self.ended(e, e.message())
 
 
@@ -215,7 +230,7 @@ def instrument(target: Subscribable, tracer_provider: Any = None) -> RunTracer:
     """
     global _tracer
     tracer = RunTracer(tracer_provider)
-    tracer.subscribe(target)
+    target.on(RunEvent, tracer)
     _tracer = tracer
     return tracer
 

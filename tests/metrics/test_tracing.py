@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from relay import tracing
 from relay.events import (
     EventBus,
+    FencedOff,
     RunDispatched,
     RunFailed,
     RunHandedOver,
@@ -109,3 +111,23 @@ def test_without_tracing_the_header_is_the_plain_run_header() -> None:
     assert tracing.message_headers(the_run()) == run_to_headers(the_run())
     assert tracing.run_from_message({HEADER: 1}) is None
     assert tracing.run_from_message(run_to_headers(the_run())) == the_run()
+
+
+def test_a_run_whose_lease_was_lost_ends_its_span_and_leaves_no_context_behind(
+    exporter: InMemorySpanExporter,
+) -> None:
+    bus = EventBus()
+    tracing.instrument(bus, provider(exporter))
+    bus.emit(event(RunStarted, token=1))
+    # The heartbeat thread finds the lease gone; nothing more is reported in the run's thread.
+    lost = threading.Thread(
+        target=bus.emit, args=(event(FencedOff, token=1, operation="heartbeat"),)
+    )
+    lost.start()
+    lost.join()
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    bus.emit(event(RunStarted, token=2))  # the thread's next run
+    assert trace.get_current_span().get_span_context().span_id != span.context.span_id
+    bus.emit(event(RunSucceeded, token=2))
+    assert not trace.get_current_span().get_span_context().is_valid
