@@ -4,6 +4,7 @@ Everything comes from environment variables, so each test isolates its broker qu
 Relay store: RELAY_T_BROKER, RELAY_T_QUEUE, RELAY_T_BACKEND, RELAY_T_OUT (a JSON-lines file the
 task appends to), RELAY_T_SCHEDULE (JSON: entry name -> {"every": s | "cron": "...",
 "kwargs": {...}, "relay": {...}}) and optional RELAY_T_LEASE / _HEARTBEAT / _QUEUE_LEASE.
+RELAY_T_EVENTS (optional) is a file every process logs Relay's events to, as JSON lines.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from celery.schedules import crontab
 from kombu import Queue
 
 import relay_celery
+from tests.support.event_log import record_events
 
 BROKER = os.environ.get("RELAY_T_BROKER", "redis://127.0.0.1:6379/0")
 QUEUE = os.environ.get("RELAY_T_QUEUE", "relay_test")
@@ -55,6 +57,7 @@ def _entry(spec: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+record_events()
 SCHEDULE = json.loads(os.environ.get("RELAY_T_SCHEDULE", "{}"))
 app.conf.beat_schedule = {name: _entry(spec) for name, spec in SCHEDULE.items()}
 relay_celery.install(app)

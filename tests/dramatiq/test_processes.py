@@ -265,4 +265,4 @@ def test_a_message_that_outwaits_its_queue_lease_is_replaced_and_dropped(deploy:
     assert len(starts) == 1, d.logs()
     [record] = d.runs("queued")
     assert record.state is RunState.SUCCEEDED and starts[0]["token"] == record.token > 1
-    assert "not running queued@" in d.logs()  # the first message was dropped
+    assert "refused the start of queued@" in d.logs()  # the first message was dropped

@@ -97,7 +97,8 @@ class Decider:
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
-            won = self._acquire(backend, due, self._previous(backend, due, recorded))
+            # Only slots after a job's last recorded one are due: none has a record to report.
+            won = self._acquire(backend, due, {})
             missed = [(job.name, slot) for job, plan in plans for slot in plan.missed]
             if missed:
                 for event in missed_events(missed, backend.skip_many(missed, "missed"), self.owner):
@@ -117,23 +118,6 @@ class Decider:
         records = [r for r in backend.reclaimable() if r.job in self.jobs]
         due = [(self.jobs[r.job], r.scheduled_for) for r in records]
         return self._acquire(backend, due, {r.id: r for r in records})
-
-    def _previous(
-        self,
-        backend: LeaseBackend,
-        due: Sequence[tuple[Job, datetime]],
-        recorded: Mapping[str, datetime | None],
-    ) -> dict[str, RunRecord]:
-        """The records of due runs that may exist already, to tell how a won one was won.
-
-        Only a tick that read a job's history (the first, or the first after an outage) can decide
-        a slot that has a record: then the store's reclaimable runs are read once.
-        """
-        if not any(
-            (last := recorded.get(job.name)) is not None and slot <= last for job, slot in due
-        ):
-            return {}
-        return {r.id: r for r in backend.reclaimable()}
 
     def _plan(self, job: Job, now: datetime, recorded: dict[str, datetime | None]) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed.

@@ -63,8 +63,9 @@ def _won_event(job: Job, run: Run, previous: RunRecord | None) -> Event:
                 *values, previous_owner=previous.owner or "", previous_attempt=previous.attempt
             )
         return RunRetried(*values, max_attempts=job.max_attempts)
-    # Running with an expired lease; or a record read too late to say (a race between the read
-    # and the acquire): a lease that was not ours and not pending expired, a takeover.
+    # Running with an expired lease. (A sweep reads each record before leasing it and a tick only
+    # decides slots that had no record, so ``previous`` is missing only in a race: a record
+    # written after it was read, whose lease expired before this acquire, a takeover too.)
     return RunTakenOver(
         *values,
         previous_owner=(previous.owner or "") if previous is not None else "",
