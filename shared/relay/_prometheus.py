@@ -162,15 +162,20 @@ class MetricSet:
 _sets: weakref.WeakSet[MetricSet] = weakref.WeakSet()
 _flushing = False
 _flushing_lock = threading.Lock()
+_hooked = False
 
 
 def _start_flushing() -> None:
-    """Start this process's flushing thread, once."""
-    global _flushing
+    """Start this process's flushing thread, once (and, the first time, the fork and exit hooks)."""
+    global _flushing, _hooked
     with _flushing_lock:
         if _flushing:
             return
         _flushing = True
+        if not _hooked:  # inherited by forked children, so registered once per program
+            _hooked = True
+            os.register_at_fork(after_in_child=_after_fork)
+            atexit.register(flush_all)
     threading.Thread(target=_flush_forever, name="relay-metrics", daemon=True).start()
 
 
@@ -191,10 +196,6 @@ def _after_fork() -> None:
     _flushing, _flushing_lock = False, threading.Lock()
     for metric_set in list(_sets):
         metric_set.forked()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-atexit.register(flush_all)
 
 
 class _Job:

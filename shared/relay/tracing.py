@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relay.errors import MissingDependency
 from relay.events import (
@@ -35,8 +35,10 @@ from relay.events import (
     RunTakenOver,
     RunWon,
 )
-from relay.metrics import Subscribable
 from relay.runs import Run, format_slot, run_from_headers, run_to_headers
+
+if TYPE_CHECKING:
+    from relay.metrics import Subscribable
 
 __all__ = [
     "TRACE_KEY",
