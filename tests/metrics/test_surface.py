@@ -30,3 +30,9 @@ def test_importing_them_imports_neither_prometheus_nor_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert loaded.stdout.strip() == "[]"
+
+
+def test_the_documented_targets_type_check() -> None:
+    mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the 'dev' extra")
+    stdout, stderr, status = mypy_api.run(["--strict", "tests/typing/metrics_targets.py"])
+    assert status == 0, stdout + stderr
