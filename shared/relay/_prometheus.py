@@ -64,7 +64,7 @@ def prometheus() -> Any:
     try:
         import prometheus_client
     except ImportError as exc:
-        raise MissingDependency("prometheus-client", "metrics") from exc
+        raise MissingDependency("prometheus-client", "metrics", needed_by="relay.metrics") from exc
     return prometheus_client
 
 

@@ -63,8 +63,8 @@ RunKey = tuple[str, int]
 def _otel() -> Any:
     try:
         from opentelemetry import context, propagate, trace
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependency("opentelemetry-api", "otel") from exc
+    except ImportError as exc:
+        raise MissingDependency("opentelemetry-api", "otel", needed_by="relay.tracing") from exc
     return context, propagate, trace
 
 

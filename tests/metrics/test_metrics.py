@@ -154,7 +154,8 @@ def test_without_prometheus_client_it_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, registry: CollectorRegistry
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(MissingDependency, match=r"relay-scheduler\[metrics\]"):
+    expected = r"relay.metrics needs the 'prometheus-client' package: .*relay-scheduler\[metrics\]"
+    with pytest.raises(MissingDependency, match=expected):
         metrics.instrument(EventBus(), registry)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from relay import tracing
+from relay.errors import MissingDependency
 from relay.events import (
     EventBus,
     FencedOff,
@@ -131,3 +133,9 @@ def test_a_run_whose_lease_was_lost_ends_its_span_and_leaves_no_context_behind(
     assert trace.get_current_span().get_span_context().span_id != span.context.span_id
     bus.emit(event(RunSucceeded, token=2))
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+def test_without_opentelemetry_it_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(MissingDependency, match=r"relay.tracing needs .*relay-scheduler\[otel\]"):
+        tracing.instrument(EventBus())
