@@ -50,6 +50,7 @@ from relay._prometheus import (
     DURATION_BUCKETS,
     START_DELAY_BUCKETS,
     MetricSet,
+    flush_all,
     prometheus,
 )
 from relay.events import Event
@@ -63,6 +64,7 @@ __all__ = [
     "START_DELAY_BUCKETS",
     "Instrumentation",
     "Subscribable",
+    "flush",
     "instrument",
     "multiprocess_registry",
     "serve",
@@ -114,6 +116,15 @@ class Instrumentation:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+
+
+def flush() -> None:
+    """Count every event this process has queued, now (it happens every second on its own).
+
+    For a process that ends without running ``atexit`` handlers, such as a Celery prefork child:
+    connect it to ``celery.signals.worker_process_shutdown``.
+    """
+    flush_all()
 
 
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, MetricSet] = weakref.WeakKeyDictionary()
@@ -178,6 +189,7 @@ def multiprocess_registry(path: str) -> CollectorRegistry:
 
     class _Pruning:
         def collect(self) -> Any:
+            flush_all()  # this process's own queued events, if it counts any
             for pid in _gauge_pids(path):
                 if not _alive(pid):
                     multiprocess.mark_process_dead(pid, path)
