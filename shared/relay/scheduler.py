@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 from relay.backends import open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Decider, Loop, Runner, Won
+from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.dispatching import Dispatcher
 from relay.errors import BackendUnavailable
 from relay.events import Event, EventBus
@@ -132,6 +132,7 @@ class Scheduler(Generic[BackendT]):
         self._workers = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
+        self._unstarted: list[threading.Thread] = []
         self._active: set[ActiveRun] = set()
         self._stopping = threading.Event()
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
@@ -241,7 +242,7 @@ class Scheduler(Generic[BackendT]):
 
         A store that cannot answer is reported (``StoreUnavailable``) and nothing is started.
         """
-        return [item.run for item in self.loop.step(self._dispatch, force=True).won]
+        return [item.run for item in self._step(force=True).won]
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until no run is in flight; ``False`` if some still are after ``timeout``."""
@@ -269,11 +270,22 @@ class Scheduler(Generic[BackendT]):
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            step = self.loop.step(self._dispatch)
-            self._stopping.wait(step.next_in)
+            self._stopping.wait(self._step().next_in)
+
+    def _step(self, force: bool = False) -> Step:
+        """One step of the engine's loop; the threads of the runs it dispatched start after it.
+
+        So each run's ``dispatched`` event comes before its thread reports ``started``.
+        """
+        step = self.loop.step(self._dispatch, force=force)
+        with self._lock:
+            unstarted, self._unstarted = self._unstarted, []
+        for thread in unstarted:
+            thread.start()
+        return step
 
     def _dispatch(self, won: Won) -> bool:
-        """Start a thread for ``won``; hand it back instead if the instance is stopping."""
+        """Give ``won`` a thread (started after the step); hand it back if the instance stops."""
         with self._lock:
             stopping = self._stopping.is_set()
             if not stopping:
@@ -281,10 +293,10 @@ class Scheduler(Generic[BackendT]):
                     target=self._execute, args=(won,), name=f"relay-{won.run.id}", daemon=True
                 )
                 self._threads.add(thread)
+                self._unstarted.append(thread)
         if stopping:
             self.runner.release(won.run)
             return False
-        thread.start()
         return True
 
     def _execute(self, won: Won) -> None:

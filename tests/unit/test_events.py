@@ -170,7 +170,8 @@ def test_a_dead_runners_run_is_reported_taken_over_by_the_sweep(
     store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "dead").tick()
-    runner(store, clock, Seen(), "dead:worker").begin(won.run)
+    # A runner that dies: its heartbeat thread never beats again.
+    Runner(store, owner="dead:worker", lease=30, heartbeat=3600, clock=clock).begin(won.run)
     clock.advance(31)
     decider(store, clock, seen, "backup").sweep()
     event = seen.one(RunTakenOver)

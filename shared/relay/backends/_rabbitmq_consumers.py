@@ -23,6 +23,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
 from relay.contract import ClaimBackend
+from relay.engine.looping import MAX_BACKOFF
 from relay.engine.running import Runner
 from relay.jobs import Job
 from relay.runs import HEADER, RunState, run_from_headers
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["JobConsumers"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
-MAX_BACKOFF = 30.0
 
 
 class _Session:
