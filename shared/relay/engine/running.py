@@ -98,15 +98,15 @@ class Runner:
         """
         backend = self.backend
         if not is_lease(backend):
-            return self._started(run, max_attempts or 1)
+            return self._started(ActiveRun(self, run, max_attempts or 1))
         try:
             started = backend.start(run.id, run.token, self.owner, self.lease)
         except LeaseLost as exc:
             ActiveRun(self, run, max_attempts).fenced_off("start", str(exc))
             return None
-        active = self._started(started, max_attempts)
-        active.start_heartbeat()
-        return active
+        active = ActiveRun(self, started, max_attempts)
+        active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
+        return self._started(active)
 
     def execute(
         self, run: Run, handler: Callable[[Run], Any], *, max_attempts: int = 0
@@ -118,8 +118,8 @@ class Runner:
         active = self.begin(run, max_attempts=max_attempts)
         return None if active is None else active.call(handler)
 
-    def _started(self, run: Run, max_attempts: int) -> ActiveRun:
-        active = ActiveRun(self, run, max_attempts)
+    def _started(self, active: ActiveRun) -> ActiveRun:
+        run = active.run
         delay = self.clock() - run.scheduled_for.timestamp()
         self.events.emit(RunStarted(*_values(run, self.owner), start_delay=delay))
         return active
