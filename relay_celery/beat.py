@@ -19,8 +19,9 @@ from relay.backends import Backend
 from relay.engine import Decider, Loop, Won
 from relay.errors import ConfigurationError
 from relay.jobs import Job, make_job
-from relay.runs import HEADER, run_to_headers
+from relay.runs import HEADER
 from relay.scheduler import default_owner
+from relay.tracing import message_headers
 from relay_celery.config import load_settings, open_checked
 from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
@@ -118,7 +119,7 @@ class RelayScheduler(Scheduler):
         entry = self.schedule[won.job.name]
         options = dict(entry.options or {})
         headers = dict(options.pop("headers", None) or {})
-        run_header = run_to_headers(won.run, max_attempts=won.job.max_attempts)
+        run_header = message_headers(won.run, max_attempts=won.job.max_attempts)
         headers.update({HEADER: run_header, "celery_beat_task": True})
         args = tuple(a() if isinstance(a, BeatLazyFunc) else a for a in entry.args or ())
         kwargs = {

@@ -33,6 +33,7 @@ from relay.health import InstanceHeartbeat
 from relay.retries import foreign_retries
 from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
 from relay.scheduler import default_owner
+from relay.tracing import run_from_message
 from relay_celery.config import (
     CelerySettings,
     load_settings,
@@ -187,7 +188,7 @@ class RunHooks:
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> Any:
             header = _header(task)
-            relay_run = run_from_headers(header)
+            relay_run = run_from_message(header)
             if relay_run is None:
                 return body(*args, **kwargs)
             return self.execute(relay_run, body, args, kwargs, max_attempts_from_headers(header))

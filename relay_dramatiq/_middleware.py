@@ -27,8 +27,9 @@ from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
 from relay.jobs import check_scheduler_options, check_tick
-from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers
 from relay.scheduler import default_owner
+from relay.tracing import run_from_message
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
 
@@ -163,7 +164,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""
         if HEADER not in message.options or message.failed:
             return
-        run = run_from_headers(message.options[HEADER])
+        run = run_from_message(message.options[HEADER])
         if run is None:
             log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
             raise SkipMessage("malformed Relay run option")

@@ -18,7 +18,8 @@ from relay.durations import Duration
 from relay.engine import Decider, Loop, Step, Won
 from relay.errors import ConfigurationError
 from relay.jobs import check_tick
-from relay.runs import HEADER, run_to_headers
+from relay.runs import HEADER
+from relay.tracing import message_headers
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic, require_worker_side
 
@@ -53,7 +54,7 @@ class _Group:
 
     def _enqueue(self, won: Won) -> bool:
         actor = self.actors[won.job.name].actor
-        header = run_to_headers(won.run, max_attempts=won.job.max_attempts)
+        header = message_headers(won.run, max_attempts=won.job.max_attempts)
         # max_retries=0: Relay retries a failed run itself, with a new token.
         options: dict[str, Any] = {HEADER: header, "max_retries": 0}
         actor.send_with_options(**options)
