@@ -8,8 +8,8 @@ local base, mode, limit = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = clock()
 trim(base, now, tonumber(ARGV[3]))
 if mode == 'last' then
-  local top = redis.call('ZREVRANGE', base .. 'slots', 0, 0, 'WITHSCORES')
-  return top[2] and {top[2]} or {}
+  local _, slot = newest_slot(base)
+  return slot and {slot} or {}
 end
 local members
 if mode == 'newest' then
