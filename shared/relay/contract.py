@@ -303,10 +303,12 @@ class LeaseBackend(Protocol):
         """
         ...
 
-    def backfill(self, job: str, slots: Sequence[datetime]) -> list[bool]:
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
         """Record each slot's run pending (reason ``backfill``) unless it has a record.
 
         A slot that already ran (or is running, or was skipped) is left as it is: ``False``.
+        With ``serial`` the runs are recorded ``buffered`` instead: each waits while another run
+        of the job holds a live lease, so they run one at a time.
         """
         ...
 

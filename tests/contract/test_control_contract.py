@@ -152,3 +152,12 @@ def test_prune_deletes_old_finished_runs_but_never_live_ones_or_the_latest(
 def _token_of(backend: LeaseBackend, index: int) -> tuple[str, int]:
     (found,) = [r for r in backend.runs(JOB) if r.scheduled_for == slot(index)]
     return found.id, found.token
+
+
+def test_a_serial_backfill_runs_one_run_at_a_time(backend: LeaseBackend) -> None:
+    assert backend.backfill(JOB, [slot(0), slot(1)], serial=True) == [True, True]
+    first, second = backend.acquire_many([req(0), req(1)])
+    assert first.outcome is Outcome.WON and first.run is not None
+    assert second.outcome is Outcome.BUFFERED
+    backend.finish(first.run.id, first.run.token, succeeded=True)
+    assert backend.acquire(req(1)).outcome is Outcome.WON

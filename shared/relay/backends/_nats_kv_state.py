@@ -258,13 +258,15 @@ class JobState:
                 self._insert(slot, RunFields("pending", reason="manual"))
         return self.runs[slot].record(self.job, slot)
 
-    def backfill(self, slots: list[int], archived: dict[int, RunFields]) -> list[bool]:
-        """Record each slot pending unless it has a record."""
+    def backfill(
+        self, slots: list[int], archived: dict[int, RunFields], reason: str = "backfill"
+    ) -> list[bool]:
+        """Record each slot pending (with ``reason``) unless it has a record."""
         created = []
         for slot in slots:
             new = slot not in self.runs and slot not in archived
             if new:
-                self._insert(slot, RunFields("pending", reason="backfill"))
+                self._insert(slot, RunFields("pending", reason=reason))
             created.append(new)
         return created
 

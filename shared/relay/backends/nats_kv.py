@@ -230,9 +230,10 @@ class NatsLeaseBackend:
     def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
         return self._call(self._step(job, [], lambda s, now, _: s.trigger(overlap_skip, now)))
 
-    def backfill(self, job: str, slots: Sequence[datetime]) -> list[bool]:
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
         keys = [slot_ms(slot) for slot in slots]
-        return self._call(self._step(job, keys, lambda s, _, old: s.backfill(keys, old)))
+        reason = "buffered" if serial else "backfill"
+        return self._call(self._step(job, keys, lambda s, _, old: s.backfill(keys, old, reason)))
 
     def prune(self, older_than: float, limit: int = 500) -> int:
         # Archived runs are finished and never a job's latest (its key keeps the newest): purge

@@ -276,10 +276,13 @@ class PostgresLeaseBackend:
         assert row is not None
         return _record(row)
 
-    def backfill(self, job: str, slots: Sequence[datetime]) -> list[bool]:
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
         ids = [run_id(job, slot) for slot in slots]
+        reason = "buffered" if serial else "backfill"
         with self._connection() as conn:
-            rows = conn.execute(self._queries["backfill"], (job, ids, list(slots))).fetchall()
+            rows = conn.execute(
+                self._queries["backfill"], (job, reason, ids, list(slots))
+            ).fetchall()
         created = {row[0] for row in rows}
         return [rid in created for rid in ids]
 

@@ -136,7 +136,7 @@ FROM {schema}.runs WHERE run_id = %s
 
 -- name: backfill
 INSERT INTO {schema}.runs (run_id, job, slot, state, reason, updated_at)
-SELECT r.run_id, %s, r.slot, 'pending', 'backfill', clock_timestamp()
+SELECT r.run_id, %s, r.slot, 'pending', %s, clock_timestamp()
 FROM unnest(%s::text[], %s::timestamptz[]) AS r (run_id, slot)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING run_id

@@ -293,10 +293,10 @@ class RedisLeaseBackend:
         (item,) = self._control(job, args)
         return _record(job, item)
 
-    def backfill(self, job: str, slots: Sequence[datetime]) -> list[bool]:
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
         if not slots:
             return []
-        args: list[Any] = ["backfill"]
+        args: list[Any] = ["backfill", "buffered" if serial else "backfill"]
         for slot in slots:
             args += [format_slot(slot), slot_ms(slot)]
         (created,) = self._control(job, args)

@@ -79,10 +79,10 @@ elseif op == 'trigger' then -- ARGV[3]: member, ARGV[4]: slot_ms, ARGV[5]: overl
     keep_indexes()
   end
   return record(member)
-elseif op == 'backfill' then -- ARGV[3..]: member, slot_ms, member, slot_ms, ...
+elseif op == 'backfill' then -- ARGV[3]: reason, ARGV[4..]: member, slot_ms, member, slot_ms, ...
   local created = {}
-  for i = 3, #ARGV, 2 do
-    table.insert(created, insert_pending(ARGV[i], tonumber(ARGV[i + 1]), 'backfill') and 1 or 0)
+  for i = 4, #ARGV, 2 do
+    table.insert(created, insert_pending(ARGV[i], tonumber(ARGV[i + 1]), ARGV[3]) and 1 or 0)
   end
   keep_indexes()
   return created

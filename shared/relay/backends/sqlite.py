@@ -326,13 +326,13 @@ class SQLiteLeaseBackend:
             row = conn.execute(f"SELECT {_COLUMNS} FROM relay_runs WHERE run_id = ?", (rid,))
             return _record(row.fetchone())
 
-    def backfill(self, job: str, slots: Sequence[datetime]) -> list[bool]:
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
         with self._write() as (conn, now_ms):
             created = [
                 conn.execute(
                     "INSERT INTO relay_runs (run_id, job, slot_ms, state, reason, updated_ms) "
-                    "VALUES (?, ?, ?, 'pending', 'backfill', ?) ON CONFLICT (run_id) DO NOTHING",
-                    (run_id(job, slot), job, slot_ms(slot), now_ms),
+                    "VALUES (?, ?, ?, 'pending', ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                    (run_id(job, slot), job, slot_ms(slot), _backfill_reason(serial), now_ms),
                 ).rowcount
                 == 1
                 for slot in slots
@@ -609,6 +609,10 @@ def _live_runs(conn: sqlite3.Connection, job: str, live: int) -> list[Any]:
 def _job_row_id(job: str) -> str:
     """The key of ``job``'s job row: just after its runs' ids (see sqlite.sql)."""
     return f"{job}@~"
+
+
+def _backfill_reason(serial: bool) -> str:
+    return BUFFERED if serial else "backfill"
 
 
 def _prune_range(conn: sqlite3.Connection, bounds: tuple[str, str], cutoff: int, limit: int) -> int:
