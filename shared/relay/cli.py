@@ -1,4 +1,6 @@
-"""The ``relay`` command: ``relay demo`` (the main job) and ``relay runs`` (status of a store)."""
+"""The ``relay`` command: ``relay demo`` (the main job), ``relay runs`` (status of a store) and
+the control commands of :mod:`relay.cli_control` (``jobs``, ``pause``, ``resume``, ``trigger``,
+``backfill``, ``prune``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relay.backends import open_backend
+from relay.cli_control import COMMANDS
 from relay.contract import is_lease
 from relay.errors import RelayError
 from relay.runs import RunRecord, format_slot
@@ -81,6 +84,10 @@ def runs_table(records: list[RunRecord], title: str = "Runs") -> Table:
 
 def _time(value: object) -> str:
     return "" if value is None else f"{value:%H:%M:%S.%f}"[:-3]
+
+
+for _command in COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":
