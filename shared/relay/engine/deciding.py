@@ -74,6 +74,8 @@ class Decider:
         """Finished runs older than this are pruned by :meth:`sweep` (``None``: never)."""
         self.jobs: dict[str, Job] = {}
         self._decided: dict[str, datetime] = {}
+        self.prune_every = PRUNE_EVERY
+        """Seconds between two prunes by this instance."""
         self._next_prune = 0.0
         self._registered = False
 
@@ -129,10 +131,10 @@ class Decider:
         return won
 
     def _prune(self, backend: LeaseBackend) -> None:
-        """Delete one batch of runs past ``retention``, at most every :data:`PRUNE_EVERY`."""
+        """Delete one batch of runs past ``retention``, at most every ``prune_every`` seconds."""
         if self.retention is None or time.monotonic() < self._next_prune:
             return
-        self._next_prune = time.monotonic() + PRUNE_EVERY
+        self._next_prune = time.monotonic() + self.prune_every
         pruned = backend.prune(self.retention, PRUNE_BATCH)
         if pruned:
             log.info("pruned %d runs finished more than %gs ago", pruned, self.retention)
