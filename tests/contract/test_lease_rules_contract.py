@@ -168,3 +168,35 @@ def test_every_rule_holds_through_acquire_and_acquire_many(backend: LeaseBackend
             (record,) = [r for r in backend.runs(f"{name}-{path}") if r.scheduled_for == _slot(0)]
             state = (record.state.value, record.attempt, record.failures, record.reason)
             assert state == after, (name, path)
+
+
+@pytest.mark.parametrize("path", ["one", "many"])
+def test_manual_and_pruned_runs_follow_the_same_rules(backend: LeaseBackend, path: str) -> None:
+    job = f"manual-{path}"
+
+    def acquire(request: AcquireRequest) -> Outcome:
+        if path == "one":
+            return backend.acquire(request).outcome
+        filler = AcquireRequest(f"filler-{job}", _slot(0), "decider", 30)
+        return backend.acquire_many([request, filler])[0].outcome
+
+    # manual: pending until leased, then held, fenced and finished like a slot's run.
+    triggered = backend.trigger(job)
+    manual = AcquireRequest(job, triggered.scheduled_for, "decider", 30, manual=True)
+    assert acquire(manual) is Outcome.WON
+    assert acquire(manual) is Outcome.HELD
+    (record,) = [r for r in backend.runs(job) if r.id == triggered.id]
+    backend.finish(record.id, record.token, succeeded=True)
+    assert acquire(manual) is Outcome.FINISHED
+    # pruned: a finished run past retention is forgotten, but never the job's latest slot.
+    for minute in (0, 1):
+        run = _lease(backend, job, minute)
+        backend.finish(run.id, run.token, succeeded=True)
+    time.sleep(0.3)
+    while backend.prune(0.1) > 0:
+        pass
+    assert [r.scheduled_for for r in backend.runs(job) if not r.id.startswith(f"{job}@m")] == [
+        _slot(1)
+    ]
+    assert backend.last_slot(job) == _slot(1)
+    assert acquire(AcquireRequest(job, _slot(1), "decider", 30)) is Outcome.FINISHED
