@@ -29,7 +29,7 @@ __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
 log = logging.getLogger("relay.celery.beat")
 
-RELAY_OPTIONS = frozenset({"overlap", "max_attempts", "catch_up", "stale_after"})
+RELAY_OPTIONS = frozenset({"overlap", "max_attempts", "catch_up", "stale_after", "jitter"})
 """Keys a ``beat_schedule`` entry may set under ``"relay"``."""
 MAX_BACKOFF = 30.0
 _HORIZON = timedelta(days=5 * 366)
