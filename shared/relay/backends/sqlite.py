@@ -341,17 +341,24 @@ class SQLiteLeaseBackend:
             return created
 
     def prune(self, older_than: float, limit: int = 500) -> int:
-        with self._write() as (conn, now_ms):
-            cutoff = now_ms - _ms(older_than)
-            jobs = [
-                row[0] for row in conn.execute("SELECT job FROM relay_runs WHERE state = 'job'")
+        # Look for work without the write lock, so acquires wait only for the ranges that have
+        # runs to delete, not for a look at every job.
+        cutoff = self._now_ms() - _ms(older_than)
+        with self._read() as conn:
+            jobs = conn.execute("SELECT job FROM relay_runs WHERE state = 'job'").fetchall()
+            ranges = [
+                bounds
+                for (job,) in jobs
+                for bounds in (_slot_range(job), _manual_range(job))
+                if _has_old_runs(conn, bounds, cutoff, limit)
             ]
-            deleted = 0
-            for job in jobs:
-                for bounds in (_slot_range(job), _manual_range(job)):
-                    if deleted < limit:
-                        deleted += _prune_range(conn, bounds, cutoff, limit - deleted)
-            return deleted
+        deleted = 0
+        for bounds in ranges:
+            if deleted >= limit:
+                break
+            with self._write() as (conn, _):
+                deleted += _prune_range(conn, bounds, cutoff, limit - deleted)
+        return deleted
 
     def close(self) -> None:
         with self._lock:
@@ -613,6 +620,21 @@ def _job_row_id(job: str) -> str:
 
 def _backfill_reason(serial: bool) -> str:
     return BUFFERED if serial else "backfill"
+
+
+def _has_old_runs(
+    conn: sqlite3.Connection, bounds: tuple[str, str], cutoff: int, limit: int
+) -> bool:
+    """Whether the ``limit`` oldest ids in ``bounds`` hold a run finished before ``cutoff``."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM (SELECT state, finished_ms FROM relay_runs WHERE run_id > ? "
+            "AND run_id < ? ORDER BY run_id LIMIT ?) WHERE state IN "
+            "('succeeded', 'failed', 'skipped') AND finished_ms < ? LIMIT 1",
+            (*bounds, limit, cutoff),
+        ).fetchone()
+        is not None
+    )
 
 
 def _prune_range(conn: sqlite3.Connection, bounds: tuple[str, str], cutoff: int, limit: int) -> int:
