@@ -1,22 +1,46 @@
-"""The ``relay`` command: ``relay demo`` (the main job), ``relay runs`` (status of a store) and
-the control commands of :mod:`relay.cli_control` (``jobs``, ``pause``, ``resume``, ``trigger``,
-``backfill``, ``prune``)."""
+"""The ``relay`` command: ``relay demo`` (the main job), the read-only views of a lease store
+(``relay runs``, ``relay instances`` and ``relay health``, a liveness or readiness probe), and the
+control commands of :mod:`relay.cli_control` (``jobs``, ``pause``, ``resume``, ``trigger``,
+``backfill``, ``prune``).
+
+Every command that only reads opens the store read-only (:func:`relay.open_backend` with
+``read_only=True``): a URL that names no store fails with exit status 1 and creates nothing.
+``--backend`` defaults to the ``RELAY_BACKEND`` environment variable.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from relay.backends import open_backend
 from relay.cli_control import COMMANDS
-from relay.contract import is_lease
+from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
+from relay.health import ROLES, InstanceInfo, is_alive
 from relay.runs import RunRecord, format_slot
 
-__all__ = ["main", "runs_table"]
+__all__ = ["instances_table", "main", "runs_table"]
+
+_backend_option = click.option(
+    "--backend",
+    "url",
+    envvar="RELAY_BACKEND",
+    show_envvar=True,
+    required=True,
+    help="Backend URL, e.g. sqlite:///relay.db (a lease backend).",
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON, not a table.")
 
 
 @click.group()
@@ -40,50 +64,156 @@ def demo(instances: int, duration: float, no_kill: bool) -> None:
 
 
 @main.command()
-@click.option("--backend", "url", required=True, help="Backend URL, e.g. sqlite:///relay.db")
-@click.option("--job", default=None, help="Only this job's runs.")
+@_backend_option
+@click.option("--job", default=None, help="Only this job's runs (exit 1 if it has none).")
 @click.option("--limit", default=30, show_default=True, help="How many runs to show.")
-def runs(url: str, job: str | None, limit: int) -> None:
-    """Recent runs with state, attempt, token, owner and times (lease backends)."""
+@_json_option
+def runs(url: str, job: str | None, limit: int, as_json: bool) -> None:
+    """Recent runs with state, attempt, token, owner, times and errors (read-only)."""
+    with _read_only(url) as backend:
+        records = backend.runs(job, limit)
+        if job is not None and not records:
+            raise click.ClickException(f"job {job!r} has no runs in {backend.name}")
+        if as_json:
+            click.echo(json.dumps([_plain(asdict(r)) for r in records], indent=2))
+        else:
+            _console().print(runs_table(records, title=f"Runs in {backend.name}"))
+
+
+@main.command()
+@_backend_option
+@_json_option
+def instances(url: str, as_json: bool) -> None:
+    """The schedulers and workers that recorded a heartbeat, and when (read-only)."""
+    with _read_only(url) as backend:
+        found, now = backend.instances(), backend.now()
+        if as_json:
+            rows = [{**_plain(asdict(i)), "alive": is_alive(i, now)} for i in found]
+            click.echo(json.dumps(rows, indent=2))
+        else:
+            title = f"Instances in {backend.name} at {_time(now)}"
+            _console().print(instances_table(found, now, title=title))
+
+
+@main.command()
+@_backend_option
+@click.option(
+    "--max-age",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds since the last beat that still count as alive "
+    "[default: 3 of the instance's own beat intervals].",
+)
+@click.option("--role", type=click.Choice(ROLES), default=None, help="Only instances of this role.")
+@click.option("--owner", default=None, help="Only the instance with this owner name.")
+@click.option("--host", default=None, help='Only instances on this host (e.g. "$HOSTNAME").')
+def health(
+    url: str, max_age: float | None, role: str | None, owner: str | None, host: str | None
+) -> None:
+    """Exit 0 if a matching instance beat recently, 1 if none did: a liveness/readiness probe."""
+    with _read_only(url) as backend:
+        found, now = backend.instances(), backend.now()
+    wanted = [
+        i
+        for i in found
+        if (role is None or i.role == role)
+        and (owner is None or i.owner == owner)
+        and (host is None or i.host == host)
+    ]
+    alive = [i for i in wanted if is_alive(i, now, max_age)]
+    for info in alive or wanted:
+        limit = max_age if max_age is not None else 3 * info.interval
+        verdict = "alive" if info in alive else "late"
+        click.echo(
+            f"{verdict}: {info.role} {info.owner} (pid {info.pid} on {info.host}) beat "
+            f"{_age(info, now):.1f}s ago (max age {limit:g}s)"
+        )
+    if not alive:
+        what = " ".join(
+            f"{k}={v}" for k, v in (("role", role), ("owner", owner), ("host", host)) if v
+        )
+        click.echo(
+            f"unhealthy: no instance{' with ' + what if what else ''} beat within its max age "
+            f"in {backend.name}" + ("" if wanted else " (none recorded)")
+        )
+        sys.exit(1)
+
+
+def runs_table(records: list[RunRecord], title: str = "Runs") -> Table:
+    """A terminal table of run records, newest first; times are full ISO 8601 with their zone."""
+    table = Table(title=title)
+    for column in ("job", "slot", "state", "attempt", "token", "owner", "started", "finished"):
+        table.add_column(column, no_wrap=column != "owner")
+    table.add_column("error", overflow="fold")
+    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "skipped": "dim"}
+    for r in records:
+        state = r.state.value + (f" ({r.reason})" if r.reason else "")
+        table.add_row(
+            escape(r.job),
+            format_slot(r.scheduled_for),
+            f"[{colours.get(r.state.value, 'cyan')}]{state}[/]",
+            str(r.attempt),
+            str(r.token or ""),
+            escape(r.owner or ""),
+            _time(r.started_at),
+            _time(r.finished_at),
+            escape(r.error or ""),
+        )
+    return table
+
+
+def instances_table(found: list[InstanceInfo], now: datetime, title: str = "Instances") -> Table:
+    """A terminal table of instances: who, where, since when, and how long since its last beat."""
+    table = Table(title=title)
+    for column in ("role", "owner", "host", "pid", "version", "started", "last beat", "age", ""):
+        table.add_column(column, no_wrap=True)
+    for i in found:
+        alive = is_alive(i, now)
+        table.add_row(
+            i.role, escape(i.owner), escape(i.host), str(i.pid), i.version, _time(i.started_at),
+            _time(i.beat_at), f"{_age(i, now):.1f}s",
+            "[green]alive[/]" if alive else f"[red]late[/] (beats every {i.interval:g}s)",
+        )  # fmt: skip
+    return table
+
+
+@contextmanager
+def _read_only(url: str) -> Iterator[LeaseBackend]:
+    """The lease store a URL names, opened read-only; any Relay error exits with status 1."""
     try:
-        backend = open_backend(url)
+        backend = open_backend(url, read_only=True)
     except RelayError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        if not is_lease(backend):
-            raise click.ClickException(
-                f"{backend.name} is a claim backend: it records only who won, not runs"
-            )
-        Console().print(runs_table(backend.runs(job, limit), title=f"Runs in {backend.name}"))
+        if not is_lease(backend):  # open_backend refuses them; this tells mypy
+            raise click.ClickException(f"{backend.name} is a claim backend: it records no runs")
+        yield backend
     except RelayError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         backend.close()
 
 
-def runs_table(records: list[RunRecord], title: str = "Runs") -> Table:
-    """A terminal table of run records, newest first."""
-    table = Table(title=title)
-    for column in ("job", "slot", "state", "attempt", "token", "owner", "started", "finished"):
-        table.add_column(column)
-    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "skipped": "dim"}
-    for r in records:
-        state = r.state.value + (f" ({r.reason})" if r.reason else "")
-        table.add_row(
-            r.job,
-            format_slot(r.scheduled_for),
-            f"[{colours.get(r.state.value, 'cyan')}]{state}[/]",
-            str(r.attempt),
-            str(r.token or ""),
-            r.owner or "",
-            _time(r.started_at),
-            _time(r.finished_at),
-        )
-    return table
+def _console() -> Console:
+    """A console that truncates nothing when its output goes to a pipe or a file."""
+    console = Console()
+    return console if console.is_terminal else Console(width=100_000)
 
 
-def _time(value: object) -> str:
-    return "" if value is None else f"{value:%H:%M:%S.%f}"[:-3]
+def _time(value: datetime | None) -> str:
+    return "" if value is None else value.isoformat(timespec="milliseconds")
+
+
+def _age(info: InstanceInfo, now: datetime) -> float:
+    return 0.0 if info.beat_at is None else (now - info.beat_at).total_seconds()
+
+
+def _plain(fields: dict[str, Any]) -> dict[str, Any]:
+    """A record's fields as JSON values: times as ISO 8601 with their zone, enums as strings."""
+    return {
+        key: value.isoformat() if isinstance(value, datetime) else getattr(value, "value", value)
+        for key, value in fields.items()
+    }
 
 
 for _command in COMMANDS:

@@ -35,14 +35,14 @@ def _backend_option(command: F) -> F:
 
 
 @contextmanager
-def _control(url: str | None) -> Iterator[Control]:
+def _control(url: str | None, *, read_only: bool = False) -> Iterator[Control]:
     """A :class:`Control` on ``url``; any Relay error becomes a one-line message and exit 1."""
     if not url:
         raise click.UsageError(
             "no backend: pass --backend URL or set RELAY_BACKEND, e.g. sqlite:///relay.db"
         )
     try:
-        with Control(url) as control:
+        with Control(url, read_only=read_only) as control:
             yield control
     except RelayError as exc:
         raise click.ClickException(str(exc)) from None
@@ -52,8 +52,10 @@ def _control(url: str | None) -> Iterator[Control]:
 @_backend_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job, for scripts.")
 def jobs(url: str | None, as_json: bool) -> None:
-    """Every job: schedule, time zone, next due, last run, live lease owner and expiry, pause."""
-    with _control(url) as control:
+    """Every job: schedule, time zone, next due, last run, live lease owner and expiry, pause.
+
+    Only reads: the store is opened read-only, and nothing is created."""
+    with _control(url, read_only=True) as control:
         statuses = control.jobs()
     if as_json:
         for status in statuses:

@@ -35,11 +35,14 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
-from relay.runs import Run, RunRecord, RunState, run_id
+from relay.runs import Run, RunRecord, RunState, check_slot, run_id
+
+if TYPE_CHECKING:  # relay.health builds on this module
+    from relay.health import InstanceInfo
 
 __all__ = [
     "AcquireRequest",
@@ -97,6 +100,9 @@ class AcquireRequest:
     def id(self) -> str:
         """The id of the run this request decides."""
         return run_id(self.job, self.slot, manual=self.manual)
+
+    def __post_init__(self) -> None:
+        check_slot(self.slot)  # a naive slot would name a different run on each host
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,20 @@ class LeaseBackend(Protocol):
 
     def now(self) -> datetime:
         """The store's clock: the one that decides expiry."""
+        ...
+
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        """Record a heartbeat of the instance ``info.owner``, replacing its previous record.
+
+        One upsert on the store's clock: the record's ``beat_at`` is the store's ``now`` and its
+        ``expires_at`` ``ttl`` seconds later (the ``beat_at`` and ``expires_at`` of ``info`` are
+        ignored). An expired record is gone for :meth:`instances`; stores that can expire keys
+        (Redis) or messages (NATS) let them, the others delete expired records here.
+        """
+        ...
+
+    def instances(self) -> list[InstanceInfo]:
+        """Every instance whose record has not expired, by role then owner. Writes nothing."""
         ...
 
     # -- the control plane: every instance obeys these at its next tick, no restart ---------

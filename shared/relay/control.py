@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from relay.backends import open_backend
+from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
@@ -59,14 +59,20 @@ class Control:
     """Operate the jobs of one store: ``Control("postgresql://…")`` or a backend object.
 
     A URL is opened here and closed by :meth:`close` (or ``with Control(url) as control:``); a
-    backend passed in stays the caller's.
+    backend passed in stays the caller's. ``read_only=True`` opens the URL for reading only
+    (:meth:`jobs` and :meth:`job` work; nothing is created, and a missing store raises
+    :class:`~relay.errors.StoreNotFound`).
     """
 
-    def __init__(self, backend: str | ClaimBackend | LeaseBackend) -> None:
-        self.backend: ClaimBackend | LeaseBackend = (
-            open_backend(backend) if isinstance(backend, str) else backend
-        )
+    def __init__(
+        self, backend: str | ClaimBackend | LeaseBackend, *, read_only: bool = False
+    ) -> None:
         self._owns = isinstance(backend, str)
+        if isinstance(backend, str):
+            # A claim URL is opened as it is, so each operation refuses it with UnsupportedOption.
+            read_only = read_only and capability_of(backend) == "lease"
+            backend = open_backend(backend, read_only=read_only)
+        self.backend: ClaimBackend | LeaseBackend = backend
 
     def __enter__(self) -> Control:
         return self

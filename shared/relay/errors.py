@@ -10,6 +10,7 @@
     │   └── MissingDependency       the backend's driver is not installed (names the extra)
     └── BackendError                the store misbehaved or refused
         ├── BackendUnavailable      the store cannot be reached, or refused our credentials
+        ├── StoreNotFound           a read-only open found no store where the URL points
         └── LeaseLost               the lease is no longer ours: a newer token exists,
                                     or the run already finished
 
@@ -29,6 +30,7 @@ __all__ = [
     "LeaseLost",
     "MissingDependency",
     "RelayError",
+    "StoreNotFound",
     "UnknownBackend",
     "UnsupportedOption",
 ]
@@ -80,6 +82,15 @@ class BackendError(RelayError):
 
 class BackendUnavailable(BackendError):
     """The store cannot be reached, or refused the connection; the message says what to check."""
+
+
+class StoreNotFound(BackendError):
+    """A read-only open found nothing where the URL points: no file, schema, key prefix or bucket.
+
+    Read-only commands (``relay runs``, ``relay instances``, ``relay health``) never create a
+    store, so a mistyped URL fails with this instead of creating an empty one. The message names
+    what was not found.
+    """
 
 
 class LeaseLost(BackendError):

@@ -18,6 +18,7 @@ import pytest
 
 from relay import AcquireRequest, LeaseBackend, LeaseLost, Outcome, RunState, open_backend
 from relay.fencing import SQLFence
+from relay.health import InstanceInfo
 from tests.support import procs
 from tests.support.tail_loss import lose_tail
 
@@ -401,6 +402,66 @@ def test_runner_frozen_past_its_lease_is_fenced_out(
     procs.finish(holder)
     assert SQLFence.sqlite(fence_db).read("report") == (result.run.token, "from the successor")
     assert state_of(backend, result.run.id) is RunState.RUNNING
+
+
+# -- instances' heartbeats ------------------------------------------------------------------
+
+
+def instance(owner: str, role: str = "scheduler", interval: float = 10.0) -> InstanceInfo:
+    started = datetime(2026, 11, 30, 8, 0, 0, 123000, tzinfo=UTC)
+    return InstanceInfo(owner, role, "host-1", 4242, started, "9.9.9", interval)
+
+
+def test_record_instance_lists_it_with_the_store_clock(backend: LeaseBackend) -> None:
+    before = backend.now()
+    backend.record_instance(instance("a:1", "scheduler", 2.5), ttl=600)
+    backend.record_instance(instance("b:2", "dramatiq-worker"), ttl=600)
+    after = backend.now()
+    found = backend.instances()
+    assert [(i.role, i.owner) for i in found] == [("dramatiq-worker", "b:2"), ("scheduler", "a:1")]
+    a = found[1]
+    assert (a.host, a.pid, a.version, a.interval) == ("host-1", 4242, "9.9.9", 2.5)
+    assert a.started_at == instance("a:1").started_at
+    assert a.beat_at is not None and a.expires_at is not None
+    assert before - timedelta(milliseconds=1) <= a.beat_at <= after + timedelta(milliseconds=1)
+    assert abs((a.expires_at - a.beat_at).total_seconds() - 600) < 0.01
+
+
+def test_record_instance_replaces_the_same_owners_record(backend: LeaseBackend) -> None:
+    backend.record_instance(instance("a:1", "beat"), ttl=600)
+    (first,) = backend.instances()
+    time.sleep(0.05)
+    backend.record_instance(instance("a:1", "worker"), ttl=600)
+    (second,) = backend.instances()
+    assert second.role == "worker"
+    assert first.beat_at is not None and second.beat_at is not None
+    assert second.beat_at > first.beat_at
+
+
+def test_an_instance_that_stops_beating_expires(backend: LeaseBackend) -> None:
+    backend.record_instance(instance("gone:1"), ttl=1.0)
+    backend.record_instance(instance("here:2"), ttl=600)
+    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
+    time.sleep(1.3)
+    assert [i.owner for i in backend.instances()] == ["here:2"]
+    backend.record_instance(instance("here:2"), ttl=600)  # another's beat does not revive it
+    assert [i.owner for i in backend.instances()] == ["here:2"]
+    backend.record_instance(instance("gone:1"), ttl=600)  # its own beat does
+    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
+
+
+def test_a_read_only_open_reads_instances_and_runs(lease_url: str, backend: LeaseBackend) -> None:
+    backend.record_instance(instance("a:1"), ttl=600)
+    run = lease_run(backend)
+    backend.finish(run.id, run.token, succeeded=False, error="ValueError: boom")
+    reader = open_backend(lease_url, read_only=True)
+    try:
+        assert reader.capability == "lease"
+        assert [i.owner for i in reader.instances()] == ["a:1"]
+        (record,) = reader.runs(JOB)
+        assert (record.id, record.error) == (run.id, "ValueError: boom")
+    finally:
+        reader.close()
 
 
 def _ms(index: int) -> int:

@@ -147,3 +147,4 @@ def nats_kv_lease(tmp_path: Path) -> Iterator[str]:
         yield f"{base}?bucket={bucket}"
     finally:
         delete_bucket(base, bucket)
+        delete_bucket(base, f"{bucket}-instances")  # made by the first instance heartbeat

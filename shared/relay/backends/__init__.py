@@ -21,14 +21,15 @@ Drivers are imported only when a backend of theirs is opened; a missing one rais
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, TypeAlias
 
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
-from relay.errors import MissingDependency, UnknownBackend
+from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
-__all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
+__all__ = ["LEASE_BACKENDS", "Backend", "one_host_warning", "open_backend"]
 
 Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 
@@ -57,8 +58,35 @@ _ALIASES = {
 _DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
 
 
-def open_backend(url: str, **options: Any) -> Backend:
-    """Open the backend a URL names; ``options`` go to its ``from_url`` (e.g. an injected clock)."""
+def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
+    """Open the backend a URL names; ``options`` go to its ``from_url`` (e.g. an injected clock).
+
+    ``read_only=True`` opens a lease store for reading only, as every command that only reads
+    does: nothing is created or migrated, and a store that does not exist (no file, schema, key
+    prefix or bucket) raises :class:`~relay.errors.StoreNotFound` naming what was not found. Claim
+    stores keep nothing to read: they are refused with a ``ConfigurationError``.
+    """
+    factory = _factory(url)
+    _check_options(factory, options)
+    if read_only:
+        if factory.capability != "lease":
+            raise ConfigurationError(
+                f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
+                "no runs or instances to read; read-only commands need a lease backend "
+                "(sqlite, postgresql, redis, nats)"
+            )
+        options["read_only"] = True
+    backend: Backend = factory.from_url(url, **options)
+    return backend
+
+
+def capability_of(url: str) -> str:
+    """``"claim"`` or ``"lease"``: the kind of backend a URL names, without opening it."""
+    return str(_factory(url).capability)
+
+
+def _factory(url: str) -> Any:
+    """The backend class a URL names (its driver imported, or ``MissingDependency``)."""
     parsed = BackendURL(url)
     scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
     strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
@@ -72,9 +100,39 @@ def open_backend(url: str, **options: Any) -> Backend:
         importlib.import_module(driver)
     except ImportError:
         raise MissingDependency(driver, extra) from None
-    module = importlib.import_module(f"relay.backends.{module_name}")
-    backend: Backend = getattr(module, class_name).from_url(url, **options)
-    return backend
+    return getattr(importlib.import_module(f"relay.backends.{module_name}"), class_name)
+
+
+def _check_options(cls: type, options: dict[str, Any]) -> None:
+    """Refuse keyword options the backend's constructor does not take, naming those it does."""
+    if not options:
+        return
+    parameters = inspect.signature(cls).parameters
+    accepted = {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigurationError(
+            f"{cls.__name__} takes no option(s) {', '.join(unknown)}; "
+            f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+        )
+
+
+def one_host_warning(backend: Backend) -> str | None:
+    """A warning for a store that only processes on one host can share (SQLite), else ``None``.
+
+    Task-queue integrations run on many hosts: each host would decide on a file of its own and
+    publish every run again, so they log this once when they start on such a store.
+    """
+    from relay.backends.sqlite import SQLiteLeaseBackend
+    from relay.backends.sqlite_claim import SQLiteClaimBackend
+
+    if not isinstance(backend, SQLiteLeaseBackend | SQLiteClaimBackend):
+        return None
+    return (
+        f"{backend.name} serves one host only: processes on other hosts would each decide on "
+        "a file of their own and run every run again. Across hosts, use PostgreSQL, Redis or "
+        "NATS (the backend setting)"
+    )
 
 
 def _unknown_message(raw_scheme: str, scheme: str, strategy: str) -> str:

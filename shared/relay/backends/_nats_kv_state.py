@@ -78,6 +78,7 @@ class RunFields:
             state=self.run_state, attempt=self.attempt, failures=self.failures, token=self.token,
             owner=self.owner, reason=self.reason, expires_at=_time(self.expires_ms),
             started_at=_time(self.started_ms), finished_at=_time(self.finished_ms),
+            error=self.error,
         )  # fmt: skip
 
 

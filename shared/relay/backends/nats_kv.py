@@ -36,10 +36,26 @@ from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, RelayError
-from relay.runs import Run, RunRecord, RunState, from_ms, is_manual, parse_run_id, slot_ms
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    RelayError,
+    StoreNotFound,
+)
+from relay.health import InstanceInfo
+from relay.runs import (
+    Run,
+    RunRecord,
+    RunState,
+    check_slots,
+    from_ms,
+    is_manual,
+    parse_run_id,
+    slot_ms,
+)
 
-__all__ = ["MIN_SERVER_VERSION", "NatsLeaseBackend"]
+__all__ = ["INSTANCES_MAX_AGE", "MIN_SERVER_VERSION", "NatsLeaseBackend"]
 
 log = logging.getLogger("relay.backends.nats")
 T = TypeVar("T")
@@ -47,6 +63,8 @@ T = TypeVar("T")
 MIN_SERVER_VERSION = (2, 10, 0)
 """The oldest server whose stream info reports its clock (``ts``)."""
 CAS_TRIES = 64
+INSTANCES_MAX_AGE = 86400.0
+"""Seconds the server keeps an instance's last heartbeat (its bucket's ``max_age``)."""
 _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
 _BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -59,7 +77,13 @@ class NatsLeaseBackend:
 
     URL options: ``bucket`` (default ``relay``), ``storage`` (``file``, the default, or
     ``memory``), ``replicas`` (default 1), ``history`` (revisions kept per key, default 5) and
-    ``timeout`` (seconds per request, default 5). The bucket is created if missing.
+    ``timeout`` (seconds per request, default 5). The bucket is created if missing, unless
+    ``read_only``: then a missing bucket raises :class:`~relay.errors.StoreNotFound`.
+
+    Instances' heartbeats live in a second bucket, ``<bucket>-instances``, one key per instance,
+    created by the first heartbeat. Each record is read as expired past its own ``ttl``; the
+    server drops it :data:`INSTANCES_MAX_AGE` after its last write (or the first heartbeat's ttl,
+    if longer), as NATS before 2.11 cannot expire one message sooner than its bucket's others.
     """
 
     capability: Literal["lease"] = "lease"
@@ -73,16 +97,19 @@ class NatsLeaseBackend:
         replicas: int = 1,
         history: int = 5,
         timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         self._where = BackendURL(servers).redacted()
         self.bucket = bucket
         self._stream = f"KV_{bucket}"
         self._prefix = f"$KV.{bucket}."
+        self._instances = f"{bucket}-instances"
+        self._storage, self._replicas = storage, replicas
         self._timeout = timeout
         self._loop = LoopThread(f"relay-nats-{bucket}")
         try:
             self._nc, self._js = self._call(
-                self._open(servers, storage, replicas, history), timeout * 3
+                self._open(servers, storage, replicas, history, read_only), timeout * 3
             )
         except BaseException:
             self._loop.close()
@@ -173,6 +200,7 @@ class NatsLeaseBackend:
         )
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         return [self.skip(job, slot, reason) for job, slot in runs]
 
     def last_slot(self, job: str) -> datetime | None:
@@ -206,6 +234,12 @@ class NatsLeaseBackend:
 
     def now(self) -> datetime:
         return from_ms(self._call(self._now_ms()))
+
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        self._call(self._record_instance(info, ttl))
+
+    def instances(self) -> list[InstanceInfo]:
+        return self._call(self._read_instances())
 
     # -- the control plane -------------------------------------------------------------------
 
@@ -341,6 +375,53 @@ class NatsLeaseBackend:
             raise BackendUnavailable(f"NATS at {self._where} does not report its clock: {_OLD}")
         return _parse_ts(info["ts"])
 
+    # -- instances ---------------------------------------------------------------------------
+
+    async def _record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        now_ms = await self._now_ms()
+        value = {
+            "role": info.role, "host": info.host, "pid": info.pid,
+            "started_ms": slot_ms(info.started_at), "version": info.version,
+            "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + round(ttl * 1000),
+        }  # fmt: skip
+        subject = f"$KV.{self._instances}.{_encode(info.owner)}"
+        try:
+            await self._js.publish(subject, json.dumps(value).encode())
+        except nats.js.errors.NoStreamResponseError:  # the first heartbeat: create the bucket
+            await self._create_instances_bucket(ttl)
+            await self._js.publish(subject, json.dumps(value).encode())
+
+    async def _create_instances_bucket(self, ttl: float) -> None:
+        try:
+            await self._js.create_key_value(
+                bucket=self._instances, history=1, ttl=max(ttl, INSTANCES_MAX_AGE),
+                replicas=self._replicas,
+                storage=api.StorageType(self._storage), direct=False,
+                description="Relay instances' heartbeats",
+            )  # fmt: skip
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != _STREAM_NAME_IN_USE:  # else: another instance was first
+                raise
+
+    async def _read_instances(self) -> list[InstanceInfo]:
+        stream = f"KV_{self._instances}"
+        try:
+            info = await self._js.stream_info(stream, subjects_filter=">")
+        except nats.js.errors.NotFoundError:
+            return []  # no instance has recorded a heartbeat yet
+        now_ms = await self._now_ms()
+        found = []
+        for subject in info.state.subjects or {}:
+            try:
+                msg = await self._js.get_msg(stream, subject=subject, direct=False)
+            except nats.js.errors.NotFoundError:
+                continue  # expired since the listing
+            if msg.data and not (msg.headers and msg.headers.get(_KV_OPERATION)):
+                fields = json.loads(msg.data)
+                if fields["expires_ms"] > now_ms:
+                    found.append(_instance(_decode(subject.rsplit(".", 1)[1]), fields))
+        return sorted(found, key=lambda i: (i.role, i.owner))
+
     # -- listing -----------------------------------------------------------------------------
 
     async def _all_jobs(self) -> list[JobState]:
@@ -388,7 +469,7 @@ class NatsLeaseBackend:
     # -- connecting --------------------------------------------------------------------------
 
     async def _open(
-        self, servers: str, storage: str, replicas: int, history: int
+        self, servers: str, storage: str, replicas: int, history: int, read_only: bool
     ) -> tuple[Client, JetStreamContext]:
         nc = await self._connect(servers)
         try:
@@ -399,7 +480,10 @@ class NatsLeaseBackend:
                     "server, or use nats://…?strategy=dedup (claim only) or another lease backend"
                 )
             js = nc.jetstream(timeout=self._timeout)
-            await self._ensure_bucket(js, storage, replicas, history)
+            if read_only:
+                await self._check_bucket(js)
+            else:
+                await self._ensure_bucket(js, storage, replicas, history)
         except BaseException:
             await nc.close()
             raise
@@ -435,6 +519,15 @@ class NatsLeaseBackend:
                 "up and the URL's host, port and credentials"
             ) from exc
         return nc
+
+    async def _check_bucket(self, js: JetStreamContext) -> None:
+        try:
+            await js.stream_info(self._stream)
+        except nats.js.errors.NotFoundError:
+            raise StoreNotFound(
+                f"KV bucket {self.bucket!r} does not exist on NATS at {self._where}; check "
+                "?bucket= in the URL (read-only commands never create it)"
+            ) from None
 
     async def _ensure_bucket(
         self, js: JetStreamContext, storage: str, replicas: int, history: int
@@ -495,9 +588,21 @@ def _encode(job: str) -> str:
     return base64.urlsafe_b64encode(job.encode()).decode().rstrip("=")
 
 
-def _job_of(key: str) -> str:
-    token = key.split(".")[1]
+def _decode(token: str) -> str:
     return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+
+
+def _job_of(key: str) -> str:
+    return _decode(key.split(".")[1])
+
+
+def _instance(owner: str, fields: dict[str, Any]) -> InstanceInfo:
+    return InstanceInfo(
+        owner=owner, role=fields["role"], host=fields["host"], pid=int(fields["pid"]),
+        started_at=from_ms(int(fields["started_ms"])), version=fields["version"],
+        interval=float(fields["interval"]), beat_at=from_ms(int(fields["beat_ms"])),
+        expires_at=from_ms(int(fields["expires_ms"])),
+    )  # fmt: skip
 
 
 def _job_key(job: str) -> str:

@@ -29,8 +29,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
-from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.health import InstanceInfo
+from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
@@ -69,6 +70,9 @@ class PostgresLeaseBackend:
     each), ``pool_max`` (connections per process, default 5), ``pool_timeout`` (seconds to wait for
     a connection before ``BackendUnavailable``, default 5), and any libpq parameter such as
     ``sslmode``, ``connect_timeout`` (default 10) or ``application_name``.
+
+    ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
+    no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
     """
 
     capability: Literal["lease"] = "lease"
@@ -81,11 +85,14 @@ class PostgresLeaseBackend:
         pool_max: int = 5,
         pool_timeout: float = 5.0,
         display: str | None = None,
+        read_only: bool = False,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
         self._timeout = pool_timeout
-        self._queries = _ensure_schema(conninfo, self.schema, self._display)
+        self._queries, self._version = _ensure_schema(
+            conninfo, self.schema, self._display, read_only
+        )
         self._closed = threading.Event()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
@@ -202,6 +209,7 @@ class PostgresLeaseBackend:
         return self.skip_many([(job, slot)], reason)[0]
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         # In job order, as acquire_many takes jobs' rows, so that the two never deadlock.
@@ -243,6 +251,22 @@ class PostgresLeaseBackend:
             value = conn.execute(self._queries["now"]).fetchone()[0]  # type: ignore[index]
         return value.astimezone(UTC)  # type: ignore[no-any-return]
 
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        params = {
+            "owner": info.owner, "role": info.role, "host": info.host, "pid": info.pid,
+            "started_at": info.started_at, "version": info.version,
+            "interval": float(info.interval), "ttl": float(ttl),
+        }  # fmt: skip
+        with self._connection() as conn:
+            conn.execute(self._queries["record_instance"], params)
+
+    def instances(self) -> list[InstanceInfo]:
+        if self._version < 4:  # read-only on a schema no scheduler of this version opened yet
+            return []
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["instances"]).fetchall()
+        return [_instance(*row) for row in rows]
+
     # -- the control plane -------------------------------------------------------------------
 
     def register_jobs(self, specs: dict[str, str]) -> None:
@@ -251,6 +275,10 @@ class PostgresLeaseBackend:
             conn.execute(self._queries["register_jobs"], (names, [specs[n] for n in names]))
 
     def jobs(self) -> list[JobInfo]:
+        if self._version < 5:  # read-only on a schema no scheduler of this version opened yet
+            with self._connection() as conn:
+                names = conn.execute(self._queries["job_names"]).fetchall()
+            return [JobInfo(name, None) for (name,) in names]
         with self._connection() as conn:
             rows = conn.execute(self._queries["jobs"]).fetchall()
         return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
@@ -337,20 +365,28 @@ class PostgresLeaseBackend:
         return f"run {run_id} changed while we looked; token {token} is not ours to use"
 
 
-def _ensure_schema(conninfo: str, schema: str, display: str) -> dict[str, str]:
-    """Create or migrate the schema once, on a direct connection; return the formatted queries.
+def _ensure_schema(
+    conninfo: str, schema: str, display: str, read_only: bool
+) -> tuple[dict[str, str], int]:
+    """Create or migrate the schema once, on a direct connection; the queries and the version.
 
     A direct connection (not the pool) so that a refused login surfaces as its real cause.
+    ``read_only`` checks that the schema exists and changes nothing.
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
             name = sql.Identifier(schema)
-            if _installed_version(conn, schema) != SCHEMA_VERSION:
+            version = _installed_version(conn, schema)
+            if read_only:
+                _check_readable(conn, schema, display, version)
+            elif version != SCHEMA_VERSION:
                 _migrate(conn, schema, name)
-            return {
+                version = SCHEMA_VERSION
+            queries = {
                 key: sql.SQL(text).format(schema=name).as_string(conn)
                 for key, text in _QUERIES.items()
             }
+            return queries, version
     except psycopg.OperationalError as exc:
         raise _connect_error(exc, display) from exc
     except psycopg.Error as exc:
@@ -359,6 +395,22 @@ def _ensure_schema(conninfo: str, schema: str, display: str) -> dict[str, str]:
             "the user needs the CREATE privilege on the database the first time (or create the "
             "schema once as its owner)"
         ) from exc
+
+
+def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, version: int) -> None:
+    """Refuse a schema that is missing, holds no Relay tables or is newer than this Relay."""
+    if version == 0:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        what = "holds no Relay tables" if found.fetchone() else "does not exist"
+        raise StoreNotFound(
+            f"schema {schema!r} {what} on {display}; check ?schema= in the URL "
+            "(read-only commands never create it)"
+        )
+    if version > SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"schema {schema!r} has version {version}, made by a newer Relay than this one "
+            f"(version {SCHEMA_VERSION}); upgrade Relay"
+        )
 
 
 def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int:
@@ -475,13 +527,34 @@ def _result(
 
 
 def _record(row: Sequence[Any]) -> RunRecord:
-    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = row
+    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = (
+        row[:12]
+    )
     return RunRecord(
         id=rid, job=job, scheduled_for=slot.astimezone(UTC), state=RunState(state),
         attempt=attempt, failures=failures, token=token, owner=owner, reason=reason,
         expires_at=_utc(expires), started_at=_utc(started), finished_at=_utc(finished),
+        error=row[12],
     )  # fmt: skip
 
 
 def _utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
+
+
+def _instance(
+    owner: str,
+    role: str,
+    host: str,
+    pid: int,
+    started: datetime,
+    version: str,
+    interval: float,
+    beat: datetime,
+    expires: datetime,
+) -> InstanceInfo:
+    return InstanceInfo(
+        owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
+        version=version, interval=interval, beat_at=beat.astimezone(UTC),
+        expires_at=expires.astimezone(UTC),
+    )  # fmt: skip

@@ -378,6 +378,21 @@ DROP TRIGGER IF EXISTS floor_token ON {schema}.jobs;
 CREATE TRIGGER floor_token BEFORE INSERT OR UPDATE OF token ON {schema}.jobs
 FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
 
+-- version 4
+-- Each instance's own heartbeat (relay instances, relay health): one row per owner, upserted every
+-- few seconds, deleted once expired.
+CREATE TABLE IF NOT EXISTS {schema}.instances (
+    owner         text COLLATE "C" PRIMARY KEY,
+    role          text NOT NULL,
+    host          text NOT NULL,
+    pid           integer NOT NULL,
+    started_at    timestamptz NOT NULL,   -- the instance's own clock
+    version       text NOT NULL,          -- Relay's version
+    beat_interval float8 NOT NULL,        -- seconds between its beats
+    beat_at       timestamptz NOT NULL,   -- the server's clock, as every time below
+    expires_at    timestamptz NOT NULL
+);
+
 -- version 5
 -- The control plane. A job's row holds the definition its schedulers registered and, while it is
 -- paused, when, by whom and why. acquire_many and acquire_one take p_buffer (overlap buffer_one)

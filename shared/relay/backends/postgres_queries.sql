@@ -66,7 +66,7 @@ FROM unnest(%s::text[]) AS name
 
 -- name: reclaimable
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at
+       started_at, finished_at, error
 FROM {schema}.runs
 WHERE state IN ('pending', 'running')
   AND (state = 'pending' OR expires_at <= clock_timestamp())
@@ -75,12 +75,12 @@ LIMIT %s
 
 -- name: runs_of_job
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at
+       started_at, finished_at, error
 FROM {schema}.runs WHERE job = %s ORDER BY slot DESC, run_id LIMIT %s
 
 -- name: runs
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at
+       started_at, finished_at, error
 FROM {schema}.runs ORDER BY slot DESC, run_id LIMIT %s
 
 -- name: now
@@ -91,6 +91,9 @@ INSERT INTO {schema}.jobs AS j (name, token, spec)
 SELECT name, 0, spec FROM unnest(%s::text[], %s::text[]) AS r (name, spec)
 ORDER BY name
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
+
+-- name: job_names
+SELECT name FROM {schema}.jobs ORDER BY name
 
 -- name: jobs
 SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs ORDER BY name
@@ -131,7 +134,7 @@ ON CONFLICT (run_id) DO NOTHING
 
 -- name: run
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at
+       started_at, finished_at, error
 FROM {schema}.runs WHERE run_id = %s
 
 -- name: backfill
@@ -159,3 +162,19 @@ DELETE FROM {schema}.runs WHERE run_id IN (
     ) AS o
     LIMIT %(limit)s
 )
+-- name: record_instance
+-- An instance's heartbeat, on the server's clock; expired records of any instance go on the way.
+WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())
+INSERT INTO {schema}.instances
+    (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at)
+VALUES (%(owner)s, %(role)s, %(host)s, %(pid)s, %(started_at)s, %(version)s, %(interval)s,
+        clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second')
+ON CONFLICT (owner) DO UPDATE SET
+    role = excluded.role, host = excluded.host, pid = excluded.pid,
+    started_at = excluded.started_at, version = excluded.version,
+    beat_interval = excluded.beat_interval, beat_at = excluded.beat_at,
+    expires_at = excluded.expires_at
+
+-- name: instances
+SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at
+FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner

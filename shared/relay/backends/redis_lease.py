@@ -14,6 +14,8 @@ last write (default 7 days), and the indexes drop them then.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -35,11 +37,13 @@ from redis.retry import Retry
 
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.health import InstanceInfo
 from relay.runs import (
     Run,
     RunRecord,
     RunState,
+    check_slots,
     format_slot,
     from_ms,
     parse_run_id,
@@ -60,7 +64,9 @@ _DRIVER_OPTIONS = (
     "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_min_version",
 )  # fmt: skip
 _SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
-_STEPS = ("acquire", "start", "heartbeat", "finish", "release", "skip", "read", "control")
+_STEPS = (
+    "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
+)  # fmt: skip
 
 
 def _script_text(step: str) -> str:
@@ -77,6 +83,9 @@ class RedisLeaseBackend:
 
     ``client`` is a redis-py client made with ``decode_responses=True``; ``jobs_per_call`` is how
     many jobs one acquire script decides (1 on Redis Cluster). :meth:`from_url` builds both.
+
+    ``read_only`` writes no key (loading the scripts writes none): a prefix under which no key
+    exists raises :class:`~relay.errors.StoreNotFound`, and reads leave expired index entries be.
     """
 
     capability: Literal["lease"] = "lease"
@@ -89,6 +98,7 @@ class RedisLeaseBackend:
         retention: float = DEFAULT_RETENTION,
         description: str = "Redis",
         jobs_per_call: int = 50,
+        read_only: bool = False,
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
@@ -110,8 +120,12 @@ class RedisLeaseBackend:
         self._scripts: dict[str, Script] = {
             step: client.register_script(text) for step, text in _SCRIPTS.items()
         }
+        self._read_tail: tuple[Any, ...] = (self.retention_ms, "ro" if read_only else "rw")
+        """The read script's last arguments: retention, and whether it may trim indexes."""
         with self._errors():
             self._load_scripts()
+            if read_only:
+                self._check_exists()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisLeaseBackend:
@@ -218,6 +232,7 @@ class RedisLeaseBackend:
         return self.skip_many([(job, slot)], reason)[0]
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         calls = [
@@ -231,7 +246,7 @@ class RedisLeaseBackend:
         return self.last_slots([job])[job]
 
     def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
-        calls = [([self._base(job)], ["last", 1, self.retention_ms]) for job in jobs]
+        calls = [([self._base(job)], ["last", 1, *self._read_tail]) for job in jobs]
         replies = self._call_many("read", calls) if calls else []
         return {
             job: from_ms(int(float(reply[0]))) if reply else None
@@ -247,7 +262,7 @@ class RedisLeaseBackend:
             records = self._read_all("newest", limit)
         else:
             (reply,) = self._call_many(
-                "read", [([self._base(job)], ["newest", limit, self.retention_ms])]
+                "read", [([self._base(job)], ["newest", limit, *self._read_tail])]
             )
             records = [_record(job, item) for item in reply]
         records.sort(key=lambda r: (-slot_ms(r.scheduled_for), r.id))
@@ -257,6 +272,27 @@ class RedisLeaseBackend:
         with self._errors():
             seconds, micros = self._redis.time()
         return from_ms(seconds * 1000 + micros // 1000)
+
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        fields = {
+            "role": info.role, "host": info.host, "pid": info.pid,
+            "started_ms": slot_ms(info.started_at), "version": info.version,
+            "interval": info.interval,
+        }  # fmt: skip
+        args: list[Any] = [info.owner, json.dumps(fields), _ms(ttl)]
+        with self._errors():
+            self._scripts["instance"]([self._instances_key()], args)
+
+    def instances(self) -> list[InstanceInfo]:
+        with self._errors():
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.time()
+            pipe.hgetall(self._instances_key())
+            (seconds, micros), found = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+        records = [_instance(owner, json.loads(value)) for owner, value in found.items()]
+        alive = [r for r in records if r.expires_at is not None and slot_ms(r.expires_at) > now_ms]
+        return sorted(alive, key=lambda r: (r.role, r.owner))
 
     # -- the control plane -------------------------------------------------------------------
 
@@ -348,6 +384,21 @@ class RedisLeaseBackend:
     def _jobs_key(self) -> str:
         return f"{self.prefix}jobs"
 
+    def _instances_key(self) -> str:
+        return f"{self.prefix}instances"
+
+    def _check_exists(self) -> None:
+        """Refuse a prefix under which the server holds no key (a read-only open)."""
+        for key in (self._jobs_key(), self._instances_key()):
+            if self._redis.exists(key):
+                return
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*"
+        if next(iter(self._redis.scan_iter(match=pattern, count=1000)), None) is None:
+            raise StoreNotFound(
+                f"{self.name} holds no key with prefix {self.prefix!r}; check ?prefix= and the "
+                "database number in the URL"
+            )
+
     def _list_again(self, jobs: list[str]) -> None:
         """Add back to the set of job names jobs this process listed but the server did not know.
 
@@ -378,7 +429,7 @@ class RedisLeaseBackend:
         with self._errors():
             jobs = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
         replies = self._call_many(
-            "read", [([self._base(job)], [mode, limit, self.retention_ms]) for job in jobs]
+            "read", [([self._base(job)], [mode, limit, *self._read_tail]) for job in jobs]
         )
         return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
 
@@ -566,6 +617,15 @@ def _raise_if_lost(run_id: str, token: int, reply: list[Any]) -> None:
     raise LeaseLost(f"run {run_id} is {reply[2]}, no longer running")
 
 
+def _instance(owner: str, fields: dict[str, Any]) -> InstanceInfo:
+    return InstanceInfo(
+        owner=owner, role=fields["role"], host=fields["host"], pid=int(fields["pid"]),
+        started_at=from_ms(int(fields["started_ms"])), version=fields["version"],
+        interval=float(fields["interval"]), beat_at=from_ms(int(fields["beat_ms"])),
+        expires_at=from_ms(int(fields["expires_ms"])),
+    )  # fmt: skip
+
+
 def _record(job: str, item: list[Any]) -> RunRecord:
     member, score, *flat = item
     fields = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -580,5 +640,5 @@ def _record(job: str, item: list[Any]) -> RunRecord:
         failures=int(fields.get("failures", 0)), token=int(fields.get("token", 0)),
         owner=fields.get("owner") or None, reason=fields.get("reason") or None,
         expires_at=moment("expires_ms"), started_at=moment("started_ms"),
-        finished_at=moment("finished_ms"),
+        finished_at=moment("finished_ms"), error=fields.get("error") or None,
     )  # fmt: skip

@@ -1,12 +1,14 @@
 -- read: records of one job, for runs(), reclaimable() and last_slot().
--- KEYS: the job's base key. ARGV: mode, limit, retention_ms.
+-- KEYS: the job's base key. ARGV: mode, limit, retention_ms, and 'ro' to write nothing.
 -- mode 'newest': the `limit` newest runs. mode 'reclaimable': runs another instance may lease now
 -- (pending, or running with an expired lease), oldest slot first. mode 'last': the newest slot.
 -- Returns {member, slot_ms, field, value, ...} per run, or {slot_ms} for 'last'.
 
 local base, mode, limit = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local now = clock()
-trim(base, now, tonumber(ARGV[3]))
+if ARGV[4] ~= 'ro' then
+  trim(base, now, tonumber(ARGV[3]))
+end
 if mode == 'last' then
   local _, slot = newest_slot(base)
   return slot and {slot} or {}

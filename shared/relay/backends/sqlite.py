@@ -28,9 +28,10 @@ from typing import Any, Literal, cast
 
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.health import InstanceInfo
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
-from relay.runs import MANUAL, Run, RunRecord, RunState, from_ms, run_id, slot_ms
+from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["DURABILITY", "Durability", "SQLiteLeaseBackend"]
 
@@ -55,6 +56,16 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX relay_runs_live",
         "CREATE INDEX relay_job_rows ON relay_runs (job) WHERE state = 'job'",
     ),
+    # Version 3 changes nothing: it keeps SQLite's numbers in step with PostgreSQL's (whose
+    # version 3 floors tokens by the server's clock; SQLite floors them in Python).
+    3: (),
+    # Version 4: each instance's own heartbeat, for `relay instances` and `relay health`.
+    4: (
+        "CREATE TABLE IF NOT EXISTS relay_instances (owner TEXT PRIMARY KEY, role TEXT NOT NULL, "
+        "host TEXT NOT NULL, pid INTEGER NOT NULL, started_ms INTEGER NOT NULL, "
+        "version TEXT NOT NULL, interval_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL, "
+        "expires_ms INTEGER NOT NULL)",
+    ),
     # Version 5: the control plane. A job row holds its registered definition and, while the job
     # is paused, when, by whom and why; run rows leave these empty.
     5: (
@@ -64,6 +75,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE relay_runs ADD COLUMN paused_reason TEXT",
     ),
 }
+_INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
 # A step's statements are constants: the driver's statement cache finds them by their text.
 _INSERT_NEW_RUN = (
@@ -90,12 +102,16 @@ _RELEASE = (
 
 _COLUMNS = (
     "run_id, job, slot_ms, state, attempt, failures, token, owner, reason, "
-    "expires_ms, started_ms, finished_ms"
+    "expires_ms, started_ms, finished_ms, error"
 )
 
 
 class SQLiteLeaseBackend:
-    """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``."""
+    """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``.
+
+    ``read_only`` opens an existing file for reading only: a missing file raises
+    :class:`~relay.errors.StoreNotFound` and nothing is created or migrated.
+    """
 
     capability: Literal["lease"] = "lease"
 
@@ -105,6 +121,7 @@ class SQLiteLeaseBackend:
         *,
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        read_only: bool = False,
         durability: Durability = "full",
     ) -> None:
         self.path = Path(path)
@@ -112,12 +129,16 @@ class SQLiteLeaseBackend:
         self._lock = threading.Lock()
         self._durable = DURABILITY[_checked_durability(durability)]
         self._synchronous = ""
+        if read_only:
+            self._conn, self._version = self._open_read_only(busy_timeout)
+            return
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._create_schema()
+            self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
             raise BackendUnavailable(
                 f"cannot open SQLite database {str(self.path)!r}: {exc}; "
@@ -150,6 +171,34 @@ class SQLiteLeaseBackend:
     @property
     def name(self) -> str:
         return f"SQLite ({self.path})"
+
+    def _open_read_only(self, busy_timeout: float) -> tuple[sqlite3.Connection, int]:
+        """A connection that cannot write (``mode=ro``), to a file that must hold Relay's schema."""
+        if not self.path.is_file():
+            raise StoreNotFound(
+                f"SQLite database {str(self.path)!r} does not exist (resolved to "
+                f"{str(self.path.absolute())!r}); check the path in the URL"
+            )
+        try:
+            conn = sqlite3.connect(
+                f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=busy_timeout,
+                isolation_level=None, check_same_thread=False,
+            )  # fmt: skip
+            version = _installed_version(conn)
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(
+                f"cannot read SQLite database {str(self.path)!r}: {exc}"
+            ) from exc
+        if version is None:
+            conn.close()
+            raise StoreNotFound(f"SQLite file {str(self.path)!r} holds no Relay schema")
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise ConfigurationError(
+                f"SQLite database {self.path} has Relay schema version {version}, newer than "
+                f"this Relay's ({SCHEMA_VERSION}): upgrade Relay"
+            )
+        return conn, version
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -207,6 +256,7 @@ class SQLiteLeaseBackend:
             return self._insert_skipped(conn, job, slot, reason, now_ms)
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         with self._write() as (conn, now_ms):
             return [self._insert_skipped(conn, job, slot, reason, now_ms) for job, slot in runs]
 
@@ -258,6 +308,29 @@ class SQLiteLeaseBackend:
     def now(self) -> datetime:
         return from_ms(self._now_ms())
 
+    def record_instance(self, info: InstanceInfo, ttl: float) -> None:
+        with self._write() as (conn, now_ms):
+            conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
+            conn.execute(
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
+                    info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
+                ),
+            )  # fmt: skip
+
+    def instances(self) -> list[InstanceInfo]:
+        if self._version < 4:  # read-only on a file no scheduler of this version opened yet
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_INSTANCE_COLUMNS} FROM relay_instances WHERE expires_ms > ? "
+                "ORDER BY role, owner",
+                (self._now_ms(),),
+            ).fetchall()
+        return [_instance(*row) for row in rows]
+
     # -- the control plane -------------------------------------------------------------------
 
     def register_jobs(self, specs: dict[str, str]) -> None:
@@ -271,10 +344,15 @@ class SQLiteLeaseBackend:
                 )
 
     def jobs(self) -> list[JobInfo]:
+        # Read-only on a file no scheduler of this version opened yet: no definitions, no pauses.
+        columns = (
+            "spec, paused_ms, paused_by, paused_reason"
+            if self._version >= 5
+            else ("NULL, NULL, NULL, NULL")
+        )
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT job, spec, paused_ms, paused_by, paused_reason FROM relay_runs "
-                "WHERE state = 'job' ORDER BY job"
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' ORDER BY job"
             ).fetchall()
         return [
             JobInfo(job, spec, None if at is None else from_ms(at), by, why)
@@ -473,10 +551,12 @@ class SQLiteLeaseBackend:
         """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`."""
         with self._write() as (conn, _):
             version = _installed_version(conn)
-            if version is None:
+            if version is None:  # the base schema, then the migrations that follow it
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
-                version = _installed_version(conn) or 0  # the file's version: migrate from it
+                version = _installed_version(conn) or 0
+            if version == SCHEMA_VERSION:
+                return
             if version > SCHEMA_VERSION:
                 raise ConfigurationError(
                     f"SQLite database {self.path} has Relay schema version {version}, newer than "
@@ -742,11 +822,30 @@ def _ms(seconds: float) -> int:
 
 
 def _record(row: Sequence[Any]) -> RunRecord:
-    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = row
+    rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = (
+        row[:12]
+    )
     return RunRecord(
         id=rid, job=job, scheduled_for=from_ms(slot), state=RunState(state), attempt=attempt,
         failures=failures, token=token, owner=owner, reason=reason,
         expires_at=None if expires is None else from_ms(expires),
         started_at=None if started is None else from_ms(started),
-        finished_at=None if finished is None else from_ms(finished),
+        finished_at=None if finished is None else from_ms(finished), error=row[12],
+    )  # fmt: skip
+
+
+def _instance(
+    owner: str,
+    role: str,
+    host: str,
+    pid: int,
+    started: int,
+    version: str,
+    interval: int,
+    beat: int,
+    expires: int,
+) -> InstanceInfo:
+    return InstanceInfo(
+        owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
+        interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
     )  # fmt: skip

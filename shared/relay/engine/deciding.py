@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
+from relay.errors import ConfigurationError
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
 from relay.runs import Run, RunRecord, is_manual, run_id
 
@@ -82,7 +83,7 @@ class Decider:
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
         if job.name in self.jobs:
-            raise ValueError(f"a job named {job.name!r} is already scheduled")
+            raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
         self._registered = False
 

@@ -1,0 +1,24 @@
+-- instance: record one instance's heartbeat, on the server's clock.
+-- KEYS: the hash of instances, <prefix>instances. ARGV: owner, its fields as JSON, ttl_ms.
+-- Each field holds the instance's JSON with beat_ms and expires_ms added. Expired fields are
+-- dropped here, and the hash itself expires with its longest-lived field: a store whose instances
+-- all stopped keeps nothing of them.
+
+local key, ttl = KEYS[1], tonumber(ARGV[3])
+local now = clock()
+local info = cjson.decode(ARGV[2])
+info.beat_ms = now
+info.expires_ms = now + ttl
+redis.call('HSET', key, ARGV[1], cjson.encode(info))
+local latest = now + ttl
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local expires = tonumber(cjson.decode(all[i + 1]).expires_ms) or 0
+  if expires <= now then
+    redis.call('HDEL', key, all[i])
+  elseif expires > latest then
+    latest = expires
+  end
+end
+redis.call('PEXPIREAT', key, latest)
+return 1
