@@ -127,3 +127,10 @@ def test_the_api_refuses_every_operation_on_a_claim_backend(tmp_path: Path) -> N
             with pytest.raises(UnsupportedOption):
                 operation()
     assert relay.Control is Control
+
+
+def test_jobs_only_reads_and_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.db"
+    shown = relay_cli("jobs", "--backend", f"sqlite:///{missing}")
+    assert shown.exit_code == 1 and "does not exist" in shown.output
+    assert not missing.exists()
