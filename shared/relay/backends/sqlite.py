@@ -564,7 +564,7 @@ class SQLiteLeaseBackend:
                 )
             for step in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS.get(step, ()):
-                    conn.execute(statement)
+                    _migrate(conn, statement)
             conn.execute(
                 "UPDATE relay_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
@@ -620,6 +620,17 @@ def _checked_durability(value: str) -> Durability:
         f"SQLite durability={value!r} is not known: use 'full' (the default: leases and outcomes "
         "are on disk before a step returns) or 'fast' (an OS crash may undo the last steps)"
     )
+
+
+def _migrate(conn: sqlite3.Connection, statement: str) -> None:
+    """Run one migration statement; a column it adds that exists already is left as it is (SQLite
+    has no ``ADD COLUMN IF NOT EXISTS``), so a step can run again on a file that had it."""
+    words = statement.split()
+    if words[:2] == ["ALTER", "TABLE"] and words[3:5] == ["ADD", "COLUMN"]:
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({words[2]})")}
+        if words[5] in columns:
+            return
+    conn.execute(statement)
 
 
 def _installed_version(conn: sqlite3.Connection) -> int | None:
