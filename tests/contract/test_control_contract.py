@@ -161,3 +161,13 @@ def test_a_serial_backfill_runs_one_run_at_a_time(backend: LeaseBackend) -> None
     assert second.outcome is Outcome.BUFFERED
     backend.finish(first.run.id, first.run.token, succeeded=True)
     assert backend.acquire(req(1)).outcome is Outcome.WON
+
+
+def test_resume_with_catch_up_puts_back_every_paused_slot_even_many(backend: LeaseBackend) -> None:
+    backend.pause(JOB, "", "ops")
+    seconds = [BASE + timedelta(minutes=20, seconds=s) for s in range(40)]
+    requests = [AcquireRequest(JOB, at, "a", 30) for at in seconds]
+    assert {r.outcome for r in backend.acquire_many(requests)} == {Outcome.PAUSED}
+    resumed = backend.resume(JOB, catch_up=3600)
+    assert [parse_run_id(i)[1] for i in resumed] == seconds
+    assert {r.outcome for r in backend.acquire_many(requests)} == {Outcome.WON}

@@ -233,16 +233,22 @@ class JobState:
         self.paused, self.changed = {"at": now_ms, "by": by, "reason": reason}, True
         return True
 
-    def resume(self, catch_up: float | None, now_ms: int) -> list[str]:
-        """Resume; with ``catch_up``, put back the paused slots that recent as pending runs."""
+    def resume(
+        self, catch_up: float | None, now_ms: int, archived: dict[int, RunFields] | None = None
+    ) -> list[str]:
+        """Resume; with ``catch_up``, put back the paused slots that recent as pending runs
+        (those in this key, and those ``archived`` to keys of their own)."""
         if self.paused is not None:
             self.paused, self.changed = None, True
         if catch_up is None:
             return []
         oldest = now_ms - _ms(catch_up)
+        for slot, fields in (archived or {}).items():
+            if slot not in self.runs and slot >= oldest and _paused_skip(fields):
+                self.runs[slot] = fields  # back in the key, where pending runs live
         back = [
             slot for slot, fields in self.runs.items()
-            if slot >= oldest and fields.state == "skipped" and fields.reason == "paused"
+            if slot >= oldest and _paused_skip(fields)
         ]  # fmt: skip
         for slot in back:
             self._set(self.runs[slot], state="pending", reason="resumed", attempt=0,
@@ -343,6 +349,10 @@ class JobState:
 
     def _id(self, slot: int) -> str:
         return key_id(self.job, slot)
+
+
+def _paused_skip(fields: RunFields) -> bool:
+    return fields.state == "skipped" and fields.reason == "paused"
 
 
 def _ms(seconds: float) -> int:

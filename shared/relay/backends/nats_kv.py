@@ -259,7 +259,17 @@ class NatsLeaseBackend:
         return self._call(self._step(job, [], lambda s, now, _: s.pause(reason, by, now)))
 
     def resume(self, job: str, catch_up: float | None = None) -> list[str]:
-        return self._call(self._step(job, [], lambda s, now, _: s.resume(catch_up, now)))
+        async def resume() -> list[str]:
+            # Paused runs beyond the newest the job's key keeps were archived: bring those back
+            # too (the key's copy then shadows the archived one).
+            archived: dict[int, RunFields] = {}
+            if catch_up is not None:
+                for entry in await self._watch(f"run.{_encode(job)}.*", meta_only=False):
+                    if entry.value:
+                        archived[int(entry.key.rsplit(".", 1)[1])] = RunFields.decode(entry.value)
+            return await self._step(job, [], lambda s, now, _: s.resume(catch_up, now, archived))
+
+        return self._call(resume())
 
     def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
         return self._call(self._step(job, [], lambda s, now, _: s.trigger(overlap_skip, now)))
