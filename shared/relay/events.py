@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "EventBus",
     "FencedOff",
+    "RunBuffered",
     "RunDispatched",
     "RunEvent",
     "RunExhausted",
@@ -241,6 +242,16 @@ class RunSkipped(RunEvent):
 
     def message(self) -> str:
         return f"skipped {self.run_id}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class RunBuffered(RunEvent):
+    """The run waits (recorded pending) until the job's live run ends (``overlap="buffer_one"``)."""
+
+    type: ClassVar[str] = "buffered"
+
+    def message(self) -> str:
+        return f"buffered {self.run_id}: it starts when the job's live run ends"
 
 
 @dataclass(frozen=True)

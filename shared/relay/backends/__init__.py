@@ -66,6 +66,27 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
     prefix or bucket) raises :class:`~relay.errors.StoreNotFound` naming what was not found. Claim
     stores keep nothing to read: they are refused with a ``ConfigurationError``.
     """
+    factory = _factory(url)
+    _check_options(factory, options)
+    if read_only:
+        if factory.capability != "lease":
+            raise ConfigurationError(
+                f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
+                "no runs or instances to read; read-only commands need a lease backend "
+                "(sqlite, postgresql, redis, nats)"
+            )
+        options["read_only"] = True
+    backend: Backend = factory.from_url(url, **options)
+    return backend
+
+
+def capability_of(url: str) -> str:
+    """``"claim"`` or ``"lease"``: the kind of backend a URL names, without opening it."""
+    return str(_factory(url).capability)
+
+
+def _factory(url: str) -> Any:
+    """The backend class a URL names (its driver imported, or ``MissingDependency``)."""
     parsed = BackendURL(url)
     scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
     strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
@@ -79,19 +100,7 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         importlib.import_module(driver)
     except ImportError:
         raise MissingDependency(driver, extra) from None
-    module = importlib.import_module(f"relay.backends.{module_name}")
-    factory = getattr(module, class_name)
-    _check_options(factory, options)
-    if read_only:
-        if factory.capability != "lease":
-            raise ConfigurationError(
-                f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
-                "no runs or instances to read; read-only commands need a lease backend "
-                "(sqlite, postgresql, redis, nats)"
-            )
-        options["read_only"] = True
-    backend: Backend = factory.from_url(url, **options)
-    return backend
+    return getattr(importlib.import_module(f"relay.backends.{module_name}"), class_name)
 
 
 def _check_options(cls: type, options: dict[str, Any]) -> None:

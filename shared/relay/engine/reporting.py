@@ -15,6 +15,7 @@ from datetime import datetime
 from relay.contract import Outcome
 from relay.events import (
     Event,
+    RunBuffered,
     RunExhausted,
     RunLost,
     RunPickedUp,
@@ -44,11 +45,13 @@ def decision_event(
     """The event for one acquire or claim decided by ``owner``."""
     if outcome is Outcome.WON and run is not None:
         return _won_event(job, run, previous)
-    rid = run_id(job.name, slot)
+    rid = previous.id if previous is not None else run_id(job.name, slot)
     attempt = previous.attempt if previous is not None else 0
     if outcome is Outcome.EXHAUSTED:
         return RunExhausted(rid, job.name, slot, attempt, 0, owner, max_attempts=job.max_attempts)
-    if outcome in (Outcome.OVERLAP, Outcome.STALE):
+    if outcome is Outcome.BUFFERED:
+        return RunBuffered(rid, job.name, slot, attempt, 0, owner)
+    if outcome in (Outcome.OVERLAP, Outcome.STALE, Outcome.PAUSED):
         return RunSkipped(rid, job.name, slot, 0, 0, owner, reason=outcome.value)
     return RunLost(rid, job.name, slot, attempt, 0, owner)
 
@@ -62,6 +65,8 @@ def _won_event(job: Job, run: Run, previous: RunRecord | None) -> Event:
             return RunPickedUp(
                 *values, previous_owner=previous.owner or "", previous_attempt=previous.attempt
             )
+        if run.attempt <= 1:  # a first attempt waiting: triggered, backfilled, buffered, resumed
+            return RunWon(*values)
         return RunRetried(*values, max_attempts=job.max_attempts)
     # Running with an expired lease. (A sweep reads each record before leasing it and a tick only
     # decides slots that had no record, so ``previous`` is missing only in a race: a record
