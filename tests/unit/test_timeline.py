@@ -200,3 +200,17 @@ def test_an_empty_store_draws_an_empty_timeline() -> None:
     timeline = build_timeline([], now=now)
     assert timeline.lanes == () and timeline.start == now
     assert "<svg" in render_html(timeline)
+
+
+def test_marks_of_one_moment_are_drawn_side_by_side(store: Store) -> None:
+    store.lease_and_start("a", at=0, max_attempts=3)
+    second = store.lease_and_start("b", at=11, max_attempts=3)  # a died: taken over
+    store.at(12).backend.release(second.id, second.token)  # b stopped: handed over
+    store.lease_and_start("c", at=13, max_attempts=3)
+    bar = store.only_bar()
+    assert kinds(bar) == ["handover", "takeover"] and bar.marks[0].at == bar.marks[1].at
+    root = ET.fromstring(render_svg(read(store.backend)))
+    paths = root.findall(".//{*}path[@class]")
+    starts = sorted(float(p.get("d", "M0").split()[0][1:]) for p in paths)
+    assert [p.get("class") for p in paths] == ["mark m-handover", "mark m-takeover"]
+    assert starts[1] - starts[0] == 9

@@ -117,7 +117,7 @@ def _bar(bar: Bar, x: Callable[[datetime], float], y: float) -> str:
             parts.append(_rect("wait", x0, top, max(xb - x0, 2), BAR_H))
         if bar.began is not None:
             parts.append(_rect("bar", xb, top, x1 - xb, BAR_H))
-        parts += (_mark(m, x(m.at), y) for m in bar.marks)
+        parts += _marks(bar.marks, x, y)
     live = " live" if bar.live else ""
     marks = f' data-marks="{kinds}"' if kinds else ""
     return (
@@ -133,6 +133,16 @@ def _rect(cls: str, x: float, y: float, w: float, h: float) -> str:
 
 def _diamond(x: float, y: float, kind: str) -> str:
     return f'<path class="mark m-{kind}" d="M{x:.1f} {y - 6:.0f}l6 6-6 6-6-6z"/>'
+
+
+def _marks(marks: tuple[Mark, ...], x: Callable[[datetime], float], y: float) -> list[str]:
+    """Each mark at its moment; marks of the same moment side by side around it."""
+    at = [x(m.at) for m in marks]
+    out = []
+    for i, (mark, xm) in enumerate(zip(marks, at, strict=True)):
+        near = [j for j, other in enumerate(at) if abs(other - xm) < 8]
+        out.append(_mark(mark, xm + (near.index(i) - (len(near) - 1) / 2) * 9, y))
+    return out
 
 
 def _mark(mark: Mark, x: float, y: float) -> str:
