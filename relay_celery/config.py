@@ -16,7 +16,7 @@ from celery import Celery
 from relay.backends import LEASE_BACKENDS, Backend, open_backend
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options
-from relay.settings import Settings, from_mapping
+from relay.settings import Settings, django_backend, from_mapping
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "CelerySettings", "load_settings", "open_checked"]
 
@@ -99,4 +99,4 @@ def _django_relay() -> dict[str, Any]:
     values = getattr(settings, "RELAY", {})
     if not isinstance(values, dict):
         raise ConfigurationError(f"settings.RELAY must be a dict, got {type(values).__name__}")
-    return values
+    return dict(django_backend(values))  # "BACKEND": "django" is the project's database

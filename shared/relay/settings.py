@@ -1,8 +1,10 @@
 """One settings reader for every face: a mapping in, validated keyword arguments out.
 
-Django projects write ``RELAY = {"BACKEND": "redis://…", "LEASE": 30, "HEARTBEAT": 10}``; Celery
-apps may also set ``relay_backend`` / ``relay_lease`` / ``relay_heartbeat`` on ``app.conf``. Both
-become the same :class:`Settings`. Django is imported only by :func:`from_django`, when called.
+Django projects write ``RELAY = {"BACKEND": "redis://…", "LEASE": 30, "HEARTBEAT": 10}`` (or
+``"BACKEND": "django"``: the project's own database, see :mod:`relay.contrib.django.database`);
+Celery apps may also set ``relay_backend`` / ``relay_lease`` / ``relay_heartbeat`` on
+``app.conf``. Both become the same :class:`Settings`. Django is imported only by
+:func:`from_django`, when called.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from relay.durations import Duration, optional_seconds
 from relay.errors import ConfigurationError
 
-__all__ = ["DEFAULT_BACKEND", "Settings", "from_django", "from_mapping"]
+__all__ = ["DEFAULT_BACKEND", "Settings", "django_backend", "from_django", "from_mapping"]
 
 DEFAULT_BACKEND = "sqlite:///relay.db"
 _KEYS = {"BACKEND", "LEASE", "HEARTBEAT", "TICK", "QUEUE_LEASE"}
@@ -65,7 +67,16 @@ def from_django() -> Settings:
     values = getattr(settings, "RELAY", {})
     if not isinstance(values, Mapping):
         raise ConfigurationError(f"settings.RELAY must be a dict, got {type(values).__name__}")
-    return from_mapping(values, source="settings.RELAY")
+    return from_mapping(django_backend(values), source="settings.RELAY")
+
+
+def django_backend(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``values`` with ``"BACKEND": "django"`` (the project's database) replaced by its URL."""
+    if not any(str(key).upper() == "BACKEND" for key in values):
+        return values
+    from relay.contrib.django.database import resolve  # Django is configured when we get here
+
+    return resolve(values)
 
 
 def _duration(value: Duration | None, source: str, key: str) -> float | None:

@@ -21,14 +21,14 @@ Drivers are imported only when a backend of theirs is opened; a missing one rais
 from __future__ import annotations
 
 import importlib
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
-__all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
+__all__ = ["LEASE_BACKENDS", "Backend", "capability_of", "open_backend"]
 
 Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 
@@ -55,6 +55,7 @@ _ALIASES = {
     "tls": "nats",
 }
 _DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
+_LEASE_MODULES = {"sqlite", "postgres", "redis_lease", "nats_kv"}
 
 
 def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
@@ -65,15 +66,7 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
     prefix or bucket) raises :class:`~relay.errors.StoreNotFound` naming what was not found. Claim
     stores keep nothing to read: they are refused with a ``ConfigurationError``.
     """
-    parsed = BackendURL(url)
-    scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
-    strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
-    if scheme == "amqp" and "mode" in parsed.options:  # amqp://…?mode=consumer
-        strategy = parsed.options["mode"]
-    entry = _REGISTRY.get((scheme, strategy))
-    if entry is None:
-        raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
-    module_name, class_name, extra, driver = entry
+    module_name, class_name, extra, driver = _entry(url)
     try:
         importlib.import_module(driver)
     except ImportError:
@@ -90,6 +83,28 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         options["read_only"] = True
     backend: Backend = factory.from_url(url, **options)
     return backend
+
+
+def capability_of(url: str) -> Literal["claim", "lease"]:
+    """Whether ``url`` names a claim or a lease backend, without opening it or importing a driver.
+
+    Raises :class:`~relay.errors.UnknownBackend` (or ``ConfigurationError``) like
+    :func:`open_backend` for a URL it cannot use.
+    """
+    return "lease" if _entry(url)[0] in _LEASE_MODULES else "claim"
+
+
+def _entry(url: str) -> tuple[str, str, str, str]:
+    """The registry entry of the backend a URL names."""
+    parsed = BackendURL(url)
+    scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
+    strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
+    if scheme == "amqp" and "mode" in parsed.options:  # amqp://…?mode=consumer
+        strategy = parsed.options["mode"]
+    entry = _REGISTRY.get((scheme, strategy))
+    if entry is None:
+        raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
+    return entry
 
 
 def _unknown_message(raw_scheme: str, scheme: str, strategy: str) -> str:
