@@ -1,16 +1,15 @@
 """Pause, resume and trigger jobs in the store ``settings.RELAY`` names, for the admin's actions.
 
-Each goes through the lease contract's control plane, which every instance obeys at its next
-tick. A store without one (a Relay without the control plane) raises ``ConfigurationError``.
+Each goes through :class:`relay.Control`, which every instance obeys at its next tick; claim
+backends refuse them (``UnsupportedOption``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+import importlib
+from collections.abc import Sequence
 from typing import Any
 
-from relay.backends import open_backend
 from relay.contrib.django.store import backend_url
 from relay.errors import ConfigurationError
 
@@ -29,34 +28,26 @@ def apply(action: str, jobs: Sequence[str], *, by: str, reason: str = "") -> lis
     if action not in ACTIONS:
         raise ConfigurationError(f"unknown action {action!r}; known: {', '.join(ACTIONS)}")
     done = []
-    with _store() as backend:
+    with _control() as control:
         for job in jobs:
             if action == "pause":
-                first = _method(backend, "pause")(job, reason or "paused in the Django admin", by)
+                first = control.pause(job, reason or "paused in the Django admin", by=by)
                 done.append(f"{job}: paused" if first else f"{job}: was already paused")
             elif action == "resume":
-                _method(backend, "resume")(job)
+                control.resume(job)
                 done.append(f"{job}: resumed")
             else:
-                record = _method(backend, "trigger")(job)
+                record = control.trigger(job)
                 done.append(f"{job}: triggered {record.id} ({record.state.value})")
     return done
 
 
-@contextmanager
-def _store() -> Iterator[Any]:
-    backend = open_backend(backend_url())
+def _control() -> Any:
+    """``relay.Control`` on the store ``settings.RELAY`` names."""
     try:
-        yield backend
-    finally:
-        backend.close()
-
-
-def _method(backend: Any, name: str) -> Callable[..., Any]:
-    method = getattr(backend, name, None)
-    if not callable(method):
+        module = importlib.import_module("relay.control")
+    except ImportError:
         raise ConfigurationError(
-            f"{backend.name} cannot {name} jobs: it needs a lease backend with Relay's control "
-            "plane (SQLite, PostgreSQL, Redis or NATS key-value)"
-        )
-    return method  # type: ignore[no-any-return]
+            "this Relay has no control plane (relay.Control): upgrade relay-scheduler"
+        ) from None
+    return module.Control(backend_url())
