@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import signal
-import socket
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -20,7 +18,15 @@ import pytest
 
 from relay import AcquireRequest, open_backend
 from tests.django_app.support import manage, site_env, spawn_manage
-from tests.support.browser import chromium, drawn, require_chromium, screenshot
+from tests.support.browser import (
+    chromium,
+    drawn,
+    free_port,
+    require_chromium,
+    screenshot,
+    wait_for_port,
+)
+from tests.support.browser import log_in as browser_log_in
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +51,6 @@ fetch(location.href, {method: 'POST', body, redirect: 'manual'})
 """POST the pause action for "report" from the page, with the CSRF token or not: [status, whether
 Django refused it for its CSRF token]."""
 HAS_CONTROL = importlib.util.find_spec("relay.control") is not None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -97,18 +96,6 @@ def fill(url: str) -> list[str]:
     return ids
 
 
-def wait_for_port(port: int, server: Any) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert server.poll() is None, server.communicate()[1]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError("runserver did not start")
-
-
 @pytest.fixture(scope="module")
 def browser(site: dict[str, Any]) -> Iterator[Any]:
     with chromium() as driver:
@@ -117,14 +104,7 @@ def browser(site: dict[str, Any]) -> Iterator[Any]:
 
 
 def log_in(driver: Any, site: dict[str, Any], user: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    driver.delete_all_cookies()
-    driver.get(site["base"] + "login/")
-    driver.find_element(By.NAME, "username").send_keys(user)
-    driver.find_element(By.NAME, "password").send_keys("secret-pw")
-    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    assert "login" not in driver.current_url, f"{user} could not log in"
+    browser_log_in(driver, site["base"], user, "secret-pw")
 
 
 def rows(driver: Any, selector: str, attribute: str) -> list[str]:

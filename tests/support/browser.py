@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +24,18 @@ from typing import Any
 
 import pytest
 
-__all__ = ["ARTIFACTS", "CHROMEDRIVER", "CHROMIUM", "chromium", "require_chromium", "screenshot"]
+__all__ = [
+    "ARTIFACTS",
+    "CHROMEDRIVER",
+    "CHROMIUM",
+    "chromium",
+    "drawn",
+    "free_port",
+    "log_in",
+    "require_chromium",
+    "screenshot",
+    "wait_for_port",
+]
 
 CHROMIUM = Path(os.environ.get("RELAY_TEST_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("RELAY_TEST_CHROMEDRIVER", "/usr/bin/chromedriver"))
@@ -111,3 +125,36 @@ def drawn(driver: Any) -> dict[str, Any]:
     """Where the browser laid out the timeline on the current page (see :data:`RUNS_JS`)."""
     found: dict[str, Any] = driver.execute_script(RUNS_JS)
     return found
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until ``server`` listens on ``port``; fail with its output if it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, server.communicate()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"nothing listens on port {port} after {timeout:g} s")
+
+
+def log_in(driver: Any, admin: str, user: str, password: str) -> None:
+    """Log ``user`` in through the Django admin's login page at ``admin`` (``…/admin/``)."""
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(admin + "login/")
+    driver.find_element(By.NAME, "username").send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    assert "login" not in driver.current_url, f"{user} could not log in"
