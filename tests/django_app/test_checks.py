@@ -53,6 +53,12 @@ def test_bad_celery_relay_settings_are_errors(tmp_path: Path) -> None:
     assert "CELERY_RELAY_BACKEND: (relay.E002)" in output and "backend URL" in output
 
 
+def test_a_misspelled_celery_relay_setting_names_the_closest(tmp_path: Path) -> None:
+    status, output = check(tmp_path, CELERY_RELAY_LEESE=30)
+    assert status == 1 and "(relay.E002)" in output, output
+    assert "CELERY_RELAY_LEESE (did you mean CELERY_RELAY_LEASE?)" in output
+
+
 def test_an_unreachable_store_is_a_warning(tmp_path: Path) -> None:
     url = "postgresql://postgres@127.0.0.1:1/nothing"  # nothing listens on port 1
     status, output = check(tmp_path, RELAY={"BACKEND": url})

@@ -1,7 +1,10 @@
 """Settings of the example project: Django's admin, Relay's app, and Celery or Dramatiq."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
+
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "example-only-not-secret"
@@ -57,7 +60,31 @@ RELAY = {
     "QUEUE_LEASE": 300,  # how long a run sent to the broker may wait in the queue
 }
 
-# -- Celery (project/celery.py) and Dramatiq (project/dramatiq.py) -------------------------------
-# Both use Redis; NAMESPACE keeps this example's queues and keys apart on a shared server.
+# Celery and Dramatiq (project/dramatiq.py) both use Redis; NAMESPACE keeps this example's queues
+# and keys apart on a shared server.
 BROKER_URL = os.environ.get("EXAMPLE_BROKER_URL", "redis://127.0.0.1:6379/0")
 NAMESPACE = os.environ.get("EXAMPLE_NAMESPACE", "relay_django_example")
+
+# Celery reads every CELERY_* setting (namespace="CELERY" in project/celery.py).
+CELERY_BROKER_URL = BROKER_URL
+CELERY_TASK_DEFAULT_QUEUE = NAMESPACE
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"{NAMESPACE}:"}
+CELERY_TIMEZONE = TIME_ZONE
+# relay_celery.install(app) chooses RelayScheduler when this is unset; naming it keeps the choice
+# visible, and "celery.beat:PersistentScheduler" here is the whole way back to Celery's own beat.
+CELERY_BEAT_SCHEDULER = "relay_celery.RelayScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "daily-digest": {
+        "task": "reports.tasks.send_digest",
+        "schedule": crontab(minute=0, hour=7),  # 07:00 Paris time, DST included
+    },
+    "refresh-cache": {
+        "task": "reports.tasks.refresh_cache",
+        "schedule": timedelta(seconds=15),
+    },
+}
+# Relay's options per beat_schedule entry, apart, so Celery's stock beat loads the schedule too.
+CELERY_RELAY_JOBS = {
+    "daily-digest": {"max_attempts": 3, "catch_up": 6 * 3600, "stale_after": 12 * 3600},
+    "refresh-cache": {"overlap": "skip"},
+}

@@ -3,7 +3,7 @@
 * ``relay.E001``: ``settings.RELAY`` cannot be read (unknown key, bad value, bad backend URL,
   lease options a claim backend cannot honour, a heartbeat not shorter than the lease, ``"django"``
   on a database Relay cannot use).
-* ``relay.E002``: a ``CELERY_RELAY_*`` setting has a bad value.
+* ``relay.E002``: a ``CELERY_RELAY_*`` setting has a bad value, or is misspelled.
 * ``relay.E003``: the backend's driver is not installed (names the extra).
 * ``relay.W001``: the store cannot be reached, or did not answer within :data:`PROBE_TIMEOUT`.
 
@@ -14,6 +14,7 @@ nothing to read and are not probed.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -31,7 +32,7 @@ from relay.errors import (
     StoreNotFound,
 )
 from relay.jobs import check_scheduler_options
-from relay.settings import from_django, from_mapping
+from relay.settings import from_django, from_mapping, unknown_settings
 
 __all__ = ["PROBE_TIMEOUT", "check_settings", "check_store"]
 
@@ -46,15 +47,30 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     found: list[checks.CheckMessage] = []
     try:
         read = from_django()
-        check_scheduler_options(
-            cast(Any, _Kind(capability_of(read.backend), _redacted(read.backend))),
-            lease=read.lease,
-            heartbeat=read.heartbeat,
-        )
+        # Without a backend, each integration uses its broker's Redis: a lease store.
+        kind = _Kind("lease", "the broker's Redis")
+        if read.backend is not None:
+            kind = _Kind(capability_of(read.backend), _redacted(read.backend))
+        check_scheduler_options(cast(Any, kind), lease=read.lease, heartbeat=read.heartbeat)
     except MissingDependency as exc:
         found.append(checks.Error(str(exc), obj="settings.RELAY", id="relay.E003"))
     except RelayError as exc:
         found.append(checks.Error(str(exc), obj="settings.RELAY", id="relay.E001"))
+    return found + _celery_settings()
+
+
+def _celery_settings() -> list[checks.CheckMessage]:
+    """``CELERY_RELAY_*``: misspelled names (where Celery is installed) and bad values."""
+    found: list[checks.CheckMessage] = []
+    if importlib.util.find_spec("celery") is not None:
+        from relay_celery.config import CONF_KEYS
+
+        names = [n for n in dir(settings) if n.startswith("CELERY_RELAY_")]
+        unknown = sorted(n for n in names if n[len("CELERY_") :].lower() not in CONF_KEYS)
+        if unknown:
+            known = sorted(f"CELERY_{key.upper()}" for key in CONF_KEYS)
+            error = unknown_settings("Celery's Django settings", unknown, known)
+            found.append(checks.Error(str(error), obj=unknown[0], id="relay.E002"))
     for key in CELERY_KEYS:
         name = f"CELERY_RELAY_{key}"
         if getattr(settings, name, None) is None:
@@ -72,7 +88,7 @@ def check_store(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     """Whether the store ``settings.RELAY`` names answers (read-only; lease stores only)."""
     try:
         url = from_django().backend
-        if capability_of(url) == "claim":
+        if url is None or capability_of(url) == "claim":
             return []
     except RelayError:
         return []  # check_settings reports it

@@ -13,7 +13,7 @@ from relay.backends import open_backend
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import ConfigurationError
 from relay.runs import RunRecord, RunState
-from relay.settings import from_django
+from relay.settings import django_backend, from_django
 
 __all__ = ["JobRow", "backend_url", "job_rows", "read_store"]
 
@@ -22,8 +22,18 @@ RECENT = 2000
 
 
 def backend_url() -> str:
-    """The URL of Relay's store, from ``settings.RELAY`` (``"django"`` resolved)."""
-    return from_django().backend
+    """The URL of Relay's store: ``RELAY["BACKEND"]`` (``"django"`` resolved), else
+    ``CELERY_RELAY_BACKEND``; ``ConfigurationError`` naming both when neither is set."""
+    from django.conf import settings
+
+    url = from_django().backend or getattr(settings, "CELERY_RELAY_BACKEND", None)
+    if not url:
+        raise ConfigurationError(
+            "Relay's pages and relay_* commands read the store settings.RELAY['BACKEND'] names "
+            "(or CELERY_RELAY_BACKEND), and neither is set: set RELAY['BACKEND'] to the store "
+            "your schedulers use, such as 'django' or 'redis://localhost:6379/0'"
+        )
+    return str(django_backend({"BACKEND": url})["BACKEND"])
 
 
 @contextmanager
