@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import signal
 import time
@@ -86,3 +88,29 @@ def test_read_commands_fail_cleanly_and_create_nothing(tmp_path: Path) -> None:
     unknown = manage(env, "relay_runs", "--bogus")
     assert unknown.returncode == 1 and "No such option '--bogus'" in unknown.stderr
     assert not (tmp_path / "relay.db").exists()
+
+
+HAS_CONTROL = importlib.util.find_spec("relay.control") is not None
+
+
+def test_relay_pause_resume_and_trigger(tmp_path: Path) -> None:
+    """With the control plane they act on the store; without it, they say what is missing."""
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    fill(url)
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": url})
+    paused = manage(env, "relay_pause", "report", "--reason", "disk full")
+    if not HAS_CONTROL:
+        assert paused.returncode == 1 and "no `relay pause` command" in paused.stderr
+        return
+    assert paused.returncode == 0, paused.stderr
+    control = importlib.import_module("relay.control").Control(url)
+    try:
+        (report,) = [j for j in control.jobs() if j.name == "report"]
+        assert report.paused and report.paused_reason == "disk full"
+        assert manage(env, "relay_resume", "report").returncode == 0
+        triggered = manage(env, "relay_trigger", "cleanup")
+        assert triggered.returncode == 0, triggered.stderr
+        assert any("@manual:" in r.id for r in control.backend.runs("cleanup", 10))
+        assert not next(j for j in control.jobs() if j.name == "report").paused
+    finally:
+        control.close()

@@ -40,6 +40,11 @@ class RelayCLICommand(BaseCommand):
             url = backend_url()
         except RelayError as exc:
             raise CommandError(f"settings.RELAY: {exc}") from None
+        if self.relay_command not in main.commands:
+            raise CommandError(
+                f"this Relay has no `relay {self.relay_command}` command (it comes with the "
+                "control plane, relay.Control): upgrade relay-scheduler"
+            )
         argv = [self.relay_command, "--backend", url, *options.get("relay_args", []), *args]
         try:
             main.main(argv, prog_name=f"manage.py relay_{self.relay_command}",
