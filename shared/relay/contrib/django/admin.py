@@ -34,8 +34,6 @@ RUNS_SHOWN = 200
 class _StoreAdmin(admin.ModelAdmin):
     """A model admin with one page, read from Relay's store: nothing to add, change or delete."""
 
-    template = ""
-
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

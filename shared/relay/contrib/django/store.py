@@ -72,11 +72,11 @@ def job_rows(backend: LeaseBackend, recent: int = RECENT) -> list[JobRow]:
     by_job: dict[str, list[RunRecord]] = {}
     for record in runs:
         by_job.setdefault(record.job, []).append(record)
-    known = {name: None for name in by_job}
     infos = {getattr(info, "name", ""): info for info in _registered(backend)}
     rows = []
-    for name in sorted({*known, *infos}):
-        records = by_job.get(name, [])
+    for name in sorted({*by_job, *infos}):
+        # A registered job with no run among the recent ones (a daily job among busy ones).
+        records = by_job.get(name) or backend.runs(name, 1)
         info = infos.get(name)
         rows.append(
             JobRow(
