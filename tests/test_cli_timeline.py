@@ -42,7 +42,7 @@ def test_timeline_draws_each_run_of_each_job_on_every_lease_backend(
         main,
         ["timeline", "--backend", lease_url, "--job", "hourly", "--html", str(out)],
     )
-    assert only.exit_code == 0 and "1 runs of 1 jobs" in only.output, only.output
+    assert only.exit_code == 0 and "1 run of 1 job" in only.output, only.output
     recent = CliRunner().invoke(
         main, ["timeline", "--backend", lease_url, "--since", "210s", "--html", str(out)]
     )

@@ -22,7 +22,8 @@ def summary(timeline: Timeline) -> str:
     by_state = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     by_mark = ", ".join(f"{n} {k}" for k, n in sorted(marks.items()))
     line = (
-        f"{len(bars)} runs of {len(timeline.lanes)} jobs from {timeline.start:%Y-%m-%d %H:%M:%S} "
+        f"{_count(len(bars), 'run')} of {_count(len(timeline.lanes), 'job')} from "
+        f"{timeline.start:%Y-%m-%d %H:%M:%S} "
         f"to {timeline.end:%Y-%m-%d %H:%M:%S} UTC" + (f": {by_state}" if by_state else "")
     )
     if by_mark:
@@ -51,3 +52,7 @@ def write_html(timeline: Timeline, path: str | Path, title: str = "Relay timelin
     target = Path(path)
     target.write_text(render_html(timeline, title), encoding="utf-8")
     return target
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
