@@ -30,7 +30,8 @@ class RelayCLICommand(BaseCommand):
             return known  # type: ignore[no-any-return]
 
         parser.parse_args = parse_args
-        parser.epilog = f"Any other option is `relay {self.relay_command}`'s: see its --help."
+        command = f"relay {self.relay_command}"
+        parser.epilog = f"Other options go to `{command}` (see `{command} --help`)."
         return parser
 
     def handle(self, *args: Any, **options: Any) -> None:
