@@ -1,6 +1,7 @@
-"""The ``relay`` command: ``relay demo`` (the main job), and the read-only views of a lease store:
-``relay runs``, ``relay instances``, ``relay health`` (a liveness or readiness probe) and
-``relay timeline`` (an HTML page).
+"""The ``relay`` command: ``relay demo`` (the main job), the read-only views of a lease store
+(``relay runs``, ``relay instances``, ``relay health``, a liveness or readiness probe, and
+``relay timeline``, an HTML page), and the control commands of :mod:`relay.cli_control`
+(``jobs``, ``pause``, ``resume``, ``trigger``, ``backfill``, ``prune``).
 
 Every command that only reads opens the store read-only (:func:`relay.open_backend` with
 ``read_only=True``): a URL that names no store fails with exit status 1 and creates nothing.
@@ -23,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from relay.backends import open_backend
+from relay.cli_control import COMMANDS
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
@@ -231,6 +233,10 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
         key: value.isoformat() if isinstance(value, datetime) else getattr(value, "value", value)
         for key, value in fields.items()
     }
+
+
+for _command in COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import tzinfo
 from types import FrameType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from relay.backends import open_backend
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
@@ -25,6 +25,7 @@ from relay.jobs import (
     Overlap,
     check_handler,
     check_instance_options,
+    check_retention,
     check_scheduler_options,
     check_tick,
     make_job,
@@ -54,8 +55,10 @@ class Scheduler(Generic[BackendT]):
     ``backend`` is a URL (``"sqlite:///relay.db"``) or a backend object. On a lease backend,
     ``lease`` (default 30 s) is how long a run stays ours without a heartbeat and ``heartbeat``
     (default a third of the lease, at most 10 s) how often a running run renews it. Both are refused
-    on a claim backend. ``tick`` is how often the instance looks for due runs; ``clock`` (seconds
-    since the epoch) decides which slots are due and exists for tests.
+    on a claim backend. ``retention`` (lease backends; default 30 days, ``"never"`` keeps every
+    run) is how long finished runs are kept: every instance's sweep prunes older ones in small
+    batches. ``tick`` is how often the instance looks for due runs; ``clock`` (seconds since the
+    epoch) decides which slots are due and exists for tests.
     """
 
     @overload
@@ -70,6 +73,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None: ...
 
     @overload
@@ -82,6 +86,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None: ...
 
     @overload
@@ -96,6 +101,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -109,6 +115,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None:
         check_instance_options(backend, owner, max_workers, clock)
         self.backend: ClaimBackend | LeaseBackend = (
@@ -121,12 +128,15 @@ class Scheduler(Generic[BackendT]):
             )
             self.tick_interval = check_tick(tick)
             self.stop_timeout = seconds(stop_timeout, "stop_timeout")
+            retention_s = check_retention(self.backend, retention)
         except BaseException:
             if isinstance(backend, str):  # we opened it: do not leak its connections
                 self.backend.close()
             raise
         self.owner = owner or default_owner()
-        self.decider = Decider(self.backend, owner=self.owner, lease=self.lease, clock=clock)
+        self.decider = Decider(
+            self.backend, owner=self.owner, lease=self.lease, clock=clock, retention=retention_s
+        )
         self.runner = Runner(
             self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat
         )
@@ -154,6 +164,7 @@ class Scheduler(Generic[BackendT]):
         tz: str | tzinfo | None = None,
         name: str | None = None,
         stale_after: Duration | None = None,
+        jitter: Duration | None = None,
     ) -> Callable[[H], H]: ...
 
     @overload
@@ -168,6 +179,7 @@ class Scheduler(Generic[BackendT]):
         overlap: Overlap | None = None,
         max_attempts: int | None = None,
         catch_up: Duration | None = None,
+        jitter: Duration | None = None,
     ) -> Callable[[H], H]: ...
 
     def job(
@@ -181,13 +193,16 @@ class Scheduler(Generic[BackendT]):
         overlap: Overlap | None = None,
         max_attempts: int | None = None,
         catch_up: Duration | None = None,
+        jitter: Duration | None = None,
     ) -> Callable[[H], H]:
         """Schedule the decorated function; it is called with the :class:`~relay.Run`.
 
         ``cron`` (with ``tz``) or ``every`` (seconds or timedelta) sets the schedule. Lease
-        backends also honour ``overlap`` ("allow" or "skip"), ``max_attempts`` (default 3) and
+        backends also honour ``overlap`` ("allow", "skip" or "buffer_one": one overlapping run
+        waits for the live one, later ones are skipped), ``max_attempts`` (default 3) and
         ``catch_up`` (seconds of missed slots to run after downtime, default 0); ``stale_after``
-        works everywhere. Options are validated here, once.
+        and ``jitter`` (each slot starts a fixed, hashed delay in ``[0, jitter)`` late) work
+        everywhere. Options are validated here, once.
         """
         if bare:  # @scheduler.job without parentheses passes the function here
             raise ConfigurationError(
@@ -208,6 +223,7 @@ class Scheduler(Generic[BackendT]):
                 overlap=overlap,
                 max_attempts=max_attempts,
                 catch_up=catch_up,
+                jitter=jitter,
             )
             self.decider.add(job)
             return handler

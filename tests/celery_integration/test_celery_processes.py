@@ -325,3 +325,30 @@ def test_a_duplicate_delivered_to_another_thread_of_the_same_worker_is_dropped(
         c.wait_for("the run to end", lambda: c.events("end") != [])
         events = c.events()
     assert [e["event"] for e in events] == ["start", "end"]
+
+
+def test_a_triggered_run_is_published_once_by_racing_beats(tmp_path: Path) -> None:
+    from relay import Control
+
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with cluster(tmp_path, redis_broker(), url, {"hourly": {"every": 3600}}) as c:
+        c.set(lease=3, heartbeat=1)
+        for _ in range(3):
+            c.beat()
+        c.worker()
+
+        def registered() -> bool:
+            with Control(url) as control:
+                return [job.name for job in control.jobs()] == ["hourly"]
+
+        c.wait_for("the entry to be registered", registered)
+        with Control(url) as control:
+            run_id = control.trigger("hourly").id
+        c.wait_for("the manual run to end", lambda: run_id in {e["run"] for e in c.events("end")})
+        c.wait_quiet()
+        starts = Counter(e["run"] for e in c.events("start"))
+    assert starts[run_id] == 1, starts
+    backend = store(url)
+    (record,) = [r for r in backend.runs("hourly") if r.id == run_id]
+    assert record.state is RunState.SUCCEEDED
+    backend.close()

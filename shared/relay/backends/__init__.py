@@ -67,13 +67,7 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
     prefix or bucket) raises :class:`~relay.errors.StoreNotFound` naming what was not found. Claim
     stores keep nothing to read: they are refused with a ``ConfigurationError``.
     """
-    module_name, class_name, extra, driver = _entry(url)
-    try:
-        importlib.import_module(driver)
-    except ImportError:
-        raise MissingDependency(driver, extra) from None
-    module = importlib.import_module(f"relay.backends.{module_name}")
-    factory = getattr(module, class_name)
+    factory = _factory(url)
     _check_options(factory, options)
     if read_only:
         if factory.capability != "lease":
@@ -88,12 +82,23 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
 
 
 def capability_of(url: str) -> Literal["claim", "lease"]:
-    """Whether ``url`` names a claim or a lease backend, without opening it or importing a driver.
+    """``"claim"`` or ``"lease"``: the kind of backend a URL names, without opening it or
+    importing its driver.
 
     Raises :class:`~relay.errors.UnknownBackend` (or ``ConfigurationError``) like
     :func:`open_backend` for a URL it cannot use.
     """
     return "lease" if _entry(url)[0] in _LEASE_MODULES else "claim"
+
+
+def _factory(url: str) -> Any:
+    """The backend class a URL names (its driver imported, or ``MissingDependency``)."""
+    module_name, class_name, extra, driver = _entry(url)
+    try:
+        importlib.import_module(driver)
+    except ImportError:
+        raise MissingDependency(driver, extra) from None
+    return getattr(importlib.import_module(f"relay.backends.{module_name}"), class_name)
 
 
 def _entry(url: str) -> tuple[str, str, str, str]:

@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.errors import ConfigurationError
-from relay.jobs import TICK_SPREAD, Job
-from relay.runs import Run, run_id
+from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
+from relay.runs import Run, RunRecord, is_manual, run_id
 
-__all__ = ["ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
+__all__ = ["DEFAULT_RETENTION", "ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
 
 log = logging.getLogger("relay.decider")
 UTC = timezone.utc
@@ -27,6 +27,10 @@ ON_TIME_GRACE = 60.0
 """Seconds after its slot that a job's latest run is still attempted when catch_up is off."""
 MISSED_WINDOW = timedelta(days=1)
 """How far before the catch-up window missed runs are still recorded as skipped."""
+PRUNE_EVERY = 60.0
+"""Seconds between two prunes by one instance."""
+PRUNE_BATCH = 500
+"""Runs one prune deletes at most: a long history goes in many small steps."""
 
 
 @dataclass(frozen=True)
@@ -60,24 +64,33 @@ class Decider:
         lease: float,
         clock: Callable[[], float] = time.time,
         grace: float = ON_TIME_GRACE,
+        retention: float | None = DEFAULT_RETENTION,
     ) -> None:
         self.backend = backend
         self.owner = owner
         self.lease = lease
         self.clock = clock
         self.grace = grace
+        self.retention = retention
+        """Finished runs older than this are pruned by :meth:`sweep` (``None``: never)."""
         self.jobs: dict[str, Job] = {}
         self._decided: dict[str, datetime] = {}
+        self.prune_every = PRUNE_EVERY
+        """Seconds between two prunes by this instance."""
+        self._next_prune = 0.0
+        self._registered = False
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
         if job.name in self.jobs:
             raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
+        self._registered = False
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
+        self._registered = False
 
     def tick(self) -> list[Won]:
         """Decide every newly due run; return those this instance won.
@@ -103,13 +116,29 @@ class Decider:
         return won
 
     def sweep(self) -> list[Won]:
-        """Take over runs of our jobs whose runner died or handed them over (lease backends)."""
+        """Lease the pending runs of our jobs (handed over, failed, triggered, backfilled,
+        resumed or buffered) and those whose runner died (lease backends); prune old runs."""
         backend = self.backend
         if not is_lease(backend):
             return []
+        if not self._registered:  # what the jobs are, for `relay jobs` and backfills
+            backend.register_jobs({name: job_spec(job) for name, job in self.jobs.items()})
+            self._registered = True
         records = [r for r in backend.reclaimable() if r.job in self.jobs]
-        due = [(self.jobs[r.job], r.scheduled_for) for r in records]
-        return self._acquire(backend, due)
+        won = self._acquire(
+            backend, [(self.jobs[r.job], r.scheduled_for) for r in records], records
+        )
+        self._prune(backend)
+        return won
+
+    def _prune(self, backend: LeaseBackend) -> None:
+        """Delete one batch of runs past ``retention``, at most every ``prune_every`` seconds."""
+        if self.retention is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + self.prune_every
+        pruned = backend.prune(self.retention, PRUNE_BATCH)
+        if pruned:
+            log.info("pruned %d runs finished more than %gs ago", pruned, self.retention)
 
     def _plan(self, job: Job, now: datetime, recorded: dict[str, datetime | None]) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed.
@@ -120,6 +149,10 @@ class Decider:
         after = self._decided.get(job.name)
         if latest is None or (after is not None and latest <= after):
             return _NOTHING_NEW
+        if job.jitter:
+            latest = self._ripe(job, latest, now)
+            if latest is None or (after is not None and latest <= after):
+                return _NOTHING_NEW
         catch_up, on_time_window = self._windows(job)
         if after is None:
             after = recorded.get(job.name)
@@ -128,11 +161,12 @@ class Decider:
             # A job with no record yet missed nothing: only its latest slot, if on time.
             catch_up = 0.0
             after = now - timedelta(seconds=on_time_window, microseconds=1)
-        oldest_due = now - timedelta(seconds=catch_up)
-        on_time = now - timedelta(seconds=on_time_window)
+        # A jittered slot starts up to `jitter` late: its windows start that much earlier.
+        oldest_due = now - timedelta(seconds=catch_up + job.jitter)
+        on_time = now - timedelta(seconds=on_time_window + job.jitter)
         after = max(after, oldest_due - MISSED_WINDOW)
         due, missed = [], []
-        for slot in job.schedule.slots_between(after, now):
+        for slot in job.schedule.slots_between(after, latest):
             if slot >= oldest_due or (slot == latest and slot >= on_time):
                 due.append(slot)
             elif known_history and self.backend.capability == "lease":
@@ -140,6 +174,18 @@ class Decider:
         # Every slot up to the latest is now due, missed, or too late to run: none needs reading
         # from the store again, even when none was due (so a job's record is read once).
         return _Plan(due, missed, latest)
+
+    @staticmethod
+    def _ripe(job: Job, latest: datetime, now: datetime) -> datetime | None:
+        """The latest slot whose jitter delay has passed at ``now`` (slots before it too when
+        ``jitter`` is shorter than the time between slots, as it should be)."""
+        slot: datetime | None = latest
+        while (
+            slot is not None
+            and slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter)) > now
+        ):
+            slot = job.schedule.latest_slot(slot - timedelta(microseconds=1))
+        return slot
 
     def _windows(self, job: Job) -> tuple[float, float]:
         """How old a slot may be to be decided: any slot, and the job's latest slot.
@@ -163,9 +209,16 @@ class Decider:
             return {}
         return backend.last_slots(unknown)
 
-    def _acquire(self, backend: LeaseBackend, due: Sequence[tuple[Job, datetime]]) -> list[Won]:
+    def _acquire(
+        self,
+        backend: LeaseBackend,
+        due: Sequence[tuple[Job, datetime]],
+        records: Sequence[RunRecord] = (),
+    ) -> list[Won]:
+        """Acquire ``due`` runs; ``records``, when given, are their records (from a sweep)."""
         if not due:
             return []
+        manual = [is_manual(r.id) for r in records] or [False] * len(due)
         requests = [
             AcquireRequest(
                 job=job.name,
@@ -175,8 +228,10 @@ class Decider:
                 max_attempts=job.max_attempts,
                 overlap_skip=job.overlap == "skip",
                 stale_after=job.stale_after,
+                buffer_one=job.overlap == "buffer_one",
+                manual=is_manual_run,
             )
-            for job, slot in due
+            for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
         results = backend.acquire_many(requests)
         won = []

@@ -6,11 +6,10 @@ backends refuse them (``UnsupportedOption``).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from typing import Any
 
 from relay.contrib.django.store import backend_url
+from relay.control import Control
 from relay.errors import ConfigurationError
 
 __all__ = ["ACTIONS", "apply"]
@@ -28,26 +27,15 @@ def apply(action: str, jobs: Sequence[str], *, by: str, reason: str = "") -> lis
     if action not in ACTIONS:
         raise ConfigurationError(f"unknown action {action!r}; known: {', '.join(ACTIONS)}")
     done = []
-    with _control() as control:
+    with Control(backend_url()) as control:
         for job in jobs:
             if action == "pause":
                 first = control.pause(job, reason or "paused in the Django admin", by=by)
-                done.append(f"{job}: paused" if first else f"{job}: was already paused")
+                done.append(f"Paused {job}." if first else f"{job} was already paused.")
             elif action == "resume":
                 control.resume(job)
-                done.append(f"{job}: resumed")
+                done.append(f"Resumed {job}.")
             else:
                 record = control.trigger(job)
-                done.append(f"{job}: triggered {record.id} ({record.state.value})")
+                done.append(f"Triggered {job}: {record.id} ({record.state.value}).")
     return done
-
-
-def _control() -> Any:
-    """``relay.Control`` on the store ``settings.RELAY`` names."""
-    try:
-        module = importlib.import_module("relay.control")
-    except ImportError:
-        raise ConfigurationError(
-            "this Relay has no control plane (relay.Control): upgrade relay-scheduler"
-        ) from None
-    return module.Control(backend_url())
