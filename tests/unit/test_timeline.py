@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from relay import AcquireRequest, ConfigurationError, Run
+from relay import AcquireRequest, ConfigurationError, Run, run_id
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.timeline import Bar, build_timeline, parse_since, read, render_html, render_svg
 
@@ -214,3 +214,16 @@ def test_marks_of_one_moment_are_drawn_side_by_side(store: Store) -> None:
     starts = sorted(float(p.get("d", "M0").split()[0][1:]) for p in paths)
     assert [p.get("class") for p in paths] == ["mark m-handover", "mark m-takeover"]
     assert starts[1] - starts[0] == 9
+
+
+def test_manual_runs_and_paused_slots(store: Store) -> None:
+    store.lease_and_start("a", at=0)
+    store.at(1).backend.pause("job", "maintenance", "ops")
+    skipped = store.backend.acquire(AcquireRequest("job", SLOT + timedelta(seconds=1), "a", 10))
+    assert skipped.run is None
+    manual = store.at(2).backend.trigger("job")
+    bars = {b.record.id: b for b in store.bars()}
+    assert kinds(bars[manual.id]) == ["manual"] and bars[manual.id].outcome == "pending"
+    assert kinds(bars[run_id("job", SLOT + timedelta(seconds=1))]) == ["paused"]
+    svg = render_svg(read(store.backend))
+    assert 'data-marks="paused"' in svg and 'class="mark m-paused"' in svg

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 from relay.contract import LeaseBackend
 from relay.errors import ConfigurationError
-from relay.runs import RunRecord, RunState
+from relay.runs import RunRecord, RunState, is_manual
 
 __all__ = ["MARKS", "Bar", "Lane", "Mark", "Timeline", "build_timeline", "parse_since", "read"]
 
@@ -158,7 +158,7 @@ def bar_of(record: RunRecord, now: datetime) -> Bar:
 def _marks(record: RunRecord, now: datetime) -> tuple[Mark, ...]:
     at = record.started_at or record.scheduled_for
     marks: list[Mark] = []
-    if "@manual:" in record.id:
+    if is_manual(record.id):
         marks.append(Mark("manual", record.scheduled_for, MARKS["manual"]))
     if record.state is RunState.SKIPPED:
         reason = record.reason or "skipped"
