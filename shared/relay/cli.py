@@ -1,7 +1,7 @@
 """The ``relay`` command: ``relay demo`` (the main job), the read-only views of a lease store
-(``relay runs``, ``relay instances`` and ``relay health``, a liveness or readiness probe), and the
-control commands of :mod:`relay.cli_control` (``jobs``, ``pause``, ``resume``, ``trigger``,
-``backfill``, ``prune``).
+(``relay runs``, ``relay instances``, ``relay health``, a liveness or readiness probe, and
+``relay timeline``, an HTML page), and the control commands of :mod:`relay.cli_control`
+(``jobs``, ``pause``, ``resume``, ``trigger``, ``backfill``, ``prune``).
 
 Every command that only reads opens the store read-only (:func:`relay.open_backend` with
 ``read_only=True``): a URL that names no store fails with exit status 1 and creates nothing.
@@ -137,6 +137,25 @@ def health(
             f"in {backend.name}" + ("" if wanted else " (none recorded)")
         )
         sys.exit(1)
+
+
+@main.command()
+@_backend_option
+@click.option("--job", "jobs", multiple=True, help="Only this job's runs (repeat for several).")
+@click.option("--since", default=None, help="Only runs from then on: 90s, 15m, 2h, 7d or ISO 8601.")
+@click.option("--limit", default=10_000, show_default=True, help="Latest runs to read per --job.")
+@click.option(
+    "--html", "out", required=True, type=click.Path(dir_okay=False), help="The page to write."
+)
+def timeline(url: str, jobs: tuple[str, ...], since: str | None, limit: int, out: str) -> None:
+    """Write a timeline of runs to one self-contained HTML page (reads the store only)."""
+    from relay import timeline as tl  # drawing is only needed here
+
+    with _read_only(url) as backend:
+        start = None if since is None else tl.parse_since(since, backend.now())
+        drawn = tl.read(backend, jobs, start, limit)
+    tl.write_html(drawn, out, title=f"Relay timeline: {backend.name}")
+    click.echo(f"wrote {out}: {tl.summary(drawn)}")
 
 
 def runs_table(records: list[RunRecord], title: str = "Runs") -> Table:
