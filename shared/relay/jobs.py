@@ -76,9 +76,12 @@ def make_job(
         raise ConfigurationError(f"job name {name!r} must be a non-empty string without '@'")
     schedule = make_schedule(cron=cron, every=every, tz=tz)
     if backend.capability == "claim":
+        # A claim backend may honour some of them its own way (RabbitMQ consumer mode:
+        # max_attempts as its run queue's delivery limit); it lists them in ``job_options``.
+        honoured: frozenset[str] = getattr(backend, "job_options", frozenset())
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
         for option, value in lease_only.items():
-            if value is not None:
+            if value is not None and option not in honoured:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         _check_claim_memory(backend, optional_seconds(stale_after, "stale_after"))
     if overlap not in (None, "allow", "skip"):

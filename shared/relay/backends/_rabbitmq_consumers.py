@@ -5,6 +5,10 @@ job's run queue, each with a prefetch of 1. A delivered run is executed by the c
 :class:`~relay.engine.Runner` on a worker thread while the connection thread keeps the AMQP
 heartbeats going; the outcome is settled back on the connection thread: ack on success, nack with
 requeue on failure (the queue's delivery limit turns the last failure into a dead letter).
+
+A run's attempt and token are the published ones plus the broker's ``x-delivery-count``. On
+:meth:`JobConsumers.stop`, runs still going after the timeout are handed over: republished with
+their attempt unchanged (confirmed), then acked, so the next consumer's attempt is the same one.
 """
 
 from __future__ import annotations
@@ -22,18 +26,27 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
-from relay.contract import ClaimBackend
 from relay.engine.running import Runner
+from relay.errors import RelayError
 from relay.jobs import Job
-from relay.runs import HEADER, RunState, run_from_headers
+from relay.runs import HEADER, Run, RunState, run_from_headers
 
 if TYPE_CHECKING:
-    from relay.backends.rabbitmq_consumer import RunQueues
+    from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend, RunQueues
 
-__all__ = ["JobConsumers"]
+__all__ = ["DELIVERY_COUNT", "JobConsumers", "delivered"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
 MAX_BACKOFF = 30.0
+DELIVERY_COUNT = "x-delivery-count"
+"""The header a quorum queue adds to a redelivered message: how many times it came back."""
+
+
+def delivered(run: Run, headers: dict[str, Any]) -> Run:
+    """The run a delivery carries: its published attempt and token base, each plus the broker's
+    ``x-delivery-count`` (0 on a first delivery, + 1 on each redelivery)."""
+    count = int(headers.get(DELIVERY_COUNT) or 0)
+    return dataclasses.replace(run, attempt=run.attempt + count, token=run.token + count)
 
 
 class _Session:
@@ -41,7 +54,8 @@ class _Session:
 
     def __init__(self, connection: pika.BlockingConnection) -> None:
         self.connection = connection
-        self.in_flight = 0
+        self.in_flight: dict[int, tuple[Run, Job]] = {}
+        """The runs being executed, by delivery tag; settled or handed over, they leave."""
 
 
 class JobConsumers:
@@ -49,12 +63,13 @@ class JobConsumers:
 
     def __init__(
         self,
-        backend: ClaimBackend,
+        backend: RabbitMQConsumerBackend,
         parameters: pika.connection.Parameters,
         queues: RunQueues,
         jobs: Sequence[Job],
         owner: str,
     ) -> None:
+        self._backend = backend
         self._parameters = parameters
         self._queues = queues
         self._jobs = [job for job in jobs if job.handler is not None]
@@ -100,7 +115,8 @@ class JobConsumers:
             channel.basic_qos(prefetch_count=1)  # per consumer: one run of each job at a time
             tags = [
                 channel.basic_consume(
-                    self._queues.declare(channel, job.name), partial(self._deliver, session, job)
+                    self._queues.declare(channel, job.name, job.max_attempts),
+                    partial(self._deliver, session, job),
                 )
                 for job in self._jobs
             ]
@@ -112,6 +128,7 @@ class JobConsumers:
             deadline = time.monotonic() + self._stop_timeout
             while session.in_flight and time.monotonic() < deadline:
                 session.connection.process_data_events(time_limit=0.1)
+            self._hand_over(session, channel)
         finally:
             self.subscribed.clear()
             if session.connection.is_open:
@@ -132,13 +149,28 @@ class JobConsumers:
             log.error("dropping a message that carries no run of %s: %r", job.name, body[:200])
             channel.basic_reject(method.delivery_tag, requeue=False)
             return
-        attempt = int(headers.get("x-delivery-count", 0)) + 1
-        run = dataclasses.replace(run, attempt=attempt, owner=self._owner)
+        run = dataclasses.replace(delivered(run, headers), owner=self._owner)
+        if run.attempt > job.max_attempts:  # handed over on its last attempt, then lost again
+            log.error("%s used its %d attempts: dead-lettering it", run.id, job.max_attempts)
+            channel.basic_reject(method.delivery_tag, requeue=False)
+            return
         assert job.handler is not None
-        session.in_flight += 1
+        session.in_flight[method.delivery_tag] = (run, job)
         future = self._pool.submit(self._runner.execute, run, job.handler)
         settle = partial(self._settle, session, channel, method.delivery_tag, future)
         future.add_done_callback(lambda _: self._call_back(session, settle))
+
+    def _hand_over(self, session: _Session, channel: BlockingChannel) -> None:
+        """Republish each unfinished run with its attempt unchanged, confirmed, then ack it."""
+        for tag, (run, job) in list(session.in_flight.items()):
+            try:
+                self._backend.publish(run, job.stale_after, job.max_attempts)
+            except RelayError as exc:  # left unacked: redelivered, using an attempt
+                log.warning("could not hand %s over: %s", run.id, exc)
+                continue
+            del session.in_flight[tag]
+            channel.basic_ack(tag)
+            log.info("handed %s over (attempt %d kept)", run.id, run.attempt)
 
     @staticmethod
     def _call_back(session: _Session, settle: partial[None]) -> None:
@@ -151,7 +183,8 @@ class JobConsumers:
     def _settle(
         session: _Session, channel: BlockingChannel, tag: int, future: Future[RunState | None]
     ) -> None:
-        session.in_flight -= 1
+        if session.in_flight.pop(tag, None) is None:
+            return  # handed over: its delivery was acked when it was republished
         succeeded = not future.cancelled() and future.exception() is None
         succeeded = succeeded and future.result() is RunState.SUCCEEDED
         if not channel.is_open:

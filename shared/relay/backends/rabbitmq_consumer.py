@@ -8,9 +8,14 @@ the run to its job's **run queue**, a quorum queue that every instance consumes 
   next run waits in the queue instead of overlapping;
 * the runner holds the message unacknowledged while the job runs; if its connection drops, the
   broker gives the message to the next consumer (a backup), with ``x-delivery-count`` + 1;
-* a failed attempt is returned (nack, requeue); ``x-delivery-limit`` is ``max_attempts - 1``, so the
-  run gets at most ``max_attempts`` deliveries, then is dead-lettered (reason ``delivery_limit``:
-  failed) to the job's dead queue;
+* a failed attempt is returned (nack, requeue); ``x-delivery-limit`` is the job's
+  ``max_attempts - 1`` (each job has its own run queue), so the run gets at most ``max_attempts``
+  deliveries, then is dead-lettered (reason ``delivery_limit``: failed) to the job's dead queue;
+* a run's token and attempt grow with the broker's ``x-delivery-count``: the publisher stamps a
+  token base (its clock in microseconds, strictly growing per job), and each delivery's token is
+  ``base + x-delivery-count``, so a frozen consumer woken after a redelivery holds a stale token;
+* a graceful stop hands its unfinished runs over: it republishes each with its attempt unchanged
+  (confirmed), then acks the old delivery, so the hand-over uses no attempt;
 * a per-message TTL ends ``stale_after`` after the slot: a run still waiting then is dead-lettered
   (reason ``expired``: skipped).
 
@@ -19,9 +24,11 @@ What this mode does not guarantee is in ``docs/backends/rabbitmq-consumer.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -34,7 +41,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
-from relay.backends._rabbitmq_consumers import JobConsumers
+from relay.backends._rabbitmq_consumers import JobConsumers, delivered
 from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend, pika_parameters
 from relay.engine.deciding import Won
@@ -42,14 +49,17 @@ from relay.errors import BackendUnavailable, ConfigurationError
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
 from relay.runs import HEADER, Run, run_to_headers, slot_ms
 
-__all__ = ["DeadRun", "RabbitMQConsumerBackend", "RunQueues"]
+__all__ = ["MAX_ATTEMPTS", "DeadRun", "RabbitMQConsumerBackend", "RunQueues", "delivered"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
 _OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
 _MAX_QUEUE_NAME = 255
 _PRECONDITION_FAILED = 406
-_OUTCOMES = {"delivery_limit": "failed", "expired": "skipped"}
+_OUTCOMES = {"delivery_limit": "failed", "rejected": "failed", "expired": "skipped"}
+MAX_ATTEMPTS = 1000
+"""The most attempts a job may have here: a token base leaves room for this many deliveries."""
+_INEQUIVALENT = re.compile(r"inequivalent arg '([^']+)' for queue '([^']+)'.*current is (.*)$")
 
 
 @dataclass(frozen=True)
@@ -68,12 +78,13 @@ class RunQueues:
         """Where the job's failed and stale runs are dead-lettered."""
         return self._name(f"{self.prefix}.dead.{job}")
 
-    def arguments(self, job: str) -> dict[str, Any]:
-        """The run queue's arguments."""
+    def arguments(self, job: str, max_attempts: int | None = None) -> dict[str, Any]:
+        """The run queue's arguments; ``max_attempts`` is the job's (default: the URL's)."""
+        attempts = self.max_attempts if max_attempts is None else max_attempts
         arguments: dict[str, Any] = {
             "x-queue-type": "quorum",
             "x-single-active-consumer": True,
-            "x-delivery-limit": self.max_attempts - 1,
+            "x-delivery-limit": attempts - 1,
             "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": self.dead_queue(job),
             "x-dead-letter-strategy": "at-least-once",
@@ -83,13 +94,13 @@ class RunQueues:
             arguments["x-consumer-timeout"] = int(self.consumer_timeout * 1000)
         return arguments
 
-    def declare(self, channel: BlockingChannel, job: str) -> str:
+    def declare(self, channel: BlockingChannel, job: str, max_attempts: int | None = None) -> str:
         """Declare the job's dead queue, then its run queue; return the run queue's name."""
         channel.queue_declare(
             self.dead_queue(job), durable=True, arguments={"x-queue-type": "quorum"}
         )
         name = self.run_queue(job)
-        channel.queue_declare(name, durable=True, arguments=self.arguments(job))
+        channel.queue_declare(name, durable=True, arguments=self.arguments(job, max_attempts))
         return name
 
     @staticmethod
@@ -112,6 +123,8 @@ class RabbitMQConsumerBackend:
     """Gate queues decide who publishes a run; quorum queues hand the runs to one consumer."""
 
     capability: Literal["claim"] = "claim"
+    job_options = frozenset({"max_attempts"})
+    """Lease-only job options this claim backend honours: ``max_attempts``, per run queue."""
 
     def __init__(
         self,
@@ -134,6 +147,7 @@ class RabbitMQConsumerBackend:
         self._channel: BlockingChannel | None = None
         self._declared: set[str] = set()
         self._consumers: JobConsumers | None = None
+        self._bases: dict[str, int] = {}
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RabbitMQConsumerBackend:
@@ -149,8 +163,10 @@ class RabbitMQConsumerBackend:
         if parsed.option("mode", "consumer") != "consumer":
             raise ConfigurationError(f"mode={parsed.options['mode']!r} is not known: use consumer")
         attempts = parsed.option("max_attempts", str(DEFAULT_MAX_ATTEMPTS))
-        if not attempts.isdigit() or int(attempts) < 1:
-            raise ConfigurationError(f"max_attempts={attempts!r} must be a whole number >= 1")
+        if not attempts.isdigit() or not 1 <= int(attempts) <= MAX_ATTEMPTS:
+            raise ConfigurationError(
+                f"max_attempts={attempts!r} must be a whole number from 1 to {MAX_ATTEMPTS}"
+            )
         timeout = None
         if "consumer_timeout" in parsed.options:
             timeout = parsed.float_option("consumer_timeout", 0)
@@ -183,11 +199,38 @@ class RabbitMQConsumerBackend:
     # -- dispatching: publish the run to its job's run queue ---------------------------------
 
     def dispatch(self, won: Won) -> None:
-        self.publish(won.run, won.job.stale_after)
+        self.publish(won.run, won.job.stale_after, won.job.max_attempts)
 
-    def publish(self, run: Run, stale_after: float | None = None) -> None:
-        """Publish a won run to its job's run queue, confirmed; it expires ``stale_after`` after
-        its slot (measured on this instance's clock when publishing, then on the broker's)."""
+    def stamp(self, run: Run) -> Run:
+        """``run`` with a fresh token base: this process's clock in microseconds, and above
+        every base it stamped for the job before by at least :data:`MAX_ATTEMPTS`, so each
+        delivery's ``base + x-delivery-count`` stays below the next run's tokens."""
+        with self._lock:
+            base = max(time.time_ns() // 1000, self._bases.get(run.job, 0) + MAX_ATTEMPTS)
+            self._bases[run.job] = base
+        return dataclasses.replace(run, token=base)
+
+    def check_jobs(self, jobs: Sequence[Job]) -> None:
+        """Declare each job's queues now, so a queue declared with other arguments (another
+        ``max_attempts``, ``prefix`` or ``consumer_timeout``) fails at start, naming the fix."""
+        for job in jobs:
+            if job.max_attempts > MAX_ATTEMPTS:
+                raise ConfigurationError(
+                    f"job {job.name!r}: max_attempts={job.max_attempts} is above {MAX_ATTEMPTS}, "
+                    "the most RabbitMQ consumer mode can fence; lower it"
+                )
+            with self._lock, self._translated(job):
+                self.queues.declare(self._ready_channel(), job.name, job.max_attempts)
+                self._declared.add(job.name)
+
+    def publish(
+        self, run: Run, stale_after: float | None = None, max_attempts: int | None = None
+    ) -> None:
+        """Publish a won run to its job's run queue, confirmed, with a fresh token base; it
+        expires ``stale_after`` after its slot (measured on this instance's clock when
+        publishing, then on the broker's). ``run.attempt`` is the attempt its first delivery
+        makes: 1 for a new run, the same attempt for a run handed over."""
+        run = self.stamp(run)
         expiration = None
         if stale_after is not None:
             left = stale_after * 1000 - (time.time() * 1000 - slot_ms(run.scheduled_for))
@@ -201,7 +244,7 @@ class RabbitMQConsumerBackend:
         with self._lock, self._translated():
             channel = self._ready_channel()
             if run.job not in self._declared:
-                self.queues.declare(channel, run.job)
+                self.queues.declare(channel, run.job, max_attempts)
                 self._declared.add(run.job)
             try:
                 channel.basic_publish(
@@ -214,6 +257,7 @@ class RabbitMQConsumerBackend:
 
     def serve(self, jobs: Sequence[Job], owner: str) -> None:
         if self._consumers is None:
+            self.check_jobs(jobs)
             self._consumers = JobConsumers(self, self._parameters, self.queues, jobs, owner)
             self._consumers.start()
 
@@ -278,17 +322,13 @@ class RabbitMQConsumerBackend:
         return self._channel
 
     @contextmanager
-    def _translated(self) -> Iterator[None]:
+    def _translated(self, job: Job | None = None) -> Iterator[None]:
         try:
             yield
         except ChannelClosedByBroker as exc:
             self._channel = None
             if exc.reply_code == _PRECONDITION_FAILED:
-                raise ConfigurationError(
-                    f"RabbitMQ refused a run queue ({exc.reply_text}): every instance must use "
-                    "the same prefix, max_attempts and consumer_timeout; delete the old queue "
-                    "to change them"
-                ) from exc
+                raise ConfigurationError(_refused_queue(str(exc.reply_text), job)) from exc
             raise BackendUnavailable(f"RabbitMQ at {self.location} refused: {exc}") from exc
         except AMQPError as exc:
             self._connection = None
@@ -296,6 +336,23 @@ class RabbitMQConsumerBackend:
                 f"cannot reach RabbitMQ at {self.location} ({exc!r}): check that the broker is "
                 "running and that the URL's host, port and credentials are right"
             ) from exc
+
+
+def _refused_queue(reply: str, job: Job | None) -> str:
+    found = _INEQUIVALENT.search(reply)
+    if job is not None and found and found.group(1) == "x-delivery-limit":
+        current = re.search(r"'(-?\d+)'", found.group(3))
+        wanted = f"max_attempts={int(current.group(1)) + 1}" if current else "no max_attempts"
+        return (
+            f"job {job.name!r} has max_attempts={job.max_attempts}, but its run queue "
+            f"{found.group(2)!r} already exists with {found.group(1)} {found.group(3)}: set "
+            f"{wanted} on the job, or delete the queue to change it (rabbitmqctl delete_queue "
+            f"{found.group(2)}; runs waiting in it are lost)"
+        )
+    return (
+        f"RabbitMQ refused a run queue ({reply}): every instance must use the same prefix, "
+        "max_attempts and consumer_timeout; delete the old queue to change them"
+    )
 
 
 def _dead_run(properties: pika.BasicProperties, body: bytes) -> DeadRun:
