@@ -23,6 +23,7 @@ from relay.jobs import Job, make_job
 from relay.runs import HEADER, run_to_headers
 from relay.scheduler import default_owner
 from relay_celery.config import load_settings, open_checked
+from relay_celery.consumer import ConsumerMode, consumer_backend
 from relay_celery.schedules import schedule_options
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
@@ -46,6 +47,7 @@ class RelayScheduler(Scheduler):
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
         self._relay_options: dict[str, dict[str, Any]] = {}
         self._backend: Backend | None = None
+        self._consumer: ConsumerMode | None = None
         self._next_wake = 0.0
         self._next_slots: dict[str, datetime] = {}
         self._next_sweep = 0.0
@@ -63,6 +65,10 @@ class RelayScheduler(Scheduler):
             self.decider = Decider(backend, owner=default_owner(), lease=settings.queue_lease)
             for name, entry in self.schedule.items():
                 self.decider.add(self._job(name, entry))
+            consumer = consumer_backend(backend)
+            if consumer is not None:  # RabbitMQ consumer mode: runs go to their jobs' queues
+                consumer.check_jobs(list(self.decider.jobs.values()))
+                self._consumer = ConsumerMode(self.app, consumer)
         except Exception:
             backend.close()
             raise
@@ -151,16 +157,21 @@ class RelayScheduler(Scheduler):
         entry = self.schedule[won.job.name]
         options = dict(entry.options or {})
         headers = dict(options.pop("headers", None) or {})
-        headers.update({HEADER: run_to_headers(won.run), "celery_beat_task": True})
+        run, producer = won.run, self.producer
+        if self._consumer is not None:
+            run, route = self._consumer.route(won)
+            producer = route.pop("producer")
+            options.update(route)
+        headers.update({HEADER: run_to_headers(run), "celery_beat_task": True})
         args = tuple(a() if isinstance(a, BeatLazyFunc) else a for a in entry.args or ())
         kwargs = {
             k: v() if isinstance(v, BeatLazyFunc) else v for k, v in (entry.kwargs or {}).items()
         }
-        log.info("publishing %s (%s, token %d)", won.run.id, entry.task, won.run.token)
+        log.info("publishing %s (%s, token %d)", run.id, entry.task, run.token)
         try:
             task = self.app.tasks.get(entry.task or "")
             send = task.apply_async if task is not None else self._send_task(entry.task)
-            send(args, kwargs, producer=self.producer, headers=headers, **options)
+            send(args, kwargs, producer=producer, headers=headers, **options)
         except Exception:
             log.exception("could not publish %s; handing it back", won.run.id)
             self.runner.release(won.run)
@@ -175,6 +186,8 @@ class RelayScheduler(Scheduler):
         try:
             super().close()
         finally:
+            if self._consumer is not None:
+                self._consumer.close()
             if self._backend is not None:
                 self._backend.close()
 

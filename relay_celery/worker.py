@@ -24,9 +24,11 @@ from relay.backends import Backend, open_backend
 from relay.engine import ActiveRun, Runner
 from relay.errors import RelayError
 from relay.health import InstanceHeartbeat
+from relay.jobs import Job
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
 from relay_celery.config import CelerySettings, load_settings, open_checked
+from relay_celery.consumer import consumer_backend, run_delivery, setup_worker
 
 __all__ = ["RelayStep", "install"]
 
@@ -57,8 +59,12 @@ class RelayStep(bootsteps.StartStopStep):
         app: Celery = parent.app
         backend, settings = open_checked(load_settings(app))
         log.info("relay: worker runs on %s", backend.name)
-        backend.close()
-        hooks = RunHooks(settings)
+        try:
+            consumer = consumer_backend(backend)  # RabbitMQ consumer mode: consume run queues
+            jobs = None if consumer is None else setup_worker(parent, consumer)
+        finally:
+            backend.close()
+        hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
         self._settings = settings
@@ -87,8 +93,12 @@ class RelayStep(bootsteps.StartStopStep):
 class RunHooks:
     """Runs a task body under a run's lease; one backend connection per worker process."""
 
-    def __init__(self, settings: CelerySettings) -> None:
+    def __init__(
+        self, settings: CelerySettings, consumer_jobs: dict[str, Job] | None = None
+    ) -> None:
         self.settings = settings
+        self.consumer_jobs = consumer_jobs
+        """In RabbitMQ consumer mode, the jobs whose runs arrive on their run queues."""
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pid = 0
@@ -106,6 +116,13 @@ class RunHooks:
             relay_run = run_from_headers(_header(task))
             if relay_run is None:
                 return body(*args, **kwargs)
+            if self.consumer_jobs is not None:
+                return run_delivery(
+                    relay_run,
+                    task.request,
+                    self.consumer_jobs,
+                    lambda delivered: self.execute(delivered, body, args, kwargs),
+                )
             return self.execute(relay_run, body, args, kwargs)
 
         # Celery's tracer calls the instance's ``run`` (or ``__call__``, which calls it).

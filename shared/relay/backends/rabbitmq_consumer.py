@@ -56,6 +56,7 @@ _OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
 _MAX_QUEUE_NAME = 255
 _PRECONDITION_FAILED = 406
+_NOT_FOUND = 404
 _OUTCOMES = {"delivery_limit": "failed", "rejected": "failed", "expired": "skipped"}
 MAX_ATTEMPTS = 1000
 """The most attempts a job may have here: a token base leaves room for this many deliveries."""
@@ -277,17 +278,22 @@ class RabbitMQConsumerBackend:
         return False
 
     def dead_runs(self, job: str, limit: int = 100) -> list[DeadRun]:
-        """The runs of ``job`` dead-lettered so far (read without removing them)."""
+        """The runs of ``job`` dead-lettered so far (read without removing them or declaring
+        anything)."""
         dead: list[DeadRun] = []
         with self._lock, self._translated():
             channel = self._ready_channel().connection.channel()
             try:
-                self.queues.declare(channel, job)
+                channel.queue_declare(self.queues.dead_queue(job), passive=True)
                 while len(dead) < limit:
                     method, properties, body = channel.basic_get(self.queues.dead_queue(job))
                     if method is None:
                         break
                     dead.append(_dead_run(properties, body))
+            except ChannelClosedByBroker as exc:
+                if exc.reply_code != _NOT_FOUND:
+                    raise
+                return []  # no dead queue yet: nothing was dead-lettered
             finally:
                 with suppress(AMQPError):
                     channel.close()  # unacknowledged: the messages stay in the queue

@@ -1,0 +1,134 @@
+"""RabbitMQ consumer mode in a Celery app: ``relay_backend = "amqp://…?mode=consumer"``.
+
+Beat still wins each run through its gate queue; it then publishes the entry's task to the job's
+**run queue** (``<prefix>.run.<entry>``, a quorum queue with the job's ``x-delivery-limit``,
+dead-lettering to ``<prefix>.dead.<entry>``) through Celery's own producer, with publisher
+confirms and a per-message TTL of ``stale_after``. Workers consume those queues as Celery queues
+(kombu ``Queue`` objects with the queue arguments, added by :func:`setup_worker`), with late acks,
+``reject_on_worker_lost`` and a prefetch multiplier of 1, so the broker redelivers a run whose
+worker or pool child died. A failed attempt is rejected with requeue: the broker redelivers it
+until the job's limit, then dead-letters it as failed. Each delivery's token and attempt grow
+with the broker's ``x-delivery-count`` (:func:`relay.backends.rabbitmq_consumer.delivered`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery
+from celery.exceptions import Reject
+from celery.schedules import maybe_schedule
+from kombu import Exchange, Queue
+
+from relay.backends import Backend
+from relay.engine import Won
+from relay.jobs import Job, make_job
+from relay.runs import Run, slot_ms
+from relay_celery.schedules import schedule_options
+
+if TYPE_CHECKING:
+    from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+
+__all__ = ["ConsumerMode", "consumer_backend", "entry_jobs", "run_delivery", "setup_worker"]
+
+
+def consumer_backend(backend: Backend) -> RabbitMQConsumerBackend | None:
+    """``backend`` if it is RabbitMQ in consumer mode (imported only when it is one)."""
+    if type(backend).__module__ != "relay.backends.rabbitmq_consumer":
+        return None
+    from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+
+    return backend if isinstance(backend, RabbitMQConsumerBackend) else None
+
+
+def run_queue(backend: RabbitMQConsumerBackend, job: Job) -> Queue:
+    """The job's run queue as a kombu queue: default exchange, the same arguments as Relay's."""
+    name = backend.queues.run_queue(job.name)
+    arguments = backend.queues.arguments(job.name, job.max_attempts)
+    return Queue(name, Exchange(""), routing_key=name, durable=True, queue_arguments=arguments)
+
+
+class ConsumerMode:
+    """Beat's side: route each won run to its job's run queue, on a confirmed connection."""
+
+    def __init__(self, app: Celery, backend: RabbitMQConsumerBackend) -> None:
+        self.app = app
+        self.backend = backend
+        self._producer: Any = None
+        self._connection: Any = None
+
+    def route(self, won: Won) -> tuple[Run, dict[str, Any]]:
+        """The run stamped with its token base, and the ``apply_async`` options that send it."""
+        run = self.backend.stamp(won.run)
+        options: dict[str, Any] = {
+            "queue": run_queue(self.backend, won.job),
+            "producer": self.producer(),
+        }
+        if won.job.stale_after is not None:
+            age = time.time() - slot_ms(run.scheduled_for) / 1000
+            options["expiration"] = max(0.0, won.job.stale_after - age)
+        return run, options
+
+    def producer(self) -> Any:
+        """A producer whose channel waits for the broker's confirm of each publish."""
+        if self._producer is None:
+            self._connection = self.app.connection_for_write(
+                transport_options={"confirm_publish": True}
+            )
+            self._producer = self.app.amqp.Producer(self._connection, auto_declare=False)
+        return self._producer
+
+    def close(self) -> None:
+        """Close the confirmed connection."""
+        connection, self._connection, self._producer = self._connection, None, None
+        if connection is not None:
+            connection.release()
+
+
+def entry_jobs(app: Celery, backend: Backend) -> dict[str, tuple[str, Job]]:
+    """Each ``beat_schedule`` entry's task name and Relay job, as beat builds them."""
+    from relay_celery.beat import _relay_options
+
+    jobs = {}
+    for name, entry in (app.conf.beat_schedule or {}).items():
+        options = schedule_options(name, maybe_schedule(entry["schedule"], app=app), app.timezone)
+        relay = _relay_options(name, entry.get("relay"))
+        jobs[name] = (entry["task"], make_job(backend, name=name, **options, **relay))
+    return jobs
+
+
+def setup_worker(worker: Any, backend: RabbitMQConsumerBackend) -> dict[str, Job]:
+    """Make ``worker`` consume every entry's run queue with late acks, ``reject_on_worker_lost``
+    and a prefetch multiplier of 1; check the queues' arguments first (a mismatch stops the
+    worker with the fix). Returns the jobs by name."""
+    app: Celery = worker.app
+    jobs = entry_jobs(app, backend)
+    backend.check_jobs([job for _, job in jobs.values()])
+    for task_name, job in jobs.values():
+        app.amqp.queues.select_add(run_queue(backend, job))
+        task = app.tasks[task_name]
+        task.acks_late = True
+        task.reject_on_worker_lost = True
+    worker.prefetch_multiplier = 1
+    return {name: job for name, (_, job) in jobs.items()}
+
+
+def run_delivery(run: Run, request: Any, jobs: dict[str, Job], call: Callable[[Run], Any]) -> Any:
+    """Call ``call`` with the run this delivery carries; a failure is rejected with requeue, so
+    the broker redelivers it (one attempt used) until the job's delivery limit."""
+    from relay.backends.rabbitmq_consumer import delivered
+
+    headers = {"x-delivery-count": request.get("x-delivery-count")}
+    if isinstance(request.headers, dict) and "x-delivery-count" in request.headers:
+        headers["x-delivery-count"] = request.headers["x-delivery-count"]
+    run = delivered(run, headers)
+    job = jobs.get(run.job)
+    if job is not None and run.attempt > job.max_attempts:
+        raise Reject(f"{run.id} used its {job.max_attempts} attempts", requeue=False)
+    try:
+        return call(dataclasses.replace(run))
+    except Exception as exc:
+        raise Reject(exc, requeue=True) from exc
