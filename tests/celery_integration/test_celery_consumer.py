@@ -243,3 +243,26 @@ def _slots_between(first: str, last: str, every: int) -> list[str]:
     _, end = parse_run_id(last)
     count = int((end - start).total_seconds()) // every
     return [run_id(job, start + timedelta(seconds=every * i)) for i in range(count + 1)]
+
+
+def test_a_frozen_worker_s_fenced_write_is_refused_after_the_redelivery(
+    tmp_path: Path, amqp: str, prefix: str
+) -> None:
+    schedule = {"first": {"every": 30, "kwargs": {"sleep_first": 10}}}
+    with make_cluster(tmp_path, amqp, prefix, schedule) as cluster:
+        cluster.set(heartbeat_s=2)  # the workers' AMQP heartbeat: a frozen one is dropped fast
+        frozen = cluster.worker()
+        cluster.ready(1)
+        cluster.worker()
+        cluster.ready(2)
+        cluster.set(heartbeat_s=10)
+        cluster.beat()
+        cluster.wait_for("a run to start", lambda: cluster.events("start"), 60)
+        cluster.kill(frozen, signal.SIGSTOP)  # the worker and its child, past the heartbeat
+        cluster.wait_for("the redelivery to end", lambda: cluster.events("end"), 60)
+        cluster.kill(frozen, signal.SIGCONT)
+        cluster.wait_for("the frozen child to end", lambda: len(cluster.events("end")) == 2, 60)
+        first, second = cluster.events("start")
+        ends = [(e["attempt"], e["token"], e["fenced"]) for e in cluster.events("end")]
+    assert second["token"] == first["token"] + 1
+    assert ends == [(2, second["token"], True), (1, first["token"], False)]

@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -75,9 +74,6 @@ class JobConsumers:
         self._jobs = [job for job in jobs if job.handler is not None]
         self._owner = owner
         self._runner = Runner(backend, owner=owner, lease=0.0, heartbeat=0.0)
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, len(self._jobs)), thread_name_prefix="relay-consume"
-        )
         self._stopping = threading.Event()
         self.subscribed = threading.Event()
         """Set while the consumers are subscribed to every run queue."""
@@ -95,7 +91,6 @@ class JobConsumers:
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout + 30)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         backoff = 0.5
@@ -156,9 +151,25 @@ class JobConsumers:
             return
         assert job.handler is not None
         session.in_flight[method.delivery_tag] = (run, job)
-        future = self._pool.submit(self._runner.execute, run, job.handler)
-        settle = partial(self._settle, session, channel, method.delivery_tag, future)
-        future.add_done_callback(lambda _: self._call_back(session, settle))
+        # A daemon thread per run (prefetch 1: one per job at most): a stopped process exits
+        # without waiting for a run it handed over, as the scheduler's own threads do.
+        threading.Thread(
+            target=self._execute,
+            args=(session, channel, method.delivery_tag, run, job),
+            name=f"relay-{run.id}",
+            daemon=True,
+        ).start()
+
+    def _execute(
+        self, session: _Session, channel: BlockingChannel, tag: int, run: Run, job: Job
+    ) -> None:
+        assert job.handler is not None
+        state: RunState | None = None
+        try:
+            state = self._runner.execute(run, job.handler)
+        finally:
+            settle = partial(self._settle, session, channel, tag, state)
+            self._call_back(session, settle)
 
     def _hand_over(self, session: _Session, channel: BlockingChannel) -> None:
         """Republish each unfinished run with its attempt unchanged, confirmed, then ack it."""
@@ -181,15 +192,13 @@ class JobConsumers:
 
     @staticmethod
     def _settle(
-        session: _Session, channel: BlockingChannel, tag: int, future: Future[RunState | None]
+        session: _Session, channel: BlockingChannel, tag: int, state: RunState | None
     ) -> None:
         if session.in_flight.pop(tag, None) is None:
             return  # handed over: its delivery was acked when it was republished
-        succeeded = not future.cancelled() and future.exception() is None
-        succeeded = succeeded and future.result() is RunState.SUCCEEDED
         if not channel.is_open:
             return
-        if succeeded:
+        if state is RunState.SUCCEEDED:
             channel.basic_ack(tag)
         else:
             channel.basic_nack(tag, requeue=True)
