@@ -17,8 +17,9 @@ from typing import Any
 from relay.contract import is_lease
 from relay.durations import Duration, seconds
 from relay.engine import Decider, Runner, Won
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError, RelayError
 from relay.runs import HEADER, run_to_headers
+from relay_dramatiq._consumer import check_queues, dispatcher
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic
 
@@ -80,6 +81,8 @@ class Scheduler:
             self._groups[key].add(item)
         if not self._groups:
             raise ConfigurationError("no periodic actors: decorate actors with @periodic(...)")
+        for group in self._groups.values():
+            check_queues(group.middleware, list(group.decider.jobs.values()))
         ticks = [group.middleware.tick for group in self._groups.values()]
         self.tick = min(ticks) if tick is None else seconds(tick, "tick")
         self._stopping = threading.Event()
@@ -121,6 +124,13 @@ class Scheduler:
         return healthy
 
     def _dispatch(self, group: _Group, won: Won) -> None:
+        consumer = dispatcher(group.middleware)
+        if consumer is not None:  # RabbitMQ consumer mode: the job's run queue, not Dramatiq's
+            try:
+                consumer.dispatch(won)
+            except RelayError:
+                log.exception("could not publish %s: the run is lost", won.run.id)
+            return
         actor = group.actors[won.job.name].actor
         # max_retries=0: Relay retries a failed run itself, with a new token.
         options: dict[str, Any] = {HEADER: run_to_headers(won.run), "max_retries": 0}

@@ -116,6 +116,7 @@ class JobConsumers:
                 for job in self._jobs
             ]
             self.subscribed.set()
+            log.info("consuming the run queues of %d job(s) as %s", len(tags), self._owner)
             while not self._stopping.is_set():
                 session.connection.process_data_events(time_limit=0.2)
             for tag in tags:
