@@ -13,7 +13,6 @@ with the broker's ``x-delivery-count`` (:func:`relay.backends.rabbitmq_consumer.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from kombu import Exchange, Queue
 from relay.backends import Backend
 from relay.engine import Won
 from relay.jobs import Job, make_job
-from relay.runs import Run, slot_ms
+from relay.runs import Run, RunState, slot_ms
 from relay_celery.schedules import schedule_options
 
 if TYPE_CHECKING:
@@ -116,9 +115,13 @@ def setup_worker(worker: Any, backend: RabbitMQConsumerBackend) -> dict[str, Job
     return {name: job for name, (_, job) in jobs.items()}
 
 
-def run_delivery(run: Run, request: Any, jobs: dict[str, Job], call: Callable[[Run], Any]) -> Any:
+def run_delivery(
+    run: Run, request: Any, jobs: dict[str, Job], call: Callable[[Run], Any], backend: Backend
+) -> Any:
     """Call ``call`` with the run this delivery carries; a failure is rejected with requeue, so
-    the broker redelivers it (one attempt used) until the job's delivery limit."""
+    the broker redelivers it (one attempt used) until the job's delivery limit. The attempt's
+    outcome goes to the outcomes stream through ``backend`` (this process's)."""
+    from relay.backends._rabbitmq_consumers import outcome
     from relay.backends.rabbitmq_consumer import delivered
 
     headers = {"x-delivery-count": request.get("x-delivery-count")}
@@ -128,7 +131,14 @@ def run_delivery(run: Run, request: Any, jobs: dict[str, Job], call: Callable[[R
     job = jobs.get(run.job)
     if job is not None and run.attempt > job.max_attempts:
         raise Reject(f"{run.id} used its {job.max_attempts} attempts", requeue=False)
+    consumer = consumer_backend(backend)
     try:
-        return call(dataclasses.replace(run))
+        result = call(run)
     except Exception as exc:
+        if consumer is not None and job is not None:
+            state = outcome(RunState.FAILED, run, job)
+            consumer.record(run, state, error=f"{type(exc).__name__}: {exc}")
         raise Reject(exc, requeue=True) from exc
+    if consumer is not None:
+        consumer.record(run, RunState.SUCCEEDED)
+    return result

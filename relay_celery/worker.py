@@ -122,6 +122,7 @@ class RunHooks:
                     task.request,
                     self.consumer_jobs,
                     lambda delivered: self.execute(delivered, body, args, kwargs),
+                    self.runner().backend,
                 )
             return self.execute(relay_run, body, args, kwargs)
 

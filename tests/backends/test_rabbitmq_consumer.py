@@ -7,6 +7,7 @@ race through the gate queues and publish.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -21,12 +22,14 @@ from typing import Any
 
 import pika
 import pytest
+from click.testing import CliRunner
 
 from relay import Run, open_backend
 from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+from relay.cli import main
 from relay.errors import ConfigurationError
 from relay.jobs import make_job
-from relay.runs import run_id
+from relay.runs import RunState, run_id
 from tests.support import services
 from tests.support.backends import unique
 from tests.support.procs import ROOT
@@ -45,6 +48,7 @@ def url() -> Iterator[str]:
     channel = connection.channel()
     for kind in ("run", "dead"):
         channel.queue_delete(f"{prefix}.{kind}.{JOB}")
+    channel.queue_delete(f"{prefix}.outcomes")
     connection.close()
 
 
@@ -243,6 +247,14 @@ def test_a_job_s_own_max_attempts_is_its_queue_s_delivery_limit(
         starts = events(log, "start")
         assert [e["attempt"] for e in starts] == [1, 2]
         assert starts[1]["token"] == starts[0]["token"] + 1
+        (record,) = backend.runs(JOB)  # the outcomes stream, the dead letter on top
+        assert (record.id, record.state, record.attempt, record.token) == (
+            run.id, RunState.FAILED, 2, starts[1]["token"],
+        )  # fmt: skip
+        assert (record.reason, record.error) == (
+            "attempts used",
+            "RuntimeError: this job always fails",
+        )
     finally:
         stop(worker)
 
@@ -269,6 +281,9 @@ def test_a_graceful_stop_hands_the_run_over_without_using_an_attempt(
         assert tokens[1] > tokens[0]
         assert [(e["pid"], e["attempt"]) for e in events(log, "end")] == [(second.pid, 1)]
         assert backend.dead_runs(JOB) == []
+        wait_for(lambda: backend.runs(JOB)[0].state is RunState.SUCCEEDED, "the outcome")
+        (record,) = backend.runs(JOB)
+        assert (record.attempt, record.failures, record.token) == (1, 0, tokens[1])
     finally:
         stop(second)
         stop(first)
@@ -300,3 +315,23 @@ def test_a_frozen_consumer_s_fenced_write_is_refused_after_the_redelivery(
     finally:
         stop(other)
         stop(frozen)
+
+
+def test_relay_runs_reads_the_outcomes_and_creates_nothing(
+    url: str, backend: RabbitMQConsumerBackend
+) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["runs", "--backend", url])
+    assert missing.exit_code == 1 and "no outcomes stream" in missing.output
+    channel = pika.BlockingConnection(pika.URLParameters(services.require("rabbitmq"))).channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):  # still not declared
+        channel.queue_declare(backend.outcomes.name, passive=True)
+    channel.connection.close()
+    ok, failed = a_run(seconds_ago=2), a_run(seconds_ago=1)
+    assert backend.record(dataclasses.replace(ok, token=7), RunState.SUCCEEDED)
+    assert backend.record(failed, RunState.PENDING, error="ValueError: once")
+    assert backend.record(dataclasses.replace(failed, attempt=2), RunState.SUCCEEDED)
+    shown = runner.invoke(main, ["runs", "--backend", url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = [(r["id"], r["state"], r["attempt"], r["failures"]) for r in json.loads(shown.output)]
+    assert rows == [(failed.id, "succeeded", 2, 1), (ok.id, "succeeded", 1, 0)]

@@ -79,6 +79,7 @@ def prefix(amqp: str) -> Iterator[str]:
     for job in ("tick", "flaky", "slow", "first"):
         for kind in ("run", "dead"):
             channel.queue_delete(f"{name}.{kind}.{job}")
+    channel.queue_delete(f"{name}.outcomes")
     connection.close()
 
 
@@ -132,9 +133,16 @@ def test_a_killed_pool_child_s_run_is_redelivered_and_completed(
             (first["run"], 1, first["token"]),
             (first["run"], 2, first["token"] + 1),
         ], cluster.logs()
-        (end,) = cluster.events("end")
+        (end,) = ended(cluster, first["run"])
         assert (end["attempt"], end["fenced"]) == (2, True)
         assert end["pid"] != first["pid"]
+        backend = consumer(amqp, prefix)
+        try:
+            (record,) = [r for r in backend.runs("first") if r.id == first["run"]]
+        finally:
+            backend.close()
+        # The killed attempt recorded nothing; the dead runner counts as a failure.
+        assert (record.state, record.attempt, record.failures) == ("succeeded", 2, 1)
 
 
 def test_a_failing_run_is_dead_lettered_after_its_job_s_own_limit(
@@ -153,6 +161,9 @@ def test_a_failing_run_is_dead_lettered_after_its_job_s_own_limit(
             starts = by_run(cluster.events("start"))[dead.run_id]
             assert [e["attempt"] for e in starts] == [1, 2]
             assert starts[1]["token"] == starts[0]["token"] + 1
+            record = next(r for r in backend.runs("flaky") if r.id == dead.run_id)
+            assert (record.state, record.attempt, record.token) == ("failed", 2, starts[1]["token"])
+            assert record.error == "RuntimeError: this task always fails"
     finally:
         backend.close()
 
@@ -189,8 +200,9 @@ def test_a_graceful_worker_stop_keeps_the_attempt(tmp_path: Path, amqp: str, pre
         cluster.wait_for("the run to end", lambda: cluster.events("end"), 60)
         assert first.wait(30) == 0
         time.sleep(3)  # a redelivery, if the stop had returned the run, would start by now
-        (start,) = cluster.events("start")
-        (end,) = cluster.events("end")
+        run = cluster.events("start")[0]["run"]
+        (start,) = [e for e in cluster.events("start") if e["run"] == run]
+        (end,) = [e for e in cluster.events("end") if e["run"] == run]
         assert (start["attempt"], end["attempt"], end["run"]) == (1, 1, start["run"])
         assert end["fenced"] is True
 
@@ -258,11 +270,16 @@ def test_a_frozen_worker_s_fenced_write_is_refused_after_the_redelivery(
         cluster.set(heartbeat_s=10)
         cluster.beat()
         cluster.wait_for("a run to start", lambda: cluster.events("start"), 60)
+        run = cluster.events("start")[0]["run"]
         cluster.kill(frozen, signal.SIGSTOP)  # the worker and its child, past the heartbeat
         cluster.wait_for("the redelivery to end", lambda: cluster.events("end"), 60)
         cluster.kill(frozen, signal.SIGCONT)
-        cluster.wait_for("the frozen child to end", lambda: len(cluster.events("end")) == 2, 60)
-        first, second = cluster.events("start")
-        ends = [(e["attempt"], e["token"], e["fenced"]) for e in cluster.events("end")]
+        cluster.wait_for("the frozen child to end", lambda: len(ended(cluster, run)) == 2, 60)
+        first, second = [e for e in cluster.events("start") if e["run"] == run][:2]
+        ends = [(e["attempt"], e["token"], e["fenced"]) for e in ended(cluster, run)]
     assert second["token"] == first["token"] + 1
     assert ends == [(2, second["token"], True), (1, first["token"], False)]
+
+
+def ended(cluster: ConsumerCluster, run: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.events("end") if e["run"] == run]

@@ -56,6 +56,7 @@ def deployment(tmp_path: Path) -> Iterator[ConsumerDeployment]:
     for job in running.jobs:
         for kind in ("run", "dead"):
             channel.queue_delete(f"{prefix}.{kind}.{job}")
+    channel.queue_delete(f"{prefix}.outcomes")
     connection.close()
 
 

@@ -25,6 +25,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
+from relay.backends._rabbitmq_outcomes import HANDED_OVER
 from relay.engine.running import Runner
 from relay.errors import RelayError
 from relay.jobs import Job
@@ -33,7 +34,7 @@ from relay.runs import HEADER, Run, RunState, run_from_headers
 if TYPE_CHECKING:
     from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend, RunQueues
 
-__all__ = ["DELIVERY_COUNT", "JobConsumers", "delivered"]
+__all__ = ["DELIVERY_COUNT", "JobConsumers", "delivered", "outcome"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
 MAX_BACKOFF = 30.0
@@ -46,6 +47,13 @@ def delivered(run: Run, headers: dict[str, Any]) -> Run:
     ``x-delivery-count`` (0 on a first delivery, + 1 on each redelivery)."""
     count = int(headers.get(DELIVERY_COUNT) or 0)
     return dataclasses.replace(run, attempt=run.attempt + count, token=run.token + count)
+
+
+def outcome(state: RunState, run: Run, job: Job) -> RunState:
+    """What an attempt's end means for the run: failed for good only on its last attempt."""
+    if state is RunState.FAILED and run.attempt < job.max_attempts:
+        return RunState.PENDING
+    return state
 
 
 class _Session:
@@ -164,10 +172,23 @@ class JobConsumers:
     def _execute(
         self, session: _Session, channel: BlockingChannel, tag: int, run: Run, job: Job
     ) -> None:
-        assert job.handler is not None
+        handler, errors = job.handler, []
+        assert handler is not None
+
+        def call(run: Run) -> None:
+            try:
+                handler(run)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                raise
+
         state: RunState | None = None
         try:
-            state = self._runner.execute(run, job.handler)
+            state = self._runner.execute(run, call)
+            if state is not None:
+                self._backend.record(
+                    run, outcome(state, run, job), error=errors[0] if errors else None
+                )
         finally:
             settle = partial(self._settle, session, channel, tag, state)
             self._call_back(session, settle)
@@ -183,6 +204,7 @@ class JobConsumers:
             del session.in_flight[tag]
             channel.basic_ack(tag)
             log.info("handed %s over (attempt %d kept)", run.id, run.attempt)
+            self._backend.record(run, RunState.PENDING, reason=HANDED_OVER)
 
     @staticmethod
     def _call_back(session: _Session, settle: partial[None]) -> None:

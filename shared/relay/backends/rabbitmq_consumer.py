@@ -16,6 +16,9 @@ the run to its job's **run queue**, a quorum queue that every instance consumes 
   ``base + x-delivery-count``, so a frozen consumer woken after a redelivery holds a stale token;
 * a graceful stop hands its unfinished runs over: it republishes each with its attempt unchanged
   (confirmed), then acks the old delivery, so the hand-over uses no attempt;
+* each attempt's outcome is appended to ``<prefix>.outcomes``, a stream bounded by age
+  (``outcomes_age``, default 7 days), which :meth:`RabbitMQConsumerBackend.runs` (and so
+  ``relay runs``) reads back with each job's dead letters;
 * a per-message TTL ends ``stale_after`` after the slot: a run still waiting then is dead-lettered
   (reason ``expired``: skipped).
 
@@ -25,7 +28,6 @@ What this mode does not guarantee is in ``docs/backends/rabbitmq-consumer.md``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import re
@@ -33,7 +35,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -42,82 +43,29 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
 from relay.backends._rabbitmq_consumers import JobConsumers, delivered
+from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold
+from relay.backends._rabbitmq_queues import (
+    MAX_ATTEMPTS,
+    DeadRun,
+    RunQueues,
+    dead_run,
+    refused_queue,
+)
 from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend, pika_parameters
 from relay.engine.deciding import Won
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
-from relay.runs import HEADER, Run, run_to_headers, slot_ms
+from relay.runs import HEADER, Run, RunRecord, RunState, parse_run_id, run_to_headers, slot_ms
 
 __all__ = ["MAX_ATTEMPTS", "DeadRun", "RabbitMQConsumerBackend", "RunQueues", "delivered"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
-_OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout")
+_OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout", "outcomes_age")
+_AGE = re.compile(r"^[1-9][0-9]*(Y|M|D|h|m|s)$")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
-_MAX_QUEUE_NAME = 255
 _PRECONDITION_FAILED = 406
 _NOT_FOUND = 404
-_OUTCOMES = {"delivery_limit": "failed", "rejected": "failed", "expired": "skipped"}
-MAX_ATTEMPTS = 1000
-"""The most attempts a job may have here: a token base leaves room for this many deliveries."""
-_INEQUIVALENT = re.compile(r"inequivalent arg '([^']+)' for queue '([^']+)'.*current is (.*)$")
-
-
-@dataclass(frozen=True)
-class RunQueues:
-    """The run queue and dead queue of each job; every instance must declare them alike."""
-
-    prefix: str = "relay"
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    consumer_timeout: float | None = None
-
-    def run_queue(self, job: str) -> str:
-        """Where the job's runs wait for the active consumer."""
-        return self._name(f"{self.prefix}.run.{job}")
-
-    def dead_queue(self, job: str) -> str:
-        """Where the job's failed and stale runs are dead-lettered."""
-        return self._name(f"{self.prefix}.dead.{job}")
-
-    def arguments(self, job: str, max_attempts: int | None = None) -> dict[str, Any]:
-        """The run queue's arguments; ``max_attempts`` is the job's (default: the URL's)."""
-        attempts = self.max_attempts if max_attempts is None else max_attempts
-        arguments: dict[str, Any] = {
-            "x-queue-type": "quorum",
-            "x-single-active-consumer": True,
-            "x-delivery-limit": attempts - 1,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": self.dead_queue(job),
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",  # at-least-once dead-lettering needs it
-        }
-        if self.consumer_timeout is not None:
-            arguments["x-consumer-timeout"] = int(self.consumer_timeout * 1000)
-        return arguments
-
-    def declare(self, channel: BlockingChannel, job: str, max_attempts: int | None = None) -> str:
-        """Declare the job's dead queue, then its run queue; return the run queue's name."""
-        channel.queue_declare(
-            self.dead_queue(job), durable=True, arguments={"x-queue-type": "quorum"}
-        )
-        name = self.run_queue(job)
-        channel.queue_declare(name, durable=True, arguments=self.arguments(job, max_attempts))
-        return name
-
-    @staticmethod
-    def _name(name: str) -> str:
-        if len(name.encode()) <= _MAX_QUEUE_NAME:
-            return name
-        return f"{name[:180]}.{hashlib.sha256(name.encode()).hexdigest()}"
-
-
-@dataclass(frozen=True)
-class DeadRun:
-    """A run dead-lettered from its job's run queue: ``outcome`` is failed or skipped."""
-
-    run_id: str
-    outcome: str
-    reason: str
 
 
 class RabbitMQConsumerBackend:
@@ -126,6 +74,8 @@ class RabbitMQConsumerBackend:
     capability: Literal["claim"] = "claim"
     job_options = frozenset({"max_attempts"})
     """Lease-only job options this claim backend honours: ``max_attempts``, per run queue."""
+    readable_runs = True
+    """``open_backend(url, read_only=True)`` may open it: :meth:`runs` reads the outcomes."""
 
     def __init__(
         self,
@@ -136,7 +86,12 @@ class RabbitMQConsumerBackend:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         consumer_timeout: float | None = None,
         location: str = "RabbitMQ",
+        outcomes_age: str = DEFAULT_MAX_AGE,
+        read_only: bool = False,
     ) -> None:
+        self.read_only = read_only
+        """Opened to read outcomes only (``relay runs``): nothing is declared."""
+        self.outcomes = OutcomeStream(RunQueues._name(f"{prefix}.outcomes"), outcomes_age)
         self.gate = RabbitMQClaimBackend(
             parameters, prefix=f"{prefix}.claim", retention=retention, location=location
         )
@@ -168,6 +123,11 @@ class RabbitMQConsumerBackend:
             raise ConfigurationError(
                 f"max_attempts={attempts!r} must be a whole number from 1 to {MAX_ATTEMPTS}"
             )
+        age = parsed.option("outcomes_age", DEFAULT_MAX_AGE)
+        if not _AGE.match(age):
+            raise ConfigurationError(
+                f"outcomes_age={age!r} must be a number and a unit (Y, M, D, h, m or s), e.g. 7D"
+            )
         timeout = None
         if "consumer_timeout" in parsed.options:
             timeout = parsed.float_option("consumer_timeout", 0)
@@ -178,6 +138,7 @@ class RabbitMQConsumerBackend:
             max_attempts=int(attempts),
             consumer_timeout=timeout,
             location=parsed.redacted(),
+            outcomes_age=age,
             **kwargs,
         )
 
@@ -289,7 +250,7 @@ class RabbitMQConsumerBackend:
                     method, properties, body = channel.basic_get(self.queues.dead_queue(job))
                     if method is None:
                         break
-                    dead.append(_dead_run(properties, body))
+                    dead.append(dead_run(properties, body))
             except ChannelClosedByBroker as exc:
                 if exc.reply_code != _NOT_FOUND:
                     raise
@@ -298,6 +259,50 @@ class RabbitMQConsumerBackend:
                 with suppress(AMQPError):
                     channel.close()  # unacknowledged: the messages stay in the queue
         return dead
+
+    # -- outcomes: the stream ----------------------------------------------------------------
+
+    def record(
+        self, run: Run, state: RunState, *, reason: str | None = None, error: str | None = None
+    ) -> bool:
+        """Append the outcome of one attempt of ``run`` to the outcomes stream (confirmed);
+        ``False`` (logged) if the broker could not take it: recording never fails a run."""
+        body = self.outcomes.body(run, state, reason, error)
+        try:
+            with self._lock, self._translated():
+                channel = self._ready_channel()
+                if self.outcomes.name not in self._declared:
+                    self.outcomes.declare(channel)
+                    self._declared.add(self.outcomes.name)
+                channel.basic_publish("", self.outcomes.name, body, mandatory=True)
+        except (RelayError, NackError, UnroutableError) as exc:
+            log.warning("could not record the outcome of %s: %r", run.id, exc)
+            return False
+        return True
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """The latest outcome of the most recent runs (of ``job``), newest slot first: the
+        outcomes stream, with each job's dead letters on top. Declares nothing; a missing
+        stream raises :class:`~relay.errors.StoreNotFound`."""
+        with self._translated():
+            connection = pika.BlockingConnection(self._parameters)
+            try:
+                records = self.outcomes.read(connection.channel())
+            except ChannelClosedByBroker as exc:
+                if exc.reply_code != _NOT_FOUND:
+                    raise
+                raise StoreNotFound(
+                    f"no outcomes stream {self.outcomes.name!r} at {self.location}: no consumer "
+                    "with this prefix has finished a run yet, or the prefix is not theirs"
+                ) from None
+            finally:
+                if connection.is_open:
+                    connection.close()
+        records = [r for r in records if job is None or parse_run_id(r["run"])[0] == job]
+        jobs = {parse_run_id(r["run"])[0] for r in records} | ({job} if job else set())
+        dead = [(d.run_id, d.outcome, d.reason) for name in sorted(jobs)
+                for d in self.dead_runs(name, limit=10_000)]  # fmt: skip
+        return fold(records, dead)[:limit]
 
     def close(self) -> None:
         self.stop_serving(0)
@@ -334,7 +339,7 @@ class RabbitMQConsumerBackend:
         except ChannelClosedByBroker as exc:
             self._channel = None
             if exc.reply_code == _PRECONDITION_FAILED:
-                raise ConfigurationError(_refused_queue(str(exc.reply_text), job)) from exc
+                raise ConfigurationError(refused_queue(str(exc.reply_text), job)) from exc
             raise BackendUnavailable(f"RabbitMQ at {self.location} refused: {exc}") from exc
         except AMQPError as exc:
             self._connection = None
@@ -342,30 +347,3 @@ class RabbitMQConsumerBackend:
                 f"cannot reach RabbitMQ at {self.location} ({exc!r}): check that the broker is "
                 "running and that the URL's host, port and credentials are right"
             ) from exc
-
-
-def _refused_queue(reply: str, job: Job | None) -> str:
-    found = _INEQUIVALENT.search(reply)
-    if job is not None and found and found.group(1) == "x-delivery-limit":
-        current = re.search(r"'(-?\d+)'", found.group(3))
-        wanted = f"max_attempts={int(current.group(1)) + 1}" if current else "no max_attempts"
-        return (
-            f"job {job.name!r} has max_attempts={job.max_attempts}, but its run queue "
-            f"{found.group(2)!r} already exists with {found.group(1)} {found.group(3)}: set "
-            f"{wanted} on the job, or delete the queue to change it (rabbitmqctl delete_queue "
-            f"{found.group(2)}; runs waiting in it are lost)"
-        )
-    return (
-        f"RabbitMQ refused a run queue ({reply}): every instance must use the same prefix, "
-        "max_attempts and consumer_timeout; delete the old queue to change them"
-    )
-
-
-def _dead_run(properties: pika.BasicProperties, body: bytes) -> DeadRun:
-    headers = properties.headers or {}
-    deaths = headers.get("x-death") or [{}]
-    reason = str(deaths[0].get("reason", "unknown"))
-    run = headers.get(HEADER) or {}
-    return DeadRun(
-        str(run.get("id", body.decode(errors="replace"))), _OUTCOMES.get(reason, reason), reason
-    )
