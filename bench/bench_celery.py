@@ -30,7 +30,7 @@ from celery.beat import Scheduler
 from relay.backends import open_backend
 from relay.contract import AcquireRequest, is_lease
 from relay.runs import HEADER, run_to_headers
-from relay_celery import RelayScheduler
+from relay_celery import RelayScheduler, install
 from relay_celery.config import CelerySettings
 from relay_celery.worker import RunHooks
 
@@ -135,6 +135,7 @@ def stock_scheduler(schedule: dict[str, Any]) -> Scheduler:
 def relay_scheduler(schedule: dict[str, Any], backend_url: str) -> RelayScheduler:
     app = make_app("relay_beat")
     app.conf.update({"beat_schedule": schedule, "relay_backend": backend_url})
+    install(app)  # RelayScheduler refuses an app without Relay's worker hooks
     return RelayScheduler(app)
 
 

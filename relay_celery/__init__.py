@@ -1,7 +1,8 @@
 """Relay for Celery: run several ``celery beat`` processes; each scheduled run happens once.
 
-Beat: ``app.conf.beat_scheduler = "relay_celery.RelayScheduler"``. Worker: ``install(app)``.
-Inside a task started by beat, :func:`current_run` returns its :class:`~relay.Run`.
+``install(app, backend=...)`` where the app is defined sets up both sides: the workers' run hooks,
+and ``relay_celery.RelayScheduler`` as ``beat_scheduler`` (unless the app names another). Inside a
+task started by beat, :func:`current_run` returns its :class:`~relay.Run`.
 """
 
 from relay.engine import current_run

@@ -24,14 +24,14 @@ from relay.runs import HEADER, run_to_headers
 from relay.scheduler import default_owner
 from relay_celery.config import load_settings, open_checked
 from relay_celery.consumer import ConsumerMode, consumer_backend
+from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.schedules import schedule_options
+from relay_celery.worker import require_worker_hooks
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
 log = logging.getLogger("relay.celery.beat")
 
-RELAY_OPTIONS = frozenset({"overlap", "max_attempts", "catch_up", "stale_after"})
-"""Keys a ``beat_schedule`` entry may set under ``"relay"``."""
 MAX_BACKOFF = 30.0
 _HORIZON = timedelta(days=5 * 366)
 
@@ -41,7 +41,9 @@ class RelayScheduler(Scheduler):
 
     Choose it with ``celery -A proj beat -S relay_celery.RelayScheduler`` or
     ``app.conf.beat_scheduler = "relay_celery.RelayScheduler"``. Settings come from
-    ``app.conf.relay_*`` (or Django's ``RELAY``); an entry's Relay options from its ``"relay"`` key.
+    ``app.conf.relay_*`` (or Django's ``RELAY``); an entry's Relay options from
+    ``app.conf.relay_jobs[entry]`` (or its ``"relay"`` key). It refuses to start for an app
+    without :func:`relay_celery.install`: its workers would not lease the runs it publishes.
     """
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
@@ -59,6 +61,10 @@ class RelayScheduler(Scheduler):
     def setup_schedule(self) -> None:
         """Read the entries, open the backend and make one Relay job per entry."""
         super().setup_schedule()
+        require_worker_hooks(self.app)
+        self._relay_options = jobs_options(
+            self.app.conf.get("relay_jobs"), self._relay_options, self.schedule
+        )
         backend, settings = open_checked(load_settings(self.app))
         self._backend, self.settings = backend, settings
         try:
@@ -85,7 +91,7 @@ class RelayScheduler(Scheduler):
         entries = {}
         for name, values in b.items():
             values = dict(values)
-            self._relay_options[name] = _relay_options(name, values.pop("relay", None))
+            self._relay_options[name] = entry_options(name, values.pop("relay", None))
             entries[name] = values
         super().merge_inplace(cast("dict[str, Any]", entries))
 
@@ -196,20 +202,3 @@ class RelayScheduler(Scheduler):
         """One line for ``celery beat``'s banner."""
         backend = self._backend
         return f"relay backend: {backend.name}" if backend is not None else "relay"
-
-
-def _relay_options(entry_name: str, options: Any) -> dict[str, Any]:
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise ConfigurationError(
-            f"beat_schedule entry {entry_name!r}: 'relay' must be a dict such as "
-            f"{{'overlap': 'skip'}}, got {type(options).__name__}"
-        )
-    unknown = sorted(set(options) - RELAY_OPTIONS)
-    if unknown:
-        raise ConfigurationError(
-            f"beat_schedule entry {entry_name!r}: unknown relay option(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(RELAY_OPTIONS))}"
-        )
-    return dict(options)

@@ -1,24 +1,40 @@
 """Relay's settings for a Celery app: ``app.conf.relay_*`` keys, or Django's ``RELAY`` dict.
 
 Both feed the core's one settings reader, :func:`relay.settings.from_mapping`, and are checked
-against the backend once, when beat or the worker starts.
+against the backend once, when beat or the worker starts. Lowest first: the options given to
+``relay_celery.install(app, ...)``, then ``settings.RELAY``, then ``app.conf.relay_*``
+(``CELERY_RELAY_*`` in Django). A ``relay_*`` key Relay does not know stops the process, and so
+does a missing backend, unless the app's broker is a Redis every beat and worker already shares.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any
+import weakref
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from celery import Celery
 
-from relay.backends import LEASE_BACKENDS, Backend, open_backend
+from relay.backends import LEASE_BACKENDS, Backend, one_host_warning, open_backend
+from relay.backends._url import BackendURL
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options
-from relay.settings import Settings, from_mapping
+from relay.settings import Settings, from_mapping, unknown_settings
 
-__all__ = ["DEFAULT_QUEUE_LEASE", "CelerySettings", "load_settings", "open_checked"]
+__all__ = [
+    "CONF_KEYS",
+    "DEFAULT_QUEUE_LEASE",
+    "CelerySettings",
+    "load_settings",
+    "open_checked",
+    "remember_install_options",
+]
+
+log = logging.getLogger("relay.celery")
 
 DEFAULT_QUEUE_LEASE = 300.0
 """Seconds a run published by beat stays leased while its message waits in the queue."""
@@ -29,6 +45,10 @@ _CONF_KEYS = {
     "HEARTBEAT": "relay_heartbeat",
     "QUEUE_LEASE": "relay_queue_lease",
 }
+CONF_KEYS = frozenset({*_CONF_KEYS.values(), "relay_jobs"})
+"""Every ``app.conf`` key Relay reads; any other ``relay_*`` key is refused as a typo."""
+_REDIS_SCHEMES = {"redis", "rediss"}
+_install_options: weakref.WeakKeyDictionary[Celery, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -39,11 +59,25 @@ class CelerySettings:
     lease: float
     heartbeat: float
     queue_lease: float
+    capability: Literal["claim", "lease"] = "lease"
+
+
+def remember_install_options(app: Celery, **options: Any) -> None:
+    """Keep the settings given to ``install(app, ...)``: the lowest layer, checked now."""
+    values = {key.upper(): value for key, value in options.items() if value is not None}
+    from_mapping(values, source="relay_celery.install()")
+    _install_options[app] = {**_install_options.get(app, {}), **values}
 
 
 def load_settings(app: Celery) -> Settings:
-    """Read Django's ``settings.RELAY`` (when Django is configured), then ``app.conf.relay_*``."""
-    values: dict[str, Any] = dict(_django_relay())
+    """Read ``install()``'s options, Django's ``settings.RELAY``, then ``app.conf.relay_*``.
+
+    Unknown ``relay_*`` keys raise :class:`ConfigurationError` naming the closest known one. With
+    no backend anywhere, the app's broker is used if it is Redis; otherwise the error names
+    ``relay_backend``: Relay never falls back to a store of its own on each host.
+    """
+    _check_conf_keys(app)
+    values: dict[str, Any] = {**_install_options.get(app, {}), **_django_relay()}
     for key, conf_key in _CONF_KEYS.items():
         value = app.conf.get(conf_key)
         if value is None:
@@ -54,11 +88,63 @@ def load_settings(app: Celery) -> Settings:
             name = f"app.conf.{conf_key} (CELERY_{conf_key.upper()} in Django)"
             raise ConfigurationError(str(exc).replace(f"RELAY['{key}']", name)) from None
         values[key] = value
-    return from_mapping(values, source="settings.RELAY")
+    settings = from_mapping(values, source="settings.RELAY")
+    if settings.backend is None:
+        settings = replace(settings, backend=_broker_backend(app))
+    return settings
+
+
+def _check_conf_keys(app: Celery) -> None:
+    """Refuse ``relay_*`` keys (``<NAMESPACE>_RELAY_*`` with a namespace) Relay does not read."""
+    namespace = getattr(app, "namespace", None)
+    prefix = f"{namespace.rstrip('_')}_".upper() if namespace else None
+    plain, namespaced = [], []
+    for key in app.conf:
+        if not isinstance(key, str):
+            continue
+        if key.startswith("relay_") and key not in CONF_KEYS:
+            plain.append(key)
+        elif prefix and key.startswith(f"{prefix}RELAY_") and _unknown(key[len(prefix) :]):
+            namespaced.append(key)
+    if plain:
+        raise unknown_settings("app.conf", sorted(plain), CONF_KEYS)
+    if namespaced:
+        known = [f"{prefix}{key.upper()}" for key in CONF_KEYS]
+        raise unknown_settings("Celery's Django settings", sorted(namespaced), known)
+
+
+def _unknown(key: str) -> bool:
+    return key.lower() not in CONF_KEYS
+
+
+def _broker_backend(app: Celery) -> str:
+    """The app's broker URL if it is Redis (a store every beat and worker shares), else refuse."""
+    broker = app.conf.broker_url
+    redis = isinstance(broker, str) and urlsplit(broker).scheme.lower() in _REDIS_SCHEMES
+    if isinstance(broker, str) and redis and ";" not in broker:
+        log.info(
+            "relay: relay_backend is not set; deciding runs on the broker's Redis (%s)",
+            BackendURL(broker).redacted(),
+        )
+        return broker
+    described = "none set"
+    if isinstance(broker, str):
+        described = BackendURL(broker).redacted() if "://" in broker else repr(broker)
+    raise ConfigurationError(
+        "Relay has no backend: set app.conf.relay_backend (CELERY_RELAY_BACKEND or "
+        "RELAY['BACKEND'] with Django) to a store every beat and worker shares, such as "
+        "'postgresql://…' or 'redis://…'. Without it Relay uses the app's broker only when that "
+        f"is Redis, and this app's broker is {described}"
+    )
 
 
 def open_checked(settings: Settings) -> tuple[Backend, CelerySettings]:
-    """Open the backend and check the lease settings against it; the caller closes the backend."""
+    """Open the backend and check the lease settings against it; the caller closes the backend.
+
+    A store that serves one host (SQLite) is logged as a warning: Celery apps span hosts.
+    """
+    if settings.backend is None:
+        raise ConfigurationError("Relay has no backend: set app.conf.relay_backend")
     backend = open_backend(settings.backend)
     try:
         lease, heartbeat = check_scheduler_options(
@@ -70,7 +156,12 @@ def open_checked(settings: Settings) -> tuple[Backend, CelerySettings]:
         if isinstance(exc, ConfigurationError):
             exc.args = (f"Relay's Celery settings (relay_lease, relay_heartbeat): {exc}",)
         raise
-    return backend, CelerySettings(settings.backend, lease, heartbeat, queue_lease)
+    warning = one_host_warning(backend)
+    if warning is not None:
+        log.warning("relay: %s", warning)
+    return backend, CelerySettings(
+        settings.backend, lease, heartbeat, queue_lease, backend.capability
+    )
 
 
 def _queue_lease(backend: Backend, value: float | None, lease: float) -> float:

@@ -26,6 +26,7 @@ from relay.backends import Backend
 from relay.engine import Won
 from relay.jobs import Job, make_job
 from relay.runs import Run, RunState, slot_ms
+from relay_celery.entries import entry_options, jobs_options
 from relay_celery.schedules import schedule_options
 
 if TYPE_CHECKING:
@@ -88,14 +89,21 @@ class ConsumerMode:
 
 
 def entry_jobs(app: Celery, backend: Backend) -> dict[str, tuple[str, Job]]:
-    """Each ``beat_schedule`` entry's task name and Relay job, as beat builds them."""
-    from relay_celery.beat import _relay_options
-
+    """Each ``beat_schedule`` entry's task name and Relay job, as beat builds them (options from
+    ``app.conf.relay_jobs`` or the entry's ``"relay"`` key)."""
+    entries = dict(app.conf.beat_schedule or {})
+    carried = {name: entry_options(name, entry.get("relay")) for name, entry in entries.items()}
+    options = jobs_options(app.conf.get("relay_jobs"), carried, entries)
     jobs = {}
-    for name, entry in (app.conf.beat_schedule or {}).items():
-        options = schedule_options(name, maybe_schedule(entry["schedule"], app=app), app.timezone)
-        relay = _relay_options(name, entry.get("relay"))
-        jobs[name] = (entry["task"], make_job(backend, name=name, **options, **relay))
+    for name, entry in entries.items():
+        schedule = maybe_schedule(entry["schedule"], app=app)
+        job = make_job(
+            backend,
+            name=name,
+            **schedule_options(name, schedule, app.timezone),
+            **options.get(name, {}),
+        )
+        jobs[name] = (entry["task"], job)
     return jobs
 
 

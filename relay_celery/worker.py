@@ -1,10 +1,15 @@
 """The worker side: start a published run with its token, heartbeat, and record its outcome.
 
-:func:`install` adds a worker bootstep. When the worker starts, the step checks Relay's settings
-(a bad one stops the worker with a message naming it) and wraps each task's ``run``, so a message
-carrying a run is started through the core's :class:`~relay.engine.Runner` before the task body
-runs, and is dropped (``celery.exceptions.Ignore``) when the run must not run: a stale token, a
-finished run, or a run another worker already started.
+:func:`install` adds a worker bootstep (and makes Relay the app's beat scheduler unless the app
+chose another). When the worker starts, the step checks Relay's settings (a bad one stops the
+worker with a message naming it) and wraps each task's ``run``, so a message carrying a run is
+started through the core's :class:`~relay.engine.Runner` before the task body runs, and is dropped
+(``celery.exceptions.Ignore``) when the run must not run: a stale token, a finished run, or a run
+another worker already started.
+
+Relay owns the retries of scheduled runs on a lease backend: a scheduled task declaring
+``autoretry_for`` stops the worker at start, and ``self.retry()`` inside a run fails this attempt
+(:class:`RetryRequested`) instead of publishing a message the worker would drop.
 """
 
 from __future__ import annotations
@@ -21,29 +26,84 @@ from celery.exceptions import Ignore
 from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
-from relay.engine import ActiveRun, Runner
-from relay.errors import RelayError
+from relay.durations import Duration
+from relay.engine import ActiveRun, Runner, current_run
+from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job
+from relay.retries import foreign_retries
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
-from relay_celery.config import CelerySettings, load_settings, open_checked
+from relay_celery.config import (
+    CelerySettings,
+    load_settings,
+    open_checked,
+    remember_install_options,
+)
 from relay_celery.consumer import consumer_backend, run_delivery, setup_worker
 
-__all__ = ["RelayStep", "install"]
+__all__ = ["SCHEDULER", "RelayStep", "RetryRequested", "install", "require_worker_hooks"]
 
 log = logging.getLogger("relay.celery.worker")
 _WRAPPED = "_relay_wrapped"
+SCHEDULER = "relay_celery.RelayScheduler"
+"""The value :func:`install` gives ``beat_scheduler`` when the app sets none."""
 
 
-def install(app: Celery) -> None:
-    """Make ``app``'s workers start, heartbeat and finish the runs that beat publishes.
+def install(
+    app: Celery,
+    backend: str | None = None,
+    *,
+    lease: Duration | None = None,
+    heartbeat: Duration | None = None,
+    queue_lease: Duration | None = None,
+) -> None:
+    """Set up both sides of ``app``: the workers' run hooks and beat's scheduler.
 
-    Call it where the app is defined, next to ``beat_scheduler``. Idempotent.
+    Call it where the app is defined, in the module beat and workers both load. Workers then
+    start, heartbeat and finish the runs beat publishes; ``beat_scheduler`` becomes
+    ``relay_celery.RelayScheduler`` unless the app's configuration names a scheduler (so setting
+    ``beat_scheduler`` back to ``celery.beat:PersistentScheduler`` is the whole roll-back). The
+    keyword settings are the lowest layer: ``settings.RELAY`` and ``app.conf.relay_*`` override
+    them. Idempotent.
     """
+    remember_install_options(
+        app, backend=backend, lease=lease, heartbeat=heartbeat, queue_lease=queue_lease
+    )
     steps = app.steps["worker"]
     if RelayStep not in steps:
         steps.add(RelayStep)
+    _default_beat_scheduler(app)
+
+
+def require_worker_hooks(app: Celery) -> None:
+    """Refuse to schedule for an app whose workers would not run Relay's hooks.
+
+    Beat and workers load the same app module, so an app without :func:`install` means workers
+    that would run every published run without its lease: beat would publish it again and again.
+    """
+    if RelayStep not in app.steps["worker"]:
+        raise ConfigurationError(
+            "this Celery app has no Relay worker hooks, so its workers would run each published "
+            "run without leasing it and beat would publish it again: call "
+            "relay_celery.install(app) where the app is defined (the module beat and workers "
+            "both load)"
+        )
+
+
+def _default_beat_scheduler(app: Celery) -> None:
+    """Make RelayScheduler the app's beat scheduler unless its configuration names one."""
+    any_app: Any = app
+
+    def choose(source: Any = None, **_: Any) -> None:
+        conf = source if source is not None else any_app.conf
+        if not conf.value_set_for("beat_scheduler"):
+            conf.beat_scheduler = SCHEDULER
+
+    if any_app.configured:
+        choose()
+    else:
+        any_app.on_after_configure.connect(choose, weak=False, dispatch_uid="relay_celery")
 
 
 class RelayStep(bootsteps.StartStopStep):
@@ -64,6 +124,8 @@ class RelayStep(bootsteps.StartStopStep):
             jobs = None if consumer is None else setup_worker(parent, consumer)
         finally:
             backend.close()
+        if settings.capability == "lease":
+            _refuse_celery_retries(app)
         hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
@@ -88,6 +150,26 @@ class RelayStep(bootsteps.StartStopStep):
             heartbeat.backend.close()
 
     terminate = stop
+
+
+def _refuse_celery_retries(app: Celery) -> None:
+    """A scheduled task may not declare Celery retries: Relay retries its runs (lease backends)."""
+    for entry, values in (app.conf.beat_schedule or {}).items():
+        name = values.get("task") if isinstance(values, dict) else None
+        task = app.tasks.get(name) if isinstance(name, str) else None
+        if task is not None and getattr(task, "autoretry_for", None):
+            raise foreign_retries(
+                f"task {name!r} (beat_schedule entry {entry!r})",
+                "autoretry_for",
+                f"in app.conf.relay_jobs[{entry!r}]",
+            )
+
+
+class RetryRequested(Exception):
+    """A task called ``self.retry()`` inside a Relay run: this attempt is recorded failed.
+
+    Relay then retries the run under its ``max_attempts``, in a new message with a new token.
+    """
 
 
 class RunHooks:
@@ -128,6 +210,8 @@ class RunHooks:
 
         # Celery's tracer calls the instance's ``run`` (or ``__call__``, which calls it).
         task.run = run  # type: ignore[method-assign]
+        if self.settings.capability == "lease":
+            _own_retries(task)
         setattr(task, _WRAPPED, True)
 
     def execute(self, run: Run, body: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
@@ -194,6 +278,34 @@ class RunHooks:
                 )
                 self._local.runner = runner
         return runner
+
+
+def _own_retries(task: Task[Any, Any]) -> None:
+    """Turn ``task.retry()`` inside a Relay run into a failed attempt; other calls pass."""
+    original: Callable[..., Any] = task.retry
+
+    @functools.wraps(original)
+    def retry(*args: Any, **kwargs: Any) -> Any:
+        run = current_run()
+        if run is None or run_from_headers(_header(task)) is None:
+            return original(*args, **kwargs)
+        exc = kwargs.get("exc", args[2] if len(args) > 2 else None)
+        countdown = kwargs.get("countdown") or kwargs.get("eta")
+        delay = (
+            f" (its countdown/eta {countdown} cannot be honoured: Relay retries a failed run "
+            "at a beat's next sweep)"
+            if countdown is not None
+            else ""
+        )
+        message = (
+            f"{task.name} asked Celery to retry {run.id}; Relay owns the retries of scheduled "
+            "runs: this attempt is recorded failed and the run is retried while it has attempts "
+            f"left (max_attempts){delay}"
+        )
+        log.warning("relay: %s", message)
+        raise RetryRequested(message) from exc if isinstance(exc, BaseException) else None
+
+    task.retry = retry  # type: ignore[method-assign]
 
 
 class _Interrupted(BaseException):

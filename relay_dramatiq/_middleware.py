@@ -18,14 +18,14 @@ from dramatiq.broker import Broker, MessageProxy
 from dramatiq.middleware import Middleware, Shutdown, SkipMessage
 from dramatiq.worker import Worker
 
-from relay.backends import LEASE_BACKENDS, open_backend
+from relay.backends import LEASE_BACKENDS, one_host_warning, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Runner, enter_run, leave_run
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.health import InstanceHeartbeat
-from relay.jobs import check_scheduler_options
+from relay.jobs import check_scheduler_options, check_tick
 from relay.runs import HEADER, Run, run_from_headers
 from relay.scheduler import default_owner
 from relay_dramatiq import _consumer
@@ -59,7 +59,9 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
     it is renewed, and ``queue_lease`` (default 300 s) how long the scheduler's lease on an
     enqueued run lasts: the longest a message may wait in the queue before the run is taken over.
     All three are refused on a claim backend. ``tick`` is how often ``relay-dramatiq`` looks for
-    due runs.
+    due runs. Add it where the broker is created, before any actor is declared: ``@periodic``
+    refuses an actor declared before it, which workers could load without it. A store that serves
+    one host (SQLite) is logged as a warning.
     """
 
     @overload
@@ -113,15 +115,20 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
                 self.backend, lease=lease, heartbeat=heartbeat
             )
             self.queue_lease = _queue_lease(self.backend, queue_lease, self.lease)
-            self.tick = 1.0 if tick is None else seconds(tick, "tick")
+            self.tick = check_tick(tick)
         except BaseException:
             if isinstance(backend, str):  # we opened it: do not leak its connections
                 self.backend.close()
             raise
         self.owner = owner or default_owner()
+        self.declared: set[str] = set()
+        """Names of the actors declared on a broker while this middleware was on it."""
         self._lock = threading.Lock()
         self._active: dict[int, tuple[ActiveRun, contextvars.Token[Run | None]]] = {}
         self._heartbeat: InstanceHeartbeat | None = None
+        warning = one_host_warning(self.backend)
+        if warning is not None:
+            log.warning("relay: %s", warning)
 
     def runner(self) -> Runner:
         """A runner owned by this worker thread, so two threads never share a run."""
@@ -129,6 +136,10 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         return Runner(self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat)
 
     # -- Dramatiq hooks ----------------------------------------------------------------------
+
+    def before_declare_actor(self, broker: Broker, actor: Any) -> None:
+        """Note the actor: it was declared with this middleware already on its broker."""
+        self.declared.add(actor.actor_name)
 
     def before_process_message(self, broker: Broker, message: MessageProxy) -> None:
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""

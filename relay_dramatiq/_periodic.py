@@ -13,10 +13,11 @@ import dramatiq
 from relay.durations import Duration
 from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
+from relay.retries import foreign_retries
 from relay_dramatiq._consumer import check_actor
 from relay_dramatiq._middleware import RelayMiddleware
 
-__all__ = ["Periodic", "periodic", "periodic_actors"]
+__all__ = ["Periodic", "periodic", "periodic_actors", "require_worker_side"]
 
 A = TypeVar("A", bound="dramatiq.Actor[Any, Any]")
 
@@ -51,11 +52,13 @@ def periodic(
     """Run the decorated actor on a schedule; put it above ``@dramatiq.actor``.
 
     The backend is the one of the :class:`RelayMiddleware` on the actor's broker, so add the
-    middleware before declaring periodic actors. Options are checked here, once, against that
-    backend: ``overlap``, ``max_attempts`` and ``catch_up`` raise ``UnsupportedOption`` on a claim
-    backend. The actor must take no required arguments (run messages carry none); it reads its
-    run with :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the
-    actor must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
+    middleware where the broker is created, before declaring actors: an actor declared before it
+    is refused, since workers importing only the actor's module would run its runs unleased.
+    Options are checked here, once, against that backend: ``overlap``, ``max_attempts`` and
+    ``catch_up`` raise ``UnsupportedOption`` on a claim backend. The actor must take no required
+    arguments (run messages carry none); it reads its run with
+    :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the actor must
+    not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
     """
 
     def register(actor: A) -> A:
@@ -92,7 +95,31 @@ def _middleware_of(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:
             "call broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) "
             "before declaring periodic actors"
         )
+    require_worker_side(actor, found[0])
     return found[0]
+
+
+def require_worker_side(actor: dramatiq.Actor[Any, Any], middleware: RelayMiddleware[Any]) -> None:
+    """Refuse a periodic actor that workers could load without ``middleware``.
+
+    The middleware must be on the actor's broker, and have been there when the actor was
+    declared: then every module that declares the actor also sets up Relay's worker side.
+    """
+    if middleware not in actor.broker.middleware:
+        raise ConfigurationError(
+            f"periodic actor {actor.actor_name!r} is decided on a RelayMiddleware that is not on "
+            "its broker, so workers would run its runs unleased: call "
+            "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) on the broker "
+            "the actor is declared on"
+        )
+    if actor.actor_name not in middleware.declared:
+        raise ConfigurationError(
+            f"actor {actor.actor_name!r} was declared before the RelayMiddleware was added to "
+            "its broker, so workers that import the actor's module without this one would run "
+            "its runs unleased, each again and again: call "
+            "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) where the broker "
+            "is created, before declaring actors"
+        )
 
 
 def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:
@@ -111,7 +138,8 @@ def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:
 
 def _check_retries(actor: dramatiq.Actor[Any, Any]) -> None:
     if actor.options.get("retry_when") is not None or actor.options.get("max_retries", 0) != 0:
-        raise ConfigurationError(
-            f"periodic actor {actor.actor_name!r} sets Dramatiq retries, but Relay retries its "
-            "runs (max_attempts, each with a new token): drop max_retries / retry_when"
+        raise foreign_retries(
+            f"periodic actor {actor.actor_name!r}",
+            "max_retries / retry_when",
+            "in @periodic(max_attempts=...)",
         )

@@ -15,13 +15,14 @@ from types import FrameType
 from typing import Any
 
 from relay.contract import is_lease
-from relay.durations import Duration, seconds
+from relay.durations import Duration
 from relay.engine import Decider, Runner, Won
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError
+from relay.jobs import check_tick
 from relay.runs import HEADER, run_to_headers
 from relay_dramatiq._consumer import check_queues, dispatcher
 from relay_dramatiq._middleware import RelayMiddleware
-from relay_dramatiq._periodic import Periodic
+from relay_dramatiq._periodic import Periodic, require_worker_side
 
 __all__ = ["Scheduler"]
 
@@ -63,7 +64,9 @@ class Scheduler:
     """Decides the runs of periodic actors and enqueues those this process wins.
 
     ``periodics`` usually comes from :func:`relay_dramatiq.periodic_actors` after importing the
-    app; ``tick`` defaults to the middleware's. ``clock`` exists for tests.
+    app; each one's middleware must be on its actor's broker since before the actor was declared
+    (so workers have it too), else :class:`~relay.errors.ConfigurationError`. ``tick`` defaults to
+    the middleware's. ``clock`` exists for tests.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Scheduler:
     ) -> None:
         self._groups: dict[int, _Group] = {}
         for item in periodics:
+            require_worker_side(item.actor, item.middleware)
             key = id(item.middleware)
             if key not in self._groups:
                 self._groups[key] = _Group(item.middleware, clock)
@@ -84,7 +88,7 @@ class Scheduler:
         for group in self._groups.values():
             check_queues(group.middleware, list(group.decider.jobs.values()))
         ticks = [group.middleware.tick for group in self._groups.values()]
-        self.tick = min(ticks) if tick is None else seconds(tick, "tick")
+        self.tick = check_tick(tick, default=min(ticks))
         self._stopping = threading.Event()
 
     def run(self) -> None:

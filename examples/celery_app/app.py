@@ -15,8 +15,6 @@ import relay_celery
 
 app = Celery("example", broker=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"))
 app.conf.update(
-    beat_scheduler="relay_celery.RelayScheduler",
-    relay_backend=os.environ.get("RELAY_BACKEND", "sqlite:///relay.db"),
     beat_schedule={
         "heartbeat-every-10s": {
             "task": "app.report",
@@ -27,11 +25,14 @@ app.conf.update(
             "task": "app.report",
             "schedule": crontab(),  # every minute, in app.conf.timezone
             "args": ("cleanup",),
-            "relay": {"overlap": "skip", "max_attempts": 3},
         },
     },
+    # Relay's options per entry, kept out of beat_schedule so Celery's stock beat can still load it.
+    relay_jobs={"cleanup-every-minute": {"overlap": "skip", "max_attempts": 3}},
 )
-relay_celery.install(app)
+# Both sides at once: the workers' run hooks, and RelayScheduler as beat_scheduler. SQLite serves
+# one host (Relay logs a warning saying so); use PostgreSQL, Redis or NATS across hosts.
+relay_celery.install(app, backend=os.environ.get("RELAY_BACKEND", "sqlite:///relay.db"))
 
 
 @app.task

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
-from relay.runs import Run, RunRecord, RunState
+from relay.runs import Run, RunRecord, RunState, check_slot
 
 if TYPE_CHECKING:  # relay.health builds on this module
     from relay.health import InstanceInfo
@@ -84,6 +84,9 @@ class AcquireRequest:
     overlap_skip: bool = False
     stale_after: float | None = None
     """Refuse (and record skipped) a run not yet leased once ``now - slot`` exceeds this."""
+
+    def __post_init__(self) -> None:
+        check_slot(self.slot)  # a naive slot would name a different run on each host
 
 
 @dataclass(frozen=True)

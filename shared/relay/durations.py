@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import TypeAlias
 
 from relay.errors import ConfigurationError
 
-__all__ = ["Duration", "non_negative_seconds", "optional_seconds", "seconds"]
+__all__ = [
+    "MAX_SECONDS",
+    "MIN_HEARTBEAT",
+    "MIN_LEASE",
+    "MIN_TICK",
+    "Duration",
+    "at_least",
+    "non_negative_seconds",
+    "optional_seconds",
+    "seconds",
+]
 
 Duration: TypeAlias = "int | float | timedelta"
 """A length of time: a number of seconds, or a ``timedelta``."""
+
+MAX_SECONDS = 100 * 365.25 * 86400
+"""Longest duration (a century): beyond it stores overflow, and it is likely milliseconds."""
+MIN_LEASE = 1.0
+"""Shortest lease (seconds): below it one slow round trip or pause loses a live runner's lease."""
+MIN_HEARTBEAT = 0.1
+"""Shortest heartbeat (seconds): each one is a write to the store, for every running run."""
+MIN_TICK = 0.01
+"""Shortest tick (seconds): a faster tick only spends CPU re-reading the schedules."""
 
 
 def seconds(value: Duration, name: str) -> float:
@@ -22,6 +42,21 @@ def seconds(value: Duration, name: str) -> float:
     result = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if not result > 0:
         raise ConfigurationError(f"{name} must be positive, got {value!r}")
+    if math.isinf(result) or result > MAX_SECONDS:
+        raise ConfigurationError(
+            f"{name}={value!r} is more than a century: durations are seconds (not milliseconds), "
+            "or a timedelta"
+        )
+    return result
+
+
+def at_least(value: Duration, name: str, floor: float, why: str) -> float:
+    """Like :func:`seconds`, but refusing less than ``floor`` seconds; ``why`` says what breaks."""
+    result = seconds(value, name)
+    if result < floor:
+        raise ConfigurationError(
+            f"{name}={value!r} is below the {floor:g}s floor: {why}. Use {name}={floor:g} or more"
+        )
     return result
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from relay.errors import ConfigurationError
+
 __all__ = ["FENCED_SET_LUA", "SQLFence", "redis_fenced_set"]
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -41,7 +43,10 @@ class SQLFence:
 
     def __post_init__(self) -> None:
         if not _IDENTIFIER.match(self.table):
-            raise ValueError(f"table name {self.table!r} is not a plain SQL identifier")
+            raise ConfigurationError(
+                f"table name {self.table!r} is not a plain SQL identifier: use letters, digits "
+                "and underscores, starting with a letter, such as 'relay_fenced'"
+            )
 
     @classmethod
     def sqlite(cls, path: str | Path, table: str = "relay_fenced") -> SQLFence:
@@ -64,6 +69,7 @@ class SQLFence:
 
         Equal tokens apply, so one runner may write the same key several times.
         """
+        _check_token(token)
         p = self.placeholder
         cursor = self.connection.cursor()
         cursor.execute(
@@ -103,8 +109,17 @@ def redis_fenced_set(client: Any, key: str, token: int, value: str) -> bool:
 
     ``client`` is a ``redis.Redis``; the script is cached on it and called by hash afterwards.
     """
+    _check_token(token)
     script = getattr(client, "_relay_fenced_set", None)
     if script is None:
         script = client.register_script(FENCED_SET_LUA)
         client._relay_fenced_set = script
     return bool(script(keys=[key], args=[token, value]))
+
+
+def _check_token(token: object) -> None:
+    """Refuse a token that is not a whole number: stores compare text and numbers differently."""
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise ConfigurationError(
+            f"fencing token {token!r} must be the run's token, an int: pass run.token"
+        )

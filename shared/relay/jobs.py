@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import tzinfo
+from pathlib import PurePath
 from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend
-from relay.durations import Duration, non_negative_seconds, optional_seconds
+from relay.durations import (
+    MIN_HEARTBEAT,
+    MIN_LEASE,
+    MIN_TICK,
+    Duration,
+    at_least,
+    non_negative_seconds,
+)
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.schedules import Schedule, make_schedule
 
@@ -18,7 +27,10 @@ __all__ = [
     "TICK_SPREAD",
     "Job",
     "Overlap",
+    "check_handler",
+    "check_instance_options",
     "check_scheduler_options",
+    "check_tick",
     "make_job",
 ]
 
@@ -72,9 +84,16 @@ def make_job(
     Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
     ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them.
     """
-    if not isinstance(name, str) or not name or "@" in name:
-        raise ConfigurationError(f"job name {name!r} must be a non-empty string without '@'")
-    schedule = make_schedule(cron=cron, every=every, tz=tz)
+    if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
+        raise ConfigurationError(
+            f"job name {name!r} must be a non-empty string without '@' or control characters"
+        )
+    schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
+    stale = (
+        None
+        if stale_after is None
+        else at_least(stale_after, "stale_after", TICK_SPREAD, _SHORT_STALE_AFTER)
+    )
     if backend.capability == "claim":
         # A claim backend may honour some of them its own way (RabbitMQ consumer mode:
         # max_attempts as its run queue's delivery limit); it lists them in ``job_options``.
@@ -83,7 +102,7 @@ def make_job(
         for option, value in lease_only.items():
             if value is not None and option not in honoured:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
-        _check_claim_memory(backend, optional_seconds(stale_after, "stale_after"))
+        _check_claim_memory(backend, stale)
     if overlap not in (None, "allow", "skip"):
         raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
     if max_attempts is not None and (
@@ -97,7 +116,7 @@ def make_job(
         overlap=overlap or "allow",
         max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
         catch_up=non_negative_seconds(catch_up or 0, "catch_up"),
-        stale_after=optional_seconds(stale_after, "stale_after"),
+        stale_after=stale,
     )
 
 
@@ -120,16 +139,23 @@ def check_scheduler_options(
 ) -> tuple[float, float]:
     """Validate ``lease`` and ``heartbeat`` (seconds) against the backend; return them as floats.
 
-    On a claim backend both must be left out. On a lease backend they default to 30 s and 10 s, and
-    the heartbeat must be shorter than the lease so a live runner renews before it expires.
+    On a claim backend both must be left out. On a lease backend they default to 30 s and a third
+    of the lease (at most 10 s); the lease is at least :data:`~relay.durations.MIN_LEASE` (1 s),
+    the heartbeat at least :data:`~relay.durations.MIN_HEARTBEAT` (0.1 s) and shorter than the
+    lease, so a live runner renews before it expires. A queue lease (Celery, Dramatiq) must be at
+    least the lease, so these floors hold for it too.
     """
     if backend.capability == "claim":
         for option, value in {"lease": lease, "heartbeat": heartbeat}.items():
             if value is not None:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         return 0.0, 0.0
-    lease_s = optional_seconds(lease, "lease") or 30.0
-    heartbeat_s = optional_seconds(heartbeat, "heartbeat") or min(10.0, lease_s / 3)
+    lease_s = 30.0 if lease is None else at_least(lease, "lease", MIN_LEASE, _SHORT_LEASE)
+    heartbeat_s = (
+        min(10.0, lease_s / 3)
+        if heartbeat is None
+        else at_least(heartbeat, "heartbeat", MIN_HEARTBEAT, _SHORT_HEARTBEAT)
+    )
     if heartbeat_s >= lease_s:
         raise ConfigurationError(
             f"heartbeat ({heartbeat_s:g}s) must be shorter than lease ({lease_s:g}s), "
@@ -137,3 +163,69 @@ def check_scheduler_options(
             "a third of the lease is a good heartbeat"
         )
     return lease_s, heartbeat_s
+
+
+def check_tick(tick: Duration | None, default: float = 1.0) -> float:
+    """Validate how often an instance looks for due runs (seconds); ``None`` gives ``default``."""
+    if tick is None:
+        return default
+    return at_least(tick, "tick", MIN_TICK, "a faster tick only spends CPU; 1 s is the default")
+
+
+_SHORT_LEASE = (
+    "a lease this short can expire during one slow round trip or pause of a live runner, and "
+    "another instance then runs the run again; the default is 30 s"
+)
+_SHORT_STALE_AFTER = (
+    "a run not decided this soon after its slot is recorded stale and never runs, and instances' "
+    "ticks may lag one another by this much"
+)
+_SHORT_HEARTBEAT = (
+    "each heartbeat writes to the store for every running run; the default is a third of the lease"
+)
+
+
+def check_instance_options(
+    backend: object, owner: object, max_workers: object, clock: object
+) -> None:
+    """Refuse, with the fix, a standalone scheduler's options that no backend needs to judge."""
+    if not isinstance(backend, str) and getattr(backend, "capability", None) not in (
+        "claim",
+        "lease",
+    ):
+        hint = ""
+        if isinstance(backend, PurePath):
+            hint = f" (for this SQLite file: 'sqlite:///{backend}')"
+        raise ConfigurationError(
+            f"backend {backend!r} is neither a URL nor a backend: pass a URL such as "
+            f"'sqlite:///relay.db'{hint}, or an object from relay.open_backend(url)"
+        )
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise ConfigurationError(f"owner={owner!r} must be a non-empty string, or None")
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ConfigurationError(
+            f"max_workers={max_workers!r} must be a whole number >= 1: how many runs may "
+            "execute at once in this instance"
+        )
+    if not callable(clock):
+        raise ConfigurationError(f"clock={clock!r} must be a function returning epoch seconds")
+
+
+def check_handler(handler: object, name: str | None) -> None:
+    """Refuse a handler that cannot be called with the run: each attempt would fail."""
+    if not callable(handler):
+        raise ConfigurationError(
+            f"@scheduler.job(...) decorates a function taking the run, not {handler!r}"
+        )
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # some builtins have no signature: nothing to check
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        label = name or getattr(handler, "__qualname__", repr(handler))
+        raise ConfigurationError(
+            f"job {label!r}: its function must accept the run as one argument, "
+            f"as in def {getattr(handler, '__name__', 'handler')}(run: relay.Run) -> None"
+        ) from None

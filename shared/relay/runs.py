@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from relay.errors import ConfigurationError
+
 __all__ = [
+    "AWARE_HINT",
     "Run",
     "RunRecord",
     "RunState",
+    "check_slot",
+    "check_slots",
     "format_slot",
     "from_ms",
     "parse_run_id",
@@ -23,9 +29,37 @@ UTC = timezone.utc
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+AWARE_HINT = "pass an aware datetime, such as datetime.now(timezone.utc)"
+
+
+def check_slot(slot: object) -> datetime:
+    """Return ``slot`` if it is a timezone-aware datetime; else raise ``ConfigurationError``.
+
+    A naive datetime would be read in each host's own zone, so two hosts would name different runs.
+    """
+    if not isinstance(slot, datetime):
+        raise ConfigurationError(
+            f"a slot must be a datetime, not {type(slot).__name__}: {AWARE_HINT}"
+        )
+    if slot.tzinfo is None or slot.utcoffset() is None:
+        raise ConfigurationError(
+            f"slot {slot.isoformat()} is a naive datetime, which each host would read in its own "
+            f"time zone: {AWARE_HINT}"
+        )
+    return slot
+
+
+def check_slots(runs: Iterable[tuple[str, datetime]]) -> None:
+    """:func:`check_slot` for each ``(job, slot)`` of a batch, before a backend writes any of it."""
+    for _, slot in runs:
+        if getattr(slot, "tzinfo", None) is not UTC:
+            check_slot(slot)
+
+
 def format_slot(slot: datetime) -> str:
     """The slot as an exact UTC string: seconds, or milliseconds where the slot has them."""
-    if slot.tzinfo is not UTC:
+    if getattr(slot, "tzinfo", None) is not UTC:
+        check_slot(slot)
         slot = slot.astimezone(UTC)
     # isoformat() ends with "+00:00"; "Z" replaces it.
     return slot.isoformat(timespec="milliseconds" if slot.microsecond else "seconds")[:-6] + "Z"
@@ -38,16 +72,23 @@ def run_id(job: str, slot: datetime) -> str:
 
 def parse_run_id(value: str) -> tuple[str, datetime]:
     """Split a run id back into its job name and slot."""
-    job, _, stamp = value.rpartition("@")
-    if not job or not stamp.endswith("Z"):
-        raise ValueError(f"not a run id: {value!r}")
+    job, _, stamp = str(value).rpartition("@")
     text = stamp[:-1]
     fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
-    return job, datetime.strptime(text, fmt).replace(tzinfo=UTC)
+    try:
+        if not job or not stamp.endswith("Z"):
+            raise ValueError("no 'job@…Z'")
+        return job, datetime.strptime(text, fmt).replace(tzinfo=UTC)
+    except ValueError:
+        raise ConfigurationError(
+            f"not a run id: {value!r}; a run id is 'job@2026-11-29T21:30:00Z' (job, '@', UTC slot)"
+        ) from None
 
 
 def slot_ms(slot: datetime) -> int:
     """The slot in whole milliseconds since the Unix epoch, as stores keep it."""
+    if getattr(slot, "tzinfo", None) is not UTC:
+        check_slot(slot)
     return round(slot.timestamp() * 1000)
 
 

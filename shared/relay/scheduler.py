@@ -19,8 +19,16 @@ from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Runner, Won
 from relay.engine.dispatching import Dispatcher
-from relay.errors import BackendUnavailable
-from relay.jobs import Job, Overlap, check_scheduler_options, make_job
+from relay.errors import BackendUnavailable, ConfigurationError
+from relay.jobs import (
+    Job,
+    Overlap,
+    check_handler,
+    check_instance_options,
+    check_scheduler_options,
+    check_tick,
+    make_job,
+)
 from relay.runs import Run
 
 __all__ = ["Handler", "Scheduler", "default_owner"]
@@ -102,6 +110,7 @@ class Scheduler(Generic[BackendT]):
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        check_instance_options(backend, owner, max_workers, clock)
         self.backend: ClaimBackend | LeaseBackend = (
             open_backend(backend) if isinstance(backend, str) else backend
         )
@@ -110,12 +119,12 @@ class Scheduler(Generic[BackendT]):
             self.lease, self.heartbeat = check_scheduler_options(
                 self.backend, lease=lease, heartbeat=heartbeat
             )
+            self.tick_interval = check_tick(tick)
+            self.stop_timeout = seconds(stop_timeout, "stop_timeout")
         except BaseException:
             if isinstance(backend, str):  # we opened it: do not leak its connections
                 self.backend.close()
             raise
-        self.tick_interval = seconds(tick, "tick")
-        self.stop_timeout = seconds(stop_timeout, "stop_timeout")
         self.owner = owner or default_owner()
         self.decider = Decider(self.backend, owner=self.owner, lease=self.lease, clock=clock)
         self.runner = Runner(
@@ -163,7 +172,7 @@ class Scheduler(Generic[BackendT]):
 
     def job(
         self,
-        *,
+        *bare: object,
         cron: str | None = None,
         every: Duration | None = None,
         tz: str | tzinfo | None = None,
@@ -180,11 +189,17 @@ class Scheduler(Generic[BackendT]):
         ``catch_up`` (seconds of missed slots to run after downtime, default 0); ``stale_after``
         works everywhere. Options are validated here, once.
         """
+        if bare:  # @scheduler.job without parentheses passes the function here
+            raise ConfigurationError(
+                "scheduler.job needs parentheses and a schedule: write "
+                "@scheduler.job(every=60) or @scheduler.job(cron='*/5 * * * *')"
+            )
 
         def register(handler: H) -> H:
+            check_handler(handler, name)
             job = make_job(
                 self.backend,
-                name=name or handler.__qualname__,
+                name=handler.__qualname__ if name is None else name,
                 handler=handler,
                 cron=cron,
                 every=every,

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
+from relay.cron import parse_cron
 from relay.durations import Duration, seconds
 from relay.errors import InvalidSchedule
 from relay.runs import from_ms
@@ -67,32 +68,42 @@ class EverySchedule:
 
 
 class CronSchedule:
-    """Slots from a cron expression evaluated in a time zone (DST-correct, through croniter)."""
+    """Slots from a five-field cron expression in a time zone (DST-correct, through croniter).
 
-    def __init__(self, expression: str, tz: str | tzinfo | None = None) -> None:
+    The accepted dialect (five fields or an ``@`` nickname, no seconds, years or ``R``) is
+    :mod:`relay.cron`'s. ``job`` is the name ``H`` hashes on, so every instance picks the same
+    value; an expression using ``H`` needs it.
+    """
+
+    def __init__(
+        self, expression: str, tz: str | tzinfo | None = None, *, job: str | None = None
+    ) -> None:
         self.expression = expression
         self.tz = _zone(tz)
-        if not isinstance(expression, str) or not croniter.is_valid(expression):
-            raise InvalidSchedule(
-                f"cron expression {expression!r} is not valid: expected five fields "
-                "'minute hour day-of-month month day-of-week', such as '*/5 * * * *'"
-            )
+        parsed = parse_cron(expression, job)
+        self._fields = parsed.fields
+        self._hash_id = parsed.hash_id
         try:
-            croniter(expression, datetime.now(self.tz)).get_next(datetime)
+            self._iter(datetime.now(self.tz)).get_next(datetime)
         except (CroniterBadCronError, CroniterBadDateError, ValueError) as exc:
-            raise InvalidSchedule(f"cron expression {expression!r} never fires: {exc}") from None
+            raise InvalidSchedule(
+                f"cron expression {expression!r} is not valid: it never fires ({exc})"
+            ) from None
+
+    def _iter(self, start: datetime) -> croniter:
+        return croniter(self._fields, start, hash_id=self._hash_id)
 
     def latest_slot(self, at: datetime) -> datetime | None:
         # croniter's get_prev is strict, so step from just after ``at`` to include ``at`` itself.
         start = at.astimezone(self.tz) + timedelta(microseconds=1)
         try:
-            slot = croniter(self.expression, start).get_prev(datetime)
+            slot = self._iter(start).get_prev(datetime)
         except CroniterBadDateError:
             return None
         return _utc(slot)
 
     def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
-        iterator = croniter(self.expression, after.astimezone(self.tz))
+        iterator = self._iter(after.astimezone(self.tz))
         while True:
             slot = _utc(iterator.get_next(datetime))
             if slot > until:
@@ -103,12 +114,21 @@ class CronSchedule:
         return f"cron {self.expression!r} ({self.tz})"
 
 
-def make_schedule(*, cron: str | None, every: Duration | None, tz: str | tzinfo | None) -> Schedule:
-    """Build the schedule a job asked for; exactly one of ``cron`` and ``every`` must be given."""
+def make_schedule(
+    *,
+    cron: str | None,
+    every: Duration | None,
+    tz: str | tzinfo | None,
+    job: str | None = None,
+) -> Schedule:
+    """Build the schedule a job asked for; exactly one of ``cron`` and ``every`` must be given.
+
+    ``job`` is the job's name, which ``H`` in a cron expression hashes on.
+    """
     if cron is not None and every is not None:
         raise InvalidSchedule("give cron= or every=, not both")
     if cron is not None:
-        return CronSchedule(cron, tz)
+        return CronSchedule(cron, tz, job=job)
     if every is not None:
         if tz is not None:
             raise InvalidSchedule("tz= only applies to cron=; every= slots are epoch-anchored")
@@ -121,6 +141,10 @@ def _zone(tz: str | tzinfo | None) -> tzinfo:
         return UTC
     if isinstance(tz, tzinfo):
         return tz
+    if not isinstance(tz, str):
+        raise InvalidSchedule(
+            f"tz={tz!r} is not a time zone: use an IANA name such as 'Europe/Paris' or a tzinfo"
+        )
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):

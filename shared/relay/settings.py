@@ -3,28 +3,42 @@
 Django projects write ``RELAY = {"BACKEND": "redis://…", "LEASE": 30, "HEARTBEAT": 10}``; Celery
 apps may also set ``relay_backend`` / ``relay_lease`` / ``relay_heartbeat`` on ``app.conf``. Both
 become the same :class:`Settings`. Django is imported only by :func:`from_django`, when called.
+
+No face falls back to a store of its own choosing: a backend left unset is ``None`` here, and each
+integration either uses a store every instance already shares (the app's Redis broker) or refuses
+to start, naming the setting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from relay.durations import Duration, optional_seconds
 from relay.errors import ConfigurationError
 
-__all__ = ["DEFAULT_BACKEND", "Settings", "from_django", "from_mapping"]
+__all__ = [
+    "DEFAULT_BACKEND",
+    "Settings",
+    "closest",
+    "from_django",
+    "from_mapping",
+    "unknown_settings",
+]
 
 DEFAULT_BACKEND = "sqlite:///relay.db"
+"""The store of the standalone examples (one host). No integration falls back to it any more."""
 _KEYS = {"BACKEND", "LEASE", "HEARTBEAT", "TICK", "QUEUE_LEASE"}
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Where runs are decided and how long a lease lasts; ``None`` means the backend's default."""
+    """Where runs are decided and how long a lease lasts; ``None`` means not set (the default)."""
 
-    backend: str = DEFAULT_BACKEND
+    backend: str | None = None
+    """The backend URL, or ``None`` when the settings do not name one."""
     lease: float | None = None
     heartbeat: float | None = None
     tick: float | None = None
@@ -35,18 +49,22 @@ class Settings:
 def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Settings:
     """Read ``BACKEND``, ``LEASE``, ``HEARTBEAT``, ``TICK`` and ``QUEUE_LEASE`` (any case).
 
-    Unknown keys and bad values raise :class:`ConfigurationError` naming ``source`` and the key.
+    Unknown keys and bad values raise :class:`ConfigurationError` naming ``source`` and the key
+    (and, for a misspelled key, the closest known one).
     """
+    if not isinstance(values, Mapping):
+        raise ConfigurationError(
+            f"{source} must be a dict such as {{'BACKEND': 'sqlite:///relay.db'}}, "
+            f"not {type(values).__name__}"
+        )
     upper = {str(key).upper(): value for key, value in values.items()}
     unknown = sorted(set(upper) - _KEYS)
     if unknown:
+        raise unknown_settings(source, unknown, _KEYS, noun="key")
+    backend = upper.get("BACKEND")
+    if backend is not None and (not isinstance(backend, str) or "://" not in backend):
         raise ConfigurationError(
-            f"{source} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}"
-        )
-    backend = upper.get("BACKEND", DEFAULT_BACKEND)
-    if not isinstance(backend, str) or "://" not in backend:
-        raise ConfigurationError(
-            f"{source}['BACKEND'] must be a backend URL such as 'sqlite:///relay.db', "
+            f"{source}['BACKEND'] must be a backend URL such as 'redis://localhost:6379/0', "
             f"got {backend!r}"
         )
     return Settings(
@@ -59,13 +77,38 @@ def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Setting
 
 
 def from_django() -> Settings:
-    """Read ``settings.RELAY`` from a configured Django project (defaults if it is absent)."""
+    """Read ``settings.RELAY`` from a configured Django project (nothing set if it is absent)."""
     from django.conf import settings  # imported here: the core never needs Django otherwise
 
     values = getattr(settings, "RELAY", {})
     if not isinstance(values, Mapping):
         raise ConfigurationError(f"settings.RELAY must be a dict, got {type(values).__name__}")
     return from_mapping(values, source="settings.RELAY")
+
+
+def unknown_settings(
+    source: str, unknown: Iterable[str], known: Iterable[str], *, noun: str = "setting"
+) -> ConfigurationError:
+    """The error for misspelled settings: each unknown one, the closest known one, all known ones.
+
+    A misspelled setting must stop a process, never be ignored: ignored, it silently leaves the
+    default in place (another store, another lease) on one host and not on the others.
+    """
+    known = sorted(known)
+    names = []
+    for name in unknown:
+        close = closest(name, known)
+        names.append(f"{name} (did you mean {close}?)" if close else name)
+    return ConfigurationError(
+        f"{source} has unknown {noun}(s) {', '.join(names)}; known: {', '.join(known)}"
+    )
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name ``name`` most likely misspells (ignoring case), or ``None``."""
+    folded = {str(candidate).lower(): str(candidate) for candidate in known}
+    close = difflib.get_close_matches(name.lower(), list(folded), n=1, cutoff=0.6)
+    return folded[close[0]] if close else None
 
 
 def _duration(value: Duration | None, source: str, key: str) -> float | None:

@@ -3,7 +3,11 @@
 Everything comes from environment variables, so each test isolates its broker queue and its
 Relay store: RELAY_T_BROKER, RELAY_T_QUEUE, RELAY_T_BACKEND, RELAY_T_OUT (a JSON-lines file the
 task appends to), RELAY_T_SCHEDULE (JSON: entry name -> {"every": s | "cron": "...",
-"kwargs": {...}, "relay": {...}}) and optional RELAY_T_LEASE / _HEARTBEAT / _QUEUE_LEASE.
+"kwargs": {...}, "relay": {...}, "relay_jobs": {...}, "task": "record"}) and optional
+RELAY_T_LEASE / _HEARTBEAT / _QUEUE_LEASE. For the set-up checks: RELAY_T_CONF (JSON, more
+``app.conf`` keys) and RELAY_T_INSTALL: ``hooks`` (the default: ``beat_scheduler`` and
+``relay_backend`` set, then ``install(app)``), ``none`` (no ``install``) or ``one-call``
+(only ``install(app, backend=...)``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import relay_celery
 
 BROKER = os.environ.get("RELAY_T_BROKER", "redis://127.0.0.1:6379/0")
 QUEUE = os.environ.get("RELAY_T_QUEUE", "relay_test")
+INSTALL = os.environ.get("RELAY_T_INSTALL", "hooks")
+BACKEND = os.environ.get("RELAY_T_BACKEND") or None
 
 app = Celery("relay_test", broker=BROKER)
 app.conf.update(
@@ -29,26 +35,28 @@ app.conf.update(
     # A queue of its own per test, gone two minutes after its last consumer left (RabbitMQ).
     task_queues=[Queue(QUEUE, queue_arguments={"x-expires": 120_000})],
     broker_transport_options={"global_keyprefix": f"{QUEUE}:"} if "redis" in BROKER else {},
-    beat_scheduler="relay_celery.RelayScheduler",
     beat_max_loop_interval=5,
     worker_enable_remote_control=False,
     beat_enable_remote_control=False,
     worker_send_task_events=False,
     broker_connection_retry_on_startup=True,
     worker_prefetch_multiplier=1,
-    relay_backend=os.environ.get("RELAY_T_BACKEND"),
     relay_lease=os.environ.get("RELAY_T_LEASE") and float(os.environ["RELAY_T_LEASE"]),
     relay_heartbeat=os.environ.get("RELAY_T_HEARTBEAT") and float(os.environ["RELAY_T_HEARTBEAT"]),
     relay_queue_lease=os.environ.get("RELAY_T_QUEUE_LEASE")
     and float(os.environ["RELAY_T_QUEUE_LEASE"]),
+    **json.loads(os.environ.get("RELAY_T_CONF", "{}")),
 )
+if INSTALL == "hooks":
+    app.conf.update(beat_scheduler="relay_celery.RelayScheduler", relay_backend=BACKEND)
 
 
 def _entry(spec: dict[str, Any]) -> dict[str, Any]:
     schedule: Any = (
         timedelta(seconds=spec["every"]) if "every" in spec else crontab(*spec["cron"].split())
     )
-    entry = {"task": "tests.celery_integration.app.record", "schedule": schedule}
+    entry = {"task": f"tests.celery_integration.app.{spec.get('task', 'record')}"}
+    entry["schedule"] = schedule
     entry["kwargs"] = spec.get("kwargs", {})
     if "relay" in spec:
         entry["relay"] = spec["relay"]
@@ -57,7 +65,13 @@ def _entry(spec: dict[str, Any]) -> dict[str, Any]:
 
 SCHEDULE = json.loads(os.environ.get("RELAY_T_SCHEDULE", "{}"))
 app.conf.beat_schedule = {name: _entry(spec) for name, spec in SCHEDULE.items()}
-relay_celery.install(app)
+RELAY_JOBS = {name: spec["relay_jobs"] for name, spec in SCHEDULE.items() if "relay_jobs" in spec}
+if RELAY_JOBS:
+    app.conf.relay_jobs = RELAY_JOBS
+if INSTALL == "hooks":
+    relay_celery.install(app)
+elif INSTALL == "one-call":
+    relay_celery.install(app, backend=BACKEND)
 
 
 def _write(event: dict[str, Any]) -> None:
@@ -81,3 +95,28 @@ def record(sleep: float = 0.0, sleep_first: float = 0.0, fail_first: bool = Fals
     time.sleep(sleep + (sleep_first if run.attempt == 1 else 0.0))
     _write({**event, "event": "end", "at": time.time()})
     return run.id
+
+
+@app.task
+def plain() -> None:
+    """Append a ``plain`` event, with the run if there is one (none under Celery's stock beat)."""
+    run = relay_celery.current_run()
+    _write({"event": "plain", "run": run and run.id, "at": time.time(), "pid": os.getpid()})
+
+
+@app.task(bind=True)
+def retrying(self: Any) -> str:
+    """Ask Celery to retry the first attempt in 30 s; later attempts succeed."""
+    run = relay_celery.current_run()
+    assert run is not None
+    event = {"run": run.id, "attempt": run.attempt, "token": run.token, "pid": os.getpid()}
+    _write({**event, "event": "start", "at": time.time()})
+    if run.attempt == 1:
+        raise self.retry(countdown=30)
+    _write({**event, "event": "end", "at": time.time()})
+    return run.id
+
+
+@app.task(autoretry_for=(RuntimeError,))
+def autoretrying() -> None:
+    """Declares Celery retries: a worker refuses to run it as a scheduled task on a lease store."""

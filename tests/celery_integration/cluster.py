@@ -25,6 +25,7 @@ from relay.runs import HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.celery_integration.app"
+RELAY_SCHEDULER = "relay_celery.RelayScheduler"
 
 
 class Cluster:
@@ -50,9 +51,9 @@ class Cluster:
         for name, value in values.items():
             self.env[f"RELAY_T_{name.upper()}"] = str(value)
 
-    def beat(self) -> subprocess.Popen[bytes]:
-        """Start a ``celery beat`` with RelayScheduler."""
-        return self._start("beat", ["beat", "-S", "relay_celery.RelayScheduler"])
+    def beat(self, scheduler: str | None = RELAY_SCHEDULER) -> subprocess.Popen[bytes]:
+        """Start a ``celery beat`` with ``scheduler`` (``None``: the one the app configures)."""
+        return self._start("beat", ["beat", *(["-S", scheduler] if scheduler else [])])
 
     def worker(self, pool: str = "threads", concurrency: int = 2) -> subprocess.Popen[bytes]:
         """Start a ``celery worker`` (gossip, mingle and remote control off: nothing shared)."""
@@ -73,6 +74,13 @@ class Cluster:
         log.close()
         self.processes.append(process)
         return process
+
+    def exit_code(self, process: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+        """Wait for a process that should stop by itself; fail with the logs if it does not."""
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the process did not stop by itself\n{self.logs()}") from None
 
     def kill(self, process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to the process and its children."""

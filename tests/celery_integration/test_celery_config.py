@@ -39,6 +39,7 @@ def make_app(tmp_path: Path, schedule: dict[str, Any], **conf: Any) -> Celery:
             **conf,
         }
     )
+    install(app)  # beat refuses an app without Relay's worker hooks
     return app
 
 

@@ -171,7 +171,7 @@ def test_a_failing_run_is_dead_lettered_after_its_job_s_own_limit(
 def test_a_run_waiting_past_stale_after_is_dead_lettered_as_skipped(
     tmp_path: Path, amqp: str, prefix: str
 ) -> None:
-    schedule = {"slow": {"every": 2, "kwargs": {"sleep": 6}, "relay": {"stale_after": 1}}}
+    schedule = {"slow": {"every": 2, "kwargs": {"sleep": 12}, "relay": {"stale_after": 5}}}
     backend = consumer(amqp, prefix)
     try:
         with make_cluster(tmp_path, amqp, prefix, schedule) as cluster:

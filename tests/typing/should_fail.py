@@ -12,3 +12,4 @@ claims.job(every=60, overlap="skip")  # E
 claims.job(every=60, max_attempts=3)  # E
 claims.job(every=60, catch_up=3600)  # E
 relay.Scheduler("sqlite:///relay.db").job(every=60, overlap="sometimes")  # E
+relay.Scheduler("sqlite:///relay.db").job(lambda run: None)  # E

@@ -7,11 +7,12 @@ from datetime import timedelta
 import pytest
 
 from relay import ConfigurationError
-from relay.settings import DEFAULT_BACKEND, Settings, from_mapping
+from relay.settings import Settings, from_mapping
 
 
 def test_defaults_and_any_case() -> None:
-    assert from_mapping({}) == Settings(DEFAULT_BACKEND, None, None, None)
+    # No default store: each integration uses a shared one it can find, or refuses to start.
+    assert from_mapping({}) == Settings(None, None, None, None)
     read = from_mapping({"backend": "redis://x", "Lease": 60, "HEARTBEAT": timedelta(seconds=5)})
     assert read == Settings("redis://x", 60.0, 5.0, None)
 

@@ -21,6 +21,7 @@ Drivers are imported only when a backend of theirs is opened; a missing one rais
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, TypeAlias
 
 from relay.backends._url import BackendURL
@@ -28,7 +29,7 @@ from relay.contract import ClaimBackend, LeaseBackend
 from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
-__all__ = ["LEASE_BACKENDS", "Backend", "open_backend"]
+__all__ = ["LEASE_BACKENDS", "Backend", "one_host_warning", "open_backend"]
 
 Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 
@@ -80,6 +81,7 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         raise MissingDependency(driver, extra) from None
     module = importlib.import_module(f"relay.backends.{module_name}")
     factory = getattr(module, class_name)
+    _check_options(factory, options)
     if read_only:
         if factory.capability != "lease" and not getattr(factory, "readable_runs", False):
             raise ConfigurationError(
@@ -90,6 +92,38 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         options["read_only"] = True
     backend: Backend = factory.from_url(url, **options)
     return backend
+
+
+def _check_options(cls: type, options: dict[str, Any]) -> None:
+    """Refuse keyword options the backend's constructor does not take, naming those it does."""
+    if not options:
+        return
+    parameters = inspect.signature(cls).parameters
+    accepted = {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigurationError(
+            f"{cls.__name__} takes no option(s) {', '.join(unknown)}; "
+            f"it takes: {', '.join(sorted(accepted)) or 'none'}"
+        )
+
+
+def one_host_warning(backend: Backend) -> str | None:
+    """A warning for a store that only processes on one host can share (SQLite), else ``None``.
+
+    Task-queue integrations run on many hosts: each host would decide on a file of its own and
+    publish every run again, so they log this once when they start on such a store.
+    """
+    from relay.backends.sqlite import SQLiteLeaseBackend
+    from relay.backends.sqlite_claim import SQLiteClaimBackend
+
+    if not isinstance(backend, SQLiteLeaseBackend | SQLiteClaimBackend):
+        return None
+    return (
+        f"{backend.name} serves one host only: processes on other hosts would each decide on "
+        "a file of their own and run every run again. Across hosts, use PostgreSQL, Redis or "
+        "NATS (the backend setting)"
+    )
 
 
 def _unknown_message(raw_scheme: str, scheme: str, strategy: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -26,10 +28,23 @@ class BackendURL:
             raise ConfigurationError(f"backend URL {url!r} is malformed: {exc}") from None
         self.scheme = self.parts.scheme.lower()
         try:
+            self.parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"backend URL {self.redacted()!r} has a malformed port ({exc}): "
+                "write host:port with a port from 0 to 65535, such as localhost:6379"
+            ) from None
+        try:
             pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
         except ValueError as exc:
             raise ConfigurationError(f"backend URL {url!r} has a malformed query: {exc}") from None
         self.options = dict(pairs)
+        repeated = sorted(key for key, count in Counter(k for k, _ in pairs).items() if count > 1)
+        if repeated:
+            raise ConfigurationError(
+                f"backend URL {self.redacted()!r} gives the option(s) {', '.join(repeated)} more "
+                "than once; give each once"
+            )
 
     def check_options(self, known: Iterable[str], backend: str) -> None:
         """Refuse query options the backend does not read, naming those it does."""
@@ -46,7 +61,7 @@ class BackendURL:
         return self.options.get(name, default)
 
     def float_option(self, name: str, default: float) -> float:
-        """A query option that must be a positive number."""
+        """A query option that must be a positive, finite number."""
         raw = self.options.get(name)
         if raw is None:
             return default
@@ -54,7 +69,7 @@ class BackendURL:
             value = float(raw)
         except ValueError:
             value = -1.0
-        if not value > 0:
+        if not value > 0 or math.isinf(value):
             raise ConfigurationError(f"URL option {name}={raw!r} must be a positive number")
         return value
 

@@ -26,7 +26,7 @@ from nats.js.api import StorageType, StreamConfig
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
-from relay.runs import run_id
+from relay.runs import check_slots, run_id
 
 __all__ = ["DEFAULT_STREAM", "DEFAULT_WINDOW", "NatsClaimBackend"]
 
@@ -101,6 +101,7 @@ class NatsClaimBackend:
         return self.claim_many([(job, slot)])[0]
 
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         with self._translated():

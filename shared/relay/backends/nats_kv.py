@@ -44,7 +44,16 @@ from relay.errors import (
     StoreNotFound,
 )
 from relay.health import InstanceInfo
-from relay.runs import Run, RunRecord, RunState, from_ms, parse_run_id, run_id, slot_ms
+from relay.runs import (
+    Run,
+    RunRecord,
+    RunState,
+    check_slots,
+    from_ms,
+    parse_run_id,
+    run_id,
+    slot_ms,
+)
 
 __all__ = ["INSTANCES_MAX_AGE", "MIN_SERVER_VERSION", "NatsLeaseBackend"]
 
@@ -191,6 +200,7 @@ class NatsLeaseBackend:
         )
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         return [self.skip(job, slot, reason) for job, slot in runs]
 
     def last_slot(self, job: str) -> datetime | None:

@@ -31,7 +31,7 @@ from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
-from relay.runs import Run, RunRecord, RunState, run_id
+from relay.runs import Run, RunRecord, RunState, check_slots, run_id
 
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
@@ -208,6 +208,7 @@ class PostgresLeaseBackend:
         return self.skip_many([(job, slot)], reason)[0]
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         # In job order, as acquire_many takes jobs' rows, so that the two never deadlock.

@@ -33,7 +33,7 @@ from pika.exceptions import (
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
-from relay.runs import run_id
+from relay.runs import check_slots, run_id
 
 __all__ = ["DEFAULT_RETENTION", "GateQueues", "RabbitMQClaimBackend", "pika_parameters"]
 
@@ -164,6 +164,7 @@ class RabbitMQClaimBackend:
         return self.claim_many([(job, slot)])[0]
 
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         won: list[bool] = []
         with self._lock, self._translated():
             retried = False

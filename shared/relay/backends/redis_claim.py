@@ -33,7 +33,7 @@ from redis.exceptions import AuthenticationError, NoScriptError, RedisError, Res
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
-from relay.runs import run_id, slot_ms
+from relay.runs import check_slots, run_id, slot_ms
 
 __all__ = ["IDMP_MIN_VERSION", "STRATEGIES", "RedisClaimBackend"]
 
@@ -113,6 +113,12 @@ class RedisClaimBackend:
             known.append("retention")
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
+        database = parsed.parts.path.strip("/")
+        if database and not database.isdigit():
+            raise ConfigurationError(
+                f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
+                "number, as in redis://localhost:6379/0"
+            )
         driver_url = parsed.without_options(_OUR_OPTIONS)
         scheme = parsed.parts.scheme
         driver_url = _SCHEMES.get(scheme.lower(), scheme) + driver_url[len(scheme) :]
@@ -147,6 +153,7 @@ class RedisClaimBackend:
         return self.claim_many([(job, slot)])[0]
 
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         with self._translated():

@@ -43,6 +43,7 @@ from relay.runs import (
     Run,
     RunRecord,
     RunState,
+    check_slots,
     format_slot,
     from_ms,
     parse_run_id,
@@ -228,6 +229,7 @@ class RedisLeaseBackend:
         return self.skip_many([(job, slot)], reason)[0]
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         if not runs:
             return []
         calls = [

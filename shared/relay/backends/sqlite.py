@@ -31,7 +31,7 @@ from relay.contract import AcquireRequest, AcquireResult, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
 from relay.lease_rules import Action, StoredRun, decide
-from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
+from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["DURABILITY", "Durability", "SQLiteLeaseBackend"]
 
@@ -248,6 +248,7 @@ class SQLiteLeaseBackend:
             return self._insert_skipped(conn, job, slot, reason, now_ms)
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
+        check_slots(runs)  # a naive slot refuses the whole batch, before anything is written
         with self._write() as (conn, now_ms):
             return [self._insert_skipped(conn, job, slot, reason, now_ms) for job, slot in runs]
 

@@ -61,6 +61,7 @@ class SQLiteClaimBackend:
         return self.claim_many([(job, slot)])[0]
 
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
+        rows = [(run_id(job, slot), job) for job, slot in runs]  # bad input fails before BEGIN
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -68,10 +69,10 @@ class SQLiteClaimBackend:
                     self._conn.execute(
                         "INSERT INTO relay_claims (run_id, job) VALUES (?, ?) "
                         "ON CONFLICT (run_id) DO NOTHING",
-                        (run_id(job, slot), job),
+                        row,
                     ).rowcount
                     == 1
-                    for job, slot in runs
+                    for row in rows
                 ]
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
+from relay.errors import ConfigurationError
 from relay.jobs import TICK_SPREAD, Job
 from relay.runs import Run, run_id
 
@@ -71,7 +72,7 @@ class Decider:
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
         if job.name in self.jobs:
-            raise ValueError(f"a job named {job.name!r} is already scheduled")
+            raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
 
     def forget_progress(self) -> None:

@@ -1,0 +1,133 @@
+"""Run in a fresh venv after a documented ``pip install``: does the set-up it promises work?
+
+``python install_check.py EXTRA…``; server URLs come from ``RELAY_TEST_*_URL`` (the suite's
+services). Only the standard library and what the install brought may be imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+
+EVERYTHING = {"redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django"}
+REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+POSTGRES = os.environ.get("RELAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+TMP = Path(tempfile.mkdtemp())
+
+
+def check_core() -> None:
+    import relay
+
+    relay.Scheduler(f"sqlite:///{TMP / 'relay.db'}").backend.close()
+
+
+def check_sqlite() -> None:
+    """The embedded store needs nothing beyond the core (checked by :func:`check_core`)."""
+
+
+def check_redis() -> None:
+    import relay
+
+    relay.open_backend(f"{REDIS}?prefix=relay_install_{secrets.token_hex(4)}:").close()
+
+
+def check_postgres() -> None:
+    import psycopg
+
+    with psycopg.connect(POSTGRES, connect_timeout=10) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def check_rabbitmq() -> None:
+    import pika
+
+    pika.BlockingConnection(pika.URLParameters(AMQP)).close()
+
+
+def check_nats() -> None:
+    import nats  # noqa: F401
+
+
+def check_celery() -> None:
+    """A Celery app with Relay, on a Redis broker and on a RabbitMQ broker (kombu's transports)."""
+    from celery import Celery
+
+    import relay_celery
+
+    for broker in (REDIS, AMQP.replace("/%2F", "//")):
+        app = Celery("install_check", broker=broker)
+        app.conf.beat_scheduler = "relay_celery.RelayScheduler"
+        app.conf.relay_backend = f"sqlite:///{TMP / 'celery.db'}"
+        app.conf.beat_schedule = {"tick": {"task": "install_check.tick", "schedule": 60.0}}
+        relay_celery.install(app)
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1)
+        relay_celery.RelayScheduler(app).close()
+
+
+def check_dramatiq() -> None:
+    """Relay's middleware on a Redis broker and on a RabbitMQ broker."""
+    import dramatiq
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+    from dramatiq.brokers.redis import RedisBroker
+
+    import relay_dramatiq
+
+    redis_broker = RedisBroker(url=REDIS)
+    redis_broker.client.ping()
+    rabbit = RabbitmqBroker(url=AMQP)
+    assert rabbit.connection.is_open
+    rabbit.close()
+    redis_broker.add_middleware(relay_dramatiq.RelayMiddleware(f"sqlite:///{TMP / 'dq.db'}"))
+    dramatiq.set_broker(redis_broker)
+
+    @relay_dramatiq.periodic(every=60)
+    @dramatiq.actor
+    def tick() -> None: ...
+
+    assert [p.job.name for p in relay_dramatiq.periodic_actors()] == ["tick"]
+
+
+def check_django() -> None:
+    import django  # noqa: F401
+
+
+def check_docs() -> None:
+    import material  # noqa: F401
+    import mkdocs  # noqa: F401
+    import mkdocstrings_handlers.python  # noqa: F401
+
+
+def check_test() -> None:
+    import hypothesis  # noqa: F401
+    import pytest  # noqa: F401
+
+
+def expand(extras: list[str]) -> list[str]:
+    """``all`` and ``dev`` stand for the extras they pull in."""
+    found: set[str] = set()
+    for extra in extras:
+        if extra in ("all", "dev"):
+            found |= EVERYTHING
+        if extra == "dev":
+            found |= {"docs", "test"}
+        if extra == "postgres-binary":
+            found.add("postgres")
+        found.add(extra)
+    return sorted(found - {"all", "dev", "postgres-binary"})
+
+
+def main(extras: list[str]) -> None:
+    """Run the core check, then one per extra."""
+    check_core()
+    for extra in expand(extras):
+        globals()[f"check_{extra.replace('-', '_')}"]()
+        print(f"{extra}: ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
