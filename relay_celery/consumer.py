@@ -13,6 +13,7 @@ with the broker's ``x-delivery-count`` (:func:`relay.backends.rabbitmq_consumer.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,15 +25,25 @@ from kombu import Exchange, Queue
 
 from relay.backends import Backend
 from relay.engine import Won
+from relay.errors import ConfigurationError
 from relay.jobs import Job, make_job
 from relay.runs import Run, RunState, slot_ms
 from relay_celery.entries import entry_options, jobs_options
 from relay_celery.schedules import schedule_options
 
+log = logging.getLogger("relay.celery")
+
 if TYPE_CHECKING:
     from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
 
-__all__ = ["ConsumerMode", "consumer_backend", "entry_jobs", "run_delivery", "setup_worker"]
+__all__ = [
+    "ConsumerMode",
+    "check_broker",
+    "consumer_backend",
+    "entry_jobs",
+    "run_delivery",
+    "setup_worker",
+]
 
 
 def consumer_backend(backend: Backend) -> RabbitMQConsumerBackend | None:
@@ -51,10 +62,41 @@ def run_queue(backend: RabbitMQConsumerBackend, job: Job) -> Queue:
     return Queue(name, Exchange(""), routing_key=name, durable=True, queue_arguments=arguments)
 
 
+def check_broker(app: Celery, backend: RabbitMQConsumerBackend) -> None:
+    """Refuse an app whose broker is not the RabbitMQ the backend URL names: its run queues would
+    not be quorum queues (another transport ignores the queue arguments), or not the ones the
+    beats' gates and ``dead_runs`` see (another virtual host)."""
+    connection = app.connection_for_write()
+    try:
+        driver, vhost = connection.transport.driver_type, connection.virtual_host or "/"
+        host = f"{connection.hostname}:{connection.port}"
+    finally:
+        connection.release()
+    if driver != "amqp":
+        raise ConfigurationError(
+            f"relay_backend is RabbitMQ consumer mode, but the app's broker is {driver}: its run "
+            "queues must be RabbitMQ quorum queues. Use a RabbitMQ broker (amqp://…), or a lease "
+            "backend (sqlite, postgresql, redis, nats) with this broker"
+        )
+    parameters = backend.parameters
+    if vhost != parameters.virtual_host:
+        raise ConfigurationError(
+            f"relay_backend names RabbitMQ virtual host {parameters.virtual_host!r}, but the app's "
+            f"broker uses {vhost!r}: give relay_backend the broker's virtual host"
+        )
+    if host != f"{parameters.host}:{parameters.port}":
+        log.warning(
+            "relay_backend's RabbitMQ (%s:%s) and the app's broker (%s) look like different "
+            "hosts: they must be the same broker",
+            parameters.host, parameters.port, host,
+        )  # fmt: skip
+
+
 class ConsumerMode:
     """Beat's side: route each won run to its job's run queue, on a confirmed connection."""
 
     def __init__(self, app: Celery, backend: RabbitMQConsumerBackend) -> None:
+        check_broker(app, backend)
         self.app = app
         self.backend = backend
         self._producer: Any = None
@@ -112,6 +154,7 @@ def setup_worker(worker: Any, backend: RabbitMQConsumerBackend) -> dict[str, Job
     and a prefetch multiplier of 1; check the queues' arguments first (a mismatch stops the
     worker with the fix). Returns the jobs by name."""
     app: Celery = worker.app
+    check_broker(app, backend)
     jobs = entry_jobs(app, backend)
     backend.check_jobs([job for _, job in jobs.values()])
     for task_name, job in jobs.values():

@@ -23,6 +23,7 @@ import pytest
 
 from relay import open_backend
 from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+from relay.errors import ConfigurationError
 from tests.celery_integration.cluster import Cluster
 from tests.support import services
 from tests.support.backends import unique
@@ -283,3 +284,19 @@ def test_a_frozen_worker_s_fenced_write_is_refused_after_the_redelivery(
 
 def ended(cluster: ConsumerCluster, run: str) -> list[dict[str, Any]]:
     return [e for e in cluster.events("end") if e["run"] == run]
+
+
+def test_an_app_whose_broker_is_not_that_rabbitmq_is_refused(amqp: str, prefix: str) -> None:
+    from celery import Celery
+
+    from relay_celery.consumer import check_broker
+
+    backend = consumer(amqp, prefix)
+    try:
+        check_broker(Celery(broker=amqp), backend)  # the same broker: accepted
+        with pytest.raises(ConfigurationError, match="the app's broker is redis"):
+            check_broker(Celery(broker="redis://127.0.0.1:6379/0"), backend)
+        with pytest.raises(ConfigurationError, match="virtual host '/', but the app's broker"):
+            check_broker(Celery(broker="amqp://guest:guest@127.0.0.1:5672/other"), backend)
+    finally:
+        backend.close()

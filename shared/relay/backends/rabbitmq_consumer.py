@@ -143,6 +143,11 @@ class RabbitMQConsumerBackend:
         )
 
     @property
+    def parameters(self) -> pika.connection.Parameters:
+        """pika's connection parameters (host, port, virtual host) of the broker."""
+        return self._parameters
+
+    @property
     def name(self) -> str:
         return f"RabbitMQ consumer mode (max_attempts={self.queues.max_attempts})"
 
