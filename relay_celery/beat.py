@@ -23,6 +23,7 @@ from relay.runs import HEADER
 from relay.scheduler import default_owner
 from relay.tracing import message_headers
 from relay_celery.config import load_settings, open_checked
+from relay_celery.consumer import ConsumerMode, consumer_backend
 from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
 from relay_celery.schedules import schedule_options
@@ -46,6 +47,7 @@ class RelayScheduler(Scheduler):
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
         self._relay_options: dict[str, dict[str, Any]] = {}
         self._backend: Backend | None = None
+        self._consumer: ConsumerMode | None = None
         self._next_wake = 0.0
         super().__init__(app, *args, **kwargs)
 
@@ -66,6 +68,10 @@ class RelayScheduler(Scheduler):
             )
             for name, entry in self.schedule.items():
                 self.decider.add(self._job(name, entry))
+            consumer = consumer_backend(backend)
+            if consumer is not None:  # RabbitMQ consumer mode: runs go to their jobs' queues
+                consumer.check_jobs(list(self.decider.jobs.values()))
+                self._consumer = ConsumerMode(self.app, consumer)
         except Exception:
             backend.close()
             raise
@@ -119,7 +125,12 @@ class RelayScheduler(Scheduler):
         entry = self.schedule[won.job.name]
         options = dict(entry.options or {})
         headers = dict(options.pop("headers", None) or {})
-        run_header = message_headers(won.run, max_attempts=won.job.max_attempts)
+        run, producer = won.run, self.producer
+        if self._consumer is not None:  # RabbitMQ consumer mode: to the job's own run queue
+            run, route = self._consumer.route(won)
+            producer = route.pop("producer")
+            options.update(route)
+        run_header = message_headers(run, max_attempts=won.job.max_attempts)
         headers.update({HEADER: run_header, "celery_beat_task": True})
         args = tuple(a() if isinstance(a, BeatLazyFunc) else a for a in entry.args or ())
         kwargs = {
@@ -127,7 +138,7 @@ class RelayScheduler(Scheduler):
         }
         task = self.app.tasks.get(entry.task or "")
         send = task.apply_async if task is not None else self._send_task(entry.task)
-        send(args, kwargs, producer=self.producer, headers=headers, **options)
+        send(args, kwargs, producer=producer, headers=headers, **options)
         return True
 
     def _send_task(self, name: str | None) -> Any:
@@ -140,6 +151,8 @@ class RelayScheduler(Scheduler):
         try:
             super().close()
         finally:
+            if self._consumer is not None:
+                self._consumer.close()
             if self._backend is not None:
                 self._backend.close()
 

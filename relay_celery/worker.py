@@ -30,6 +30,7 @@ from relay.durations import Duration
 from relay.engine import ActiveRun, Runner, current_run
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
+from relay.jobs import Job
 from relay.retries import foreign_retries
 from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
 from relay.scheduler import default_owner
@@ -40,6 +41,7 @@ from relay_celery.config import (
     open_checked,
     remember_install_options,
 )
+from relay_celery.consumer import consumer_backend, run_delivery, setup_worker
 from relay_celery.events import bus
 
 __all__ = ["SCHEDULER", "RelayStep", "RetryRequested", "install", "require_worker_hooks"]
@@ -119,10 +121,14 @@ class RelayStep(bootsteps.StartStopStep):
         app: Celery = parent.app
         backend, settings = open_checked(load_settings(app))
         log.info("relay: worker runs on %s", backend.name)
-        backend.close()
+        try:
+            consumer = consumer_backend(backend)  # RabbitMQ consumer mode: consume run queues
+            jobs = None if consumer is None else setup_worker(parent, consumer)
+        finally:
+            backend.close()
         if settings.capability == "lease":
             _refuse_celery_retries(app)
-        hooks = RunHooks(settings)
+        hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
         self._settings = settings
@@ -171,8 +177,12 @@ class RetryRequested(Exception):
 class RunHooks:
     """Runs a task body under a run's lease; one backend connection per worker process."""
 
-    def __init__(self, settings: CelerySettings) -> None:
+    def __init__(
+        self, settings: CelerySettings, consumer_jobs: dict[str, Job] | None = None
+    ) -> None:
         self.settings = settings
+        self.consumer_jobs = consumer_jobs
+        """In RabbitMQ consumer mode, the jobs whose runs arrive on their run queues."""
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pid = 0
@@ -191,7 +201,16 @@ class RunHooks:
             relay_run = run_from_message(header)
             if relay_run is None:
                 return body(*args, **kwargs)
-            return self.execute(relay_run, body, args, kwargs, max_attempts_from_headers(header))
+            max_attempts = max_attempts_from_headers(header)
+            if self.consumer_jobs is not None:
+                return run_delivery(
+                    relay_run,
+                    task.request,
+                    self.consumer_jobs,
+                    lambda delivered: self.execute(delivered, body, args, kwargs, max_attempts),
+                    self.runner().backend,
+                )
+            return self.execute(relay_run, body, args, kwargs, max_attempts)
 
         # Celery's tracer calls the instance's ``run`` (or ``__call__``, which calls it).
         task.run = run  # type: ignore[method-assign]

@@ -30,6 +30,7 @@ from relay.jobs import check_scheduler_options, check_tick
 from relay.runs import HEADER, Run, max_attempts_from_headers
 from relay.scheduler import default_owner
 from relay.tracing import run_from_message
+from relay_dramatiq import _consumer
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
 
@@ -217,9 +218,11 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start this worker process's own heartbeat (``relay instances``, ``relay health``)."""
         self._heartbeat = InstanceHeartbeat(self.backend, self.owner, "dramatiq-worker")
         self._heartbeat.start()
+        _consumer.serve(self)  # RabbitMQ consumer mode: Relay's consumers of the run queues
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the heartbeat: the record expires on its own."""
+        _consumer.stop_serving(self)  # RabbitMQ consumer mode: hand unfinished runs over
         if self._heartbeat is not None:
             self._heartbeat.stop()
 

@@ -14,6 +14,7 @@ from relay.durations import Duration
 from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
 from relay.retries import foreign_retries
+from relay_dramatiq._consumer import check_actor
 from relay_dramatiq._middleware import RelayMiddleware
 
 __all__ = ["Periodic", "periodic", "periodic_actors", "require_worker_side"]
@@ -68,6 +69,7 @@ def periodic(
         middleware = _middleware_of(actor)
         _check_arguments(actor)
         _check_retries(actor)
+        check_actor(middleware, actor)
         if actor in _registry:
             raise ConfigurationError(f"actor {actor.actor_name!r} is already periodic")
         job = make_job(

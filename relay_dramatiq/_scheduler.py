@@ -20,6 +20,7 @@ from relay.errors import ConfigurationError
 from relay.jobs import check_tick
 from relay.runs import HEADER
 from relay.tracing import message_headers
+from relay_dramatiq._consumer import check_queues, dispatcher
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic, require_worker_side
 
@@ -53,6 +54,10 @@ class _Group:
         return self.loop.step(self._enqueue)
 
     def _enqueue(self, won: Won) -> bool:
+        consumer = dispatcher(self.middleware)
+        if consumer is not None:  # RabbitMQ consumer mode: the job's run queue, not Dramatiq's
+            consumer.dispatch(won)
+            return True
         actor = self.actors[won.job.name].actor
         header = message_headers(won.run, max_attempts=won.job.max_attempts)
         # max_retries=0: Relay retries a failed run itself, with a new token.
@@ -88,6 +93,8 @@ class Scheduler:
             if key not in self._groups:
                 self._groups[key] = _Group(item.middleware, self.tick, clock)
             self._groups[key].add(item)
+        for group in self._groups.values():
+            check_queues(group.middleware, list(group.loop.decider.jobs.values()))
         self._stopping = threading.Event()
 
     def run(self) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import click
 from rich.console import Console
@@ -70,7 +70,7 @@ def demo(instances: int, duration: float, no_kill: bool) -> None:
 @_json_option
 def runs(url: str, job: str | None, limit: int, as_json: bool) -> None:
     """Recent runs with state, attempt, token, owner, times and errors (read-only)."""
-    with _read_only(url) as backend:
+    with _read_runs(url) as backend:
         records = backend.runs(job, limit)
         if job is not None and not records:
             raise click.ClickException(f"job {job!r} has no runs in {backend.name}")
@@ -194,6 +194,35 @@ def instances_table(found: list[InstanceInfo], now: datetime, title: str = "Inst
             "[green]alive[/]" if alive else f"[red]late[/] (beats every {i.interval:g}s)",
         )  # fmt: skip
     return table
+
+
+@runtime_checkable
+class _RunsReader(Protocol):
+    """What ``relay runs`` reads: a lease store, or RabbitMQ consumer mode's outcomes stream."""
+
+    @property
+    def name(self) -> str: ...
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]: ...
+
+    def close(self) -> None: ...
+
+
+@contextmanager
+def _read_runs(url: str) -> Iterator[_RunsReader]:
+    """Like :func:`_read_only`, also for a claim backend that records outcomes it can read."""
+    try:
+        backend = open_backend(url, read_only=True)
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        if not isinstance(backend, _RunsReader):
+            raise click.ClickException(f"{backend.name} is a claim backend: it records no runs")
+        yield backend
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        backend.close()
 
 
 @contextmanager

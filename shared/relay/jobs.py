@@ -140,9 +140,12 @@ def make_job(
         else at_least(stale_after, "stale_after", TICK_SPREAD, _SHORT_STALE_AFTER)
     )
     if backend.capability == "claim":
+        # A claim backend may honour some of them its own way (RabbitMQ consumer mode:
+        # max_attempts as its run queue's delivery limit); it lists them in ``job_options``.
+        honoured: frozenset[str] = getattr(backend, "job_options", frozenset())
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
         for option, value in lease_only.items():
-            if value is not None:
+            if value is not None and option not in honoured:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         _check_claim_memory(backend, stale)
     if overlap is not None and overlap not in OVERLAPS:

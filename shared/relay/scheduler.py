@@ -298,6 +298,8 @@ class Scheduler(Generic[BackendT]):
         is handed over too, and its thread is abandoned: another instance takes the run at once.
         """
         self._stopping.set()
+        if self._dispatcher is not None:  # its consumers wait, then hand their runs over
+            self._dispatcher.stop_serving(self.stop_timeout)
         self.join(self.stop_timeout)
         with self._lock:
             unfinished = list(self._active)

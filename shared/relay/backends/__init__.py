@@ -70,7 +70,7 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
     factory = _factory(url)
     _check_options(factory, options)
     if read_only:
-        if factory.capability != "lease":
+        if factory.capability != "lease" and not getattr(factory, "readable_runs", False):
             raise ConfigurationError(
                 f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
                 "no runs or instances to read; read-only commands need a lease backend "
