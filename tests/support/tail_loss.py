@@ -44,8 +44,13 @@ def lose_tail(url: str) -> TailLoss:
     raise ValueError(f"no way to lose the tail of {url!r}")
 
 
-def _option(url: str, name: str) -> str:
-    return parse_qs(urlsplit(url).query)[name][0]
+def _option(url: str, name: str, default: str | None = None) -> str:
+    values = parse_qs(urlsplit(url).query).get(name)
+    if values:
+        return values[0]
+    if default is None:
+        raise KeyError(name)
+    return default
 
 
 class SQLiteFiles:
@@ -100,25 +105,33 @@ class RedisKeys:
     """Every key under the test's prefix, dumped with its time to live."""
 
     def __init__(self, url: str) -> None:
-        self.base = BackendURL(url).without_options(["prefix"])
+        self.base = BackendURL(url).without_options(["prefix", "cluster"])
         self.prefix = _option(url, "prefix")
         self.kept: dict[bytes, tuple[int, bytes]] = {}
 
+        self.cluster = _option(url, "cluster", "no") in ("yes", "true", "1")
+
     def _client(self) -> Any:
         import redis
+        import redis.cluster
 
+        if self.cluster:
+            return redis.cluster.RedisCluster.from_url(self.base)
         return redis.Redis.from_url(self.base)
+
+    def _keys(self, client: Any) -> list[bytes]:
+        nodes = {"target_nodes": "primaries"} if self.cluster else {}
+        return list(client.scan_iter(match=f"{self.prefix}*", count=1000, **nodes))
 
     def copy(self) -> None:
         with self._client() as client:
-            for key in client.scan_iter(match=f"{self.prefix}*", count=1000):
+            for key in self._keys(client):
                 self.kept[key] = (max(client.pttl(key), 0), client.dump(key))
 
     def restore(self) -> None:
         with self._client() as client:
-            keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
+            for key in self._keys(client):  # one by one: a Cluster's keys lie in many slots
+                client.delete(key)
             for key, (ttl, dumped) in self.kept.items():
                 client.restore(key, ttl, dumped, replace=True)
 

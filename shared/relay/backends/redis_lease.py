@@ -285,12 +285,9 @@ class RedisLeaseBackend:
 
     def instances(self) -> list[InstanceInfo]:
         with self._errors():
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.time()
-            pipe.hgetall(self._instances_key())
-            (seconds, micros), found = pipe.execute()
-        now_ms = seconds * 1000 + micros // 1000
-        records = [_instance(owner, json.loads(value)) for owner, value in found.items()]
+            now_ms, flat = self._scripts["instance"]([self._instances_key()], [])
+        found = zip(flat[::2], flat[1::2], strict=True)
+        records = [_instance(owner, json.loads(value)) for owner, value in found]
         alive = [r for r in records if r.expires_at is not None and slot_ms(r.expires_at) > now_ms]
         return sorted(alive, key=lambda r: (r.role, r.owner))
 
