@@ -61,7 +61,7 @@ def translated(where: str) -> Iterator[None]:
         ) from exc
     except redis.ConnectionError as exc:
         raise BackendUnavailable(
-            f"{where} cannot be reached ({exc}): check that the server runs and that the "
+            f"{where} cannot be reached ({exc}): check that the server is running and that the "
             "host and port in the URL are right"
         ) from exc
     except ResponseError as exc:
