@@ -42,15 +42,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
-from relay.backends._amqp import (
-    NOT_FOUND,
-    PRECONDITION_FAILED,
-    close_quietly,
-    confirm_channel,
-    pika_parameters,
-    refused,
-    unreachable,
-)
+from relay.backends import _amqp as amqp
 from relay.backends._rabbitmq_consumers import JobConsumers, delivered
 from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold
 from relay.backends._rabbitmq_queues import (
@@ -139,7 +131,7 @@ class RabbitMQConsumerBackend:
         if "consumer_timeout" in parsed.options:
             timeout = parsed.float_option("consumer_timeout", 0)
         return cls(
-            pika_parameters(parsed, _OPTIONS),
+            amqp.pika_parameters(parsed, _OPTIONS),
             prefix=parsed.option("prefix", "relay"),
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             max_attempts=int(attempts),
@@ -264,7 +256,7 @@ class RabbitMQConsumerBackend:
                         break
                     dead.append(dead_run(properties, body))
             except ChannelClosedByBroker as exc:
-                if exc.reply_code != NOT_FOUND:
+                if exc.reply_code != amqp.NOT_FOUND:
                     raise
                 return []  # no dead queue yet: nothing was dead-lettered
             finally:
@@ -301,7 +293,7 @@ class RabbitMQConsumerBackend:
             try:
                 records = self.outcomes.read(connection.channel())
             except ChannelClosedByBroker as exc:
-                if exc.reply_code != NOT_FOUND:
+                if exc.reply_code != amqp.NOT_FOUND:
                     raise
                 raise StoreNotFound(
                     f"no outcomes stream {self.outcomes.name!r} at {self.location}: no consumer "
@@ -320,7 +312,7 @@ class RabbitMQConsumerBackend:
         self.stop_serving(0)
         with self._lock:
             connection, self._connection, self._channel = self._connection, None, None
-            close_quietly(connection)
+            amqp.close_quietly(connection)
         self.gate.close()
 
     # -- connection --------------------------------------------------------------------------
@@ -334,7 +326,7 @@ class RabbitMQConsumerBackend:
             except AMQPError:
                 self._connection = None
         before = self._connection
-        self._connection, self._channel = confirm_channel(
+        self._connection, self._channel = amqp.confirm_channel(
             self._connection, self._channel, self._parameters
         )
         if self._connection is not before:
@@ -347,9 +339,9 @@ class RabbitMQConsumerBackend:
             yield
         except ChannelClosedByBroker as exc:
             self._channel = None
-            if exc.reply_code == PRECONDITION_FAILED:
+            if exc.reply_code == amqp.PRECONDITION_FAILED:
                 raise ConfigurationError(refused_queue(str(exc.reply_text), job)) from exc
-            raise refused(self.location, exc) from exc
+            raise amqp.refused(self.location, exc) from exc
         except AMQPError as exc:
             self._connection = None
-            raise unreachable(self.location, exc) from exc
+            raise amqp.unreachable(self.location, exc) from exc
