@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._ms import ms as _ms
+from relay.backends._ms import optional_from_ms as _time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import LeaseLost
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
 
@@ -174,8 +176,7 @@ class JobState:
         """Hand a running run to its runner (see ``LeaseBackend.start``)."""
         fields = self._held(slot, token)
         if fields.started_ms is not None and fields.owner != owner:
-            raise LeaseLost(f"run {self._id(slot)} (token {token}) was already started by "
-                            f"{fields.owner}")  # fmt: skip
+            raise started_elsewhere(self._id(slot), token, fields.owner)
         self._set(fields, owner=owner, started_ms=fields.started_ms or now_ms,
                   expires_ms=now_ms + _ms(lease))  # fmt: skip
         return Run(self._id(slot), self.job, from_ms(abs(slot)), fields.attempt, token, owner)
@@ -331,14 +332,9 @@ class JobState:
 
     def _held(self, slot: int, token: int) -> RunFields:
         fields = self.runs.get(slot)
-        if fields is None:
-            raise LeaseLost(f"run {self._id(slot)} has no lease")
-        if fields.token != token:
-            raise LeaseLost(
-                f"run {self._id(slot)}: token {token} is stale, the current token is {fields.token}"
-            )
-        if fields.state != "running":
-            raise LeaseLost(f"run {self._id(slot)} is {fields.state}, no longer running")
+        found = None if fields is None else (fields.state, fields.token)
+        if fields is None or not is_held(found, token):
+            raise lease_lost(self._id(slot), token, found)
         return fields
 
     def _other_live(self, slot: int, now_ms: int) -> bool:
@@ -353,11 +349,3 @@ class JobState:
 
 def _paused_skip(fields: RunFields) -> bool:
     return fields.state == "skipped" and fields.reason == "paused"
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
-def _time(ms: int | None) -> datetime | None:
-    return None if ms is None else from_ms(ms)

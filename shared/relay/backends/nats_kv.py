@@ -32,6 +32,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
+from relay.backends._ms import instance_from_fields, ms
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
@@ -283,7 +284,7 @@ class NatsLeaseBackend:
         # Archived runs are finished and never a job's latest (its key keeps the newest): purge
         # those older than the cutoff; a purge of the subject leaves no marker behind.
         async def prune() -> int:
-            cutoff = await self._now_ms() - round(older_than * 1000)
+            cutoff = await self._now_ms() - ms(older_than)
             entries = await self._watch("run.>", meta_only=False)
             old = [
                 e.key for e in entries
@@ -392,7 +393,7 @@ class NatsLeaseBackend:
         value = {
             "role": info.role, "host": info.host, "pid": info.pid,
             "started_ms": slot_ms(info.started_at), "version": info.version,
-            "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + round(ttl * 1000),
+            "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
         }  # fmt: skip
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         try:
@@ -429,7 +430,7 @@ class NatsLeaseBackend:
             if msg.data and not (msg.headers and msg.headers.get(_KV_OPERATION)):
                 fields = json.loads(msg.data)
                 if fields["expires_ms"] > now_ms:
-                    found.append(_instance(_decode(subject.rsplit(".", 1)[1]), fields))
+                    found.append(instance_from_fields(_decode(subject.rsplit(".", 1)[1]), fields))
         return sorted(found, key=lambda i: (i.role, i.owner))
 
     # -- listing -----------------------------------------------------------------------------
@@ -604,15 +605,6 @@ def _decode(token: str) -> str:
 
 def _job_of(key: str) -> str:
     return _decode(key.split(".")[1])
-
-
-def _instance(owner: str, fields: dict[str, Any]) -> InstanceInfo:
-    return InstanceInfo(
-        owner=owner, role=fields["role"], host=fields["host"], pid=int(fields["pid"]),
-        started_at=from_ms(int(fields["started_ms"])), version=fields["version"],
-        interval=float(fields["interval"]), beat_at=from_ms(int(fields["beat_ms"])),
-        expires_at=from_ms(int(fields["expires_ms"])),
-    )  # fmt: skip
 
 
 def _job_key(job: str) -> str:

@@ -27,6 +27,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from relay.backends._lost import is_held, lease_lost, started_elsewhere
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
@@ -179,7 +180,7 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             row = conn.execute(self._queries["start"], params).fetchone()
             if row is None:
-                raise LeaseLost(self._lost_reason(conn, run_id, token, owner))
+                raise self._lost(conn, run_id, token, owner)
         job, slot, attempt = row
         return Run(run_id, job, slot.astimezone(UTC), attempt, token, owner)
 
@@ -187,7 +188,7 @@ class PostgresLeaseBackend:
         params = {"run_id": run_id, "token": token, "lease": lease}
         with self._connection() as conn:
             if conn.execute(self._queries["heartbeat"], params).rowcount != 1:
-                raise LeaseLost(self._lost_reason(conn, run_id, token))
+                raise self._lost(conn, run_id, token)
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
@@ -196,14 +197,14 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             row = conn.execute(self._queries["finish"], params).fetchone()
             if row is None:
-                raise LeaseLost(self._lost_reason(conn, run_id, token))
+                raise self._lost(conn, run_id, token)
         return RunState(row[0])
 
     def release(self, run_id: str, token: int) -> None:
         params = {"run_id": run_id, "token": token}
         with self._connection() as conn:
             if conn.execute(self._queries["release"], params).rowcount != 1:
-                raise LeaseLost(self._lost_reason(conn, run_id, token))
+                raise self._lost(conn, run_id, token)
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
         return self.skip_many([(job, slot)], reason)[0]
@@ -348,21 +349,18 @@ class PostgresLeaseBackend:
                 "check that the server is up and reachable"
             ) from exc
 
-    def _lost_reason(
+    def _lost(
         self, conn: psycopg.Connection[Any], run_id: str, token: int, owner: str | None = None
-    ) -> str:
+    ) -> LeaseLost:
         """Why a step on ``run_id`` with ``token`` changed nothing (a second, read-only look)."""
         row = conn.execute(self._queries["lost"], (run_id,)).fetchone()
-        if row is None:
-            return f"run {run_id} has no lease"
-        state, current, started_by, started_at = row
-        if current != token:
-            return f"run {run_id}: token {token} is stale, the current token is {current}"
-        if state != RunState.RUNNING.value:
-            return f"run {run_id} is {state}, no longer running"
+        found = None if row is None else (row[0], row[1])
+        if row is None or not is_held(found, token):
+            return lease_lost(run_id, token, found)
+        started_by, started_at = row[2:]
         if owner is not None and started_at is not None and started_by != owner:
-            return f"run {run_id} (token {token}) was already started by {started_by}"
-        return f"run {run_id} changed while we looked; token {token} is not ours to use"
+            return started_elsewhere(run_id, token, started_by)
+        return LeaseLost(f"run {run_id} changed while we looked; token {token} is not ours to use")
 
 
 def _ensure_schema(

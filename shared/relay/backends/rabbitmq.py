@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -31,6 +31,15 @@ from pika.exceptions import (
     ProbableAuthenticationError,
 )
 
+from relay.backends._amqp import (
+    PRECONDITION_FAILED,
+    close_quietly,
+    confirm_channel,
+    pika_parameters,
+    refused,
+    unreachable,
+)
+from relay.backends._ms import positive_ms
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id
@@ -48,15 +57,6 @@ _DRIVER_OPTIONS = (
     "blocked_connection_timeout",
 )
 _MAX_QUEUE_NAME = 255
-_PRECONDITION_FAILED = 406
-
-
-def pika_parameters(parsed: BackendURL, ours: Sequence[str]) -> pika.URLParameters:
-    """pika's connection parameters from a URL, without Relay's own options ``ours``."""
-    try:
-        return pika.URLParameters(parsed.without_options(ours))
-    except (ValueError, TypeError) as exc:
-        raise ConfigurationError(f"AMQP URL {parsed.redacted()!r} is malformed: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class GateQueues:
             "x-queue-type": "classic",
             "x-max-length": 1,
             "x-overflow": "reject-publish",
-            "x-expires": max(int(self.retention * 1000), 1),
+            "x-expires": positive_ms(self.retention),
         }
 
     def declare(self, channel: BlockingChannel, job: str, slot: datetime) -> str:
@@ -187,19 +187,14 @@ class RabbitMQClaimBackend:
             self._drop()
 
     def _ready_channel(self) -> BlockingChannel:
-        if self._connection is None or not self._connection.is_open:
-            self._connection = pika.BlockingConnection(self._parameters)
-            self._channel = None
-        if self._channel is None or not self._channel.is_open:
-            self._channel = self._connection.channel()
-            self._channel.confirm_delivery()
+        self._connection, self._channel = confirm_channel(
+            self._connection, self._channel, self._parameters
+        )
         return self._channel
 
     def _drop(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            with suppress(AMQPError):
-                connection.close()
+        close_quietly(connection)
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
@@ -216,15 +211,12 @@ class RabbitMQClaimBackend:
                 "check that the URL's vhost exists and that the user may use it"
             ) from exc
         except ChannelClosedByBroker as exc:
-            if exc.reply_code == _PRECONDITION_FAILED:
+            if exc.reply_code == PRECONDITION_FAILED:
                 raise ConfigurationError(
                     f"RabbitMQ refused a gate queue ({exc.reply_text}): every instance must use "
                     "the same prefix and retention, and no other queue may use the prefix"
                 ) from exc
-            raise BackendUnavailable(f"RabbitMQ at {self.location} refused: {exc}") from exc
+            raise refused(self.location, exc) from exc
         except (AMQPConnectionError, AMQPChannelError, AMQPError) as exc:
             self._drop()
-            raise BackendUnavailable(
-                f"cannot reach RabbitMQ at {self.location} ({exc!r}): check that the broker is "
-                "running and that the URL's host and port are right"
-            ) from exc
+            raise unreachable(self.location, exc) from exc

@@ -42,6 +42,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
+from relay.backends import _amqp as amqp
 from relay.backends._rabbitmq_consumers import JobConsumers, delivered
 from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold
 from relay.backends._rabbitmq_queues import (
@@ -52,7 +53,7 @@ from relay.backends._rabbitmq_queues import (
     refused_queue,
 )
 from relay.backends._url import BackendURL
-from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend, pika_parameters
+from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend
 from relay.engine.deciding import Won
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
@@ -64,8 +65,6 @@ log = logging.getLogger("relay.backends.rabbitmq")
 _OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout", "outcomes_age")
 _AGE = re.compile(r"^[1-9][0-9]*(Y|M|D|h|m|s)$")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
-_PRECONDITION_FAILED = 406
-_NOT_FOUND = 404
 
 
 class RabbitMQConsumerBackend:
@@ -132,7 +131,7 @@ class RabbitMQConsumerBackend:
         if "consumer_timeout" in parsed.options:
             timeout = parsed.float_option("consumer_timeout", 0)
         return cls(
-            pika_parameters(parsed, _OPTIONS),
+            amqp.pika_parameters(parsed, _OPTIONS),
             prefix=parsed.option("prefix", "relay"),
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             max_attempts=int(attempts),
@@ -257,7 +256,7 @@ class RabbitMQConsumerBackend:
                         break
                     dead.append(dead_run(properties, body))
             except ChannelClosedByBroker as exc:
-                if exc.reply_code != _NOT_FOUND:
+                if exc.reply_code != amqp.NOT_FOUND:
                     raise
                 return []  # no dead queue yet: nothing was dead-lettered
             finally:
@@ -294,7 +293,7 @@ class RabbitMQConsumerBackend:
             try:
                 records = self.outcomes.read(connection.channel())
             except ChannelClosedByBroker as exc:
-                if exc.reply_code != _NOT_FOUND:
+                if exc.reply_code != amqp.NOT_FOUND:
                     raise
                 raise StoreNotFound(
                     f"no outcomes stream {self.outcomes.name!r} at {self.location}: no consumer "
@@ -313,9 +312,7 @@ class RabbitMQConsumerBackend:
         self.stop_serving(0)
         with self._lock:
             connection, self._connection, self._channel = self._connection, None, None
-            if connection is not None and connection.is_open:
-                with suppress(AMQPError):
-                    connection.close()
+            amqp.close_quietly(connection)
         self.gate.close()
 
     # -- connection --------------------------------------------------------------------------
@@ -328,13 +325,12 @@ class RabbitMQConsumerBackend:
                 self._connection.process_data_events(time_limit=0)
             except AMQPError:
                 self._connection = None
-        if self._connection is None or not self._connection.is_open:
-            self._connection = pika.BlockingConnection(self._parameters)
-            self._channel = None
-            self._declared.clear()
-        if self._channel is None or not self._channel.is_open:
-            self._channel = self._connection.channel()
-            self._channel.confirm_delivery()
+        before = self._connection
+        self._connection, self._channel = amqp.confirm_channel(
+            self._connection, self._channel, self._parameters
+        )
+        if self._connection is not before:
+            self._declared.clear()  # a new connection: declare the queues again
         return self._channel
 
     @contextmanager
@@ -343,12 +339,9 @@ class RabbitMQConsumerBackend:
             yield
         except ChannelClosedByBroker as exc:
             self._channel = None
-            if exc.reply_code == _PRECONDITION_FAILED:
+            if exc.reply_code == amqp.PRECONDITION_FAILED:
                 raise ConfigurationError(refused_queue(str(exc.reply_text), job)) from exc
-            raise BackendUnavailable(f"RabbitMQ at {self.location} refused: {exc}") from exc
+            raise amqp.refused(self.location, exc) from exc
         except AMQPError as exc:
             self._connection = None
-            raise BackendUnavailable(
-                f"cannot reach RabbitMQ at {self.location} ({exc!r}): check that the broker is "
-                "running and that the URL's host, port and credentials are right"
-            ) from exc
+            raise amqp.unreachable(self.location, exc) from exc

@@ -21,16 +21,18 @@ slot. Streams are trimmed and run keys expire, so nothing grows without bound.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 from importlib import resources
 from typing import Any, Literal
 
 import redis
-from redis.exceptions import AuthenticationError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
+from relay.backends._ms import positive_ms
+from relay.backends._redis import DEFAULT_PREFIX, check_prefix, driver_url, job_base, translated
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id, slot_ms
@@ -45,7 +47,6 @@ DEFAULT_RETENTION = 3600.0
 """Seconds a claim is remembered by the ``idmp`` and ``script`` strategies unless told."""
 IDMP_MAX_RETENTION = 86_400
 IDMP_MAX_PER_PRODUCER = 10_000
-DEFAULT_PREFIX = "relay:"
 STREAM_KEEP = 100
 """Entries (roughly) a ``stream-id`` stream keeps: a short history of the winners, for people."""
 
@@ -54,7 +55,6 @@ _CLAIM_SCRIPT = _SCRIPTS.joinpath("redis_claim.lua").read_text()
 _IDMP_SETUP_SCRIPT = _SCRIPTS.joinpath("redis_claim_idmp.lua").read_text()
 _OUR_OPTIONS = ("strategy", "prefix", "retention")
 _DRIVER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "client_name")
-_SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
 _PRODUCER = "relay"
 
 
@@ -76,11 +76,7 @@ class RedisClaimBackend:
             raise ConfigurationError(
                 f"unknown Redis claim strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
             )
-        if "{" in prefix or "}" in prefix:
-            raise ConfigurationError(
-                f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
-                "per-job hash tags: choose a prefix without braces, such as 'relay:'"
-            )
+        check_prefix(prefix)
         self.strategy = strategy
         self.prefix = prefix
         self.retention = retention
@@ -113,18 +109,10 @@ class RedisClaimBackend:
             known.append("retention")
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
-        database = parsed.parts.path.strip("/")
-        if database and not database.isdigit():
-            raise ConfigurationError(
-                f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
-                "number, as in redis://localhost:6379/0"
-            )
-        driver_url = parsed.without_options(_OUR_OPTIONS)
-        scheme = parsed.parts.scheme
-        driver_url = _SCHEMES.get(scheme.lower(), scheme) + driver_url[len(scheme) :]
+        url_for_driver = driver_url(parsed, _OUR_OPTIONS)
         try:
             client = redis.Redis.from_url(
-                driver_url, socket_connect_timeout=5.0, socket_timeout=10.0
+                url_for_driver, socket_connect_timeout=5.0, socket_timeout=10.0
             )
         except ValueError as exc:
             raise ConfigurationError(
@@ -176,9 +164,7 @@ class RedisClaimBackend:
 
     def _base(self, job: str) -> str:
         """``<prefix>{<job>}:``, the start of every key of the job (as the lease backend has it)."""
-        # Escape braces so a job's name can never end its hash tag early.
-        tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-        return f"{self.prefix}{{{tag}}}:"
+        return job_base(self.prefix, job)
 
     def _claim_stream_ids(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         # Oldest slots first, so a batch never refuses its own older runs.
@@ -242,7 +228,7 @@ class RedisClaimBackend:
         raise BackendUnavailable(f"Redis at {self.location} keeps forgetting the claim script")
 
     def _evalsha(self, job: str, slot: datetime, target: Any) -> Any:
-        retention_ms = max(int(self.retention * 1000), 1)
+        retention_ms = positive_ms(self.retention)
         key = self.run_key(job, slot)
         return target.evalsha(self._claim_sha, 1, key, run_id(job, slot), retention_ms)
 
@@ -271,20 +257,8 @@ class RedisClaimBackend:
                 f"{server}: upgrade the server, or use strategy=script or strategy=stream-id"
             )
 
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except AuthenticationError as exc:
-            raise BackendUnavailable(
-                f"Redis at {self.location} refused the credentials ({exc}): "
-                "check the user name and password in the URL"
-            ) from exc
-        except RedisError as exc:
-            raise BackendUnavailable(
-                f"Redis at {self.location} did not answer ({exc}): check that the server is "
-                "running and that the URL's host, port and database are right"
-            ) from exc
+    def _translated(self) -> AbstractContextManager[None]:
+        return translated(f"Redis at {self.location}")
 
 
 def _retention(parsed: BackendURL, strategy: str) -> float:

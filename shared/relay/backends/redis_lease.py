@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from importlib import resources
 from typing import Any, Literal
@@ -26,18 +26,22 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import (
-    AuthenticationError,
-    NoScriptError,
-    RedisClusterException,
-    RedisError,
-    ResponseError,
-)
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.retry import Retry
 
+from relay.backends._lost import no_lease, not_running, stale_token, started_elsewhere
+from relay.backends._ms import instance_from_fields, ms
+from relay.backends._redis import (
+    DEFAULT_PREFIX,
+    check_prefix,
+    driver_url,
+    job_base,
+    time_ms,
+    translated,
+)
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import (
     Run,
@@ -53,7 +57,6 @@ from relay.runs import (
 
 __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 
-DEFAULT_PREFIX = "relay:"
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
@@ -63,7 +66,6 @@ _DRIVER_OPTIONS = (
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
     "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_min_version",
 )  # fmt: skip
-_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
 _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
 )  # fmt: skip
@@ -102,13 +104,9 @@ class RedisLeaseBackend:
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
-        if "{" in prefix or "}" in prefix:
-            raise ConfigurationError(
-                f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
-                "per-job hash tags: choose a prefix without braces, such as 'relay:'"
-            )
+        check_prefix(prefix)
         self.prefix = prefix
-        self.retention_ms = round(retention * 1000)
+        self.retention_ms = ms(retention)
         self._description = description
         self._redis = client
         self._listed: set[str] = set()
@@ -134,12 +132,6 @@ class RedisLeaseBackend:
         parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS], "the Redis lease backend")
         if parsed.option("strategy", "lease") != "lease":
             raise ConfigurationError(f"{parsed.redacted()} is not a lease URL: use strategy=lease")
-        database = parsed.parts.path.strip("/")
-        if database and not database.isdigit():
-            raise ConfigurationError(
-                f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
-                "number, as in redis://localhost:6379/0"
-            )
         cluster = _flag(parsed, "cluster")
         if cluster:
             kwargs.setdefault("jobs_per_call", 1)  # a script may touch one Cluster slot only
@@ -207,13 +199,13 @@ class RedisLeaseBackend:
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
         job, member = _split(run_id)
-        reply = self._call_one("start", job, [member, token, owner, _ms(lease)])
+        reply = self._call_one("start", job, [member, token, owner, ms(lease)])
         _raise_if_lost(run_id, token, reply)
         return Run(run_id, job, _slot(member), int(reply[1]), token, owner)
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         job, member = _split(run_id)
-        _raise_if_lost(run_id, token, self._call_one("heartbeat", job, [member, token, _ms(lease)]))
+        _raise_if_lost(run_id, token, self._call_one("heartbeat", job, [member, token, ms(lease)]))
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
@@ -270,8 +262,8 @@ class RedisLeaseBackend:
 
     def now(self) -> datetime:
         with self._errors():
-            seconds, micros = self._redis.time()
-        return from_ms(seconds * 1000 + micros // 1000)
+            reply = self._redis.time()
+        return from_ms(time_ms(reply))
 
     def record_instance(self, info: InstanceInfo, ttl: float) -> None:
         fields = {
@@ -279,7 +271,7 @@ class RedisLeaseBackend:
             "started_ms": slot_ms(info.started_at), "version": info.version,
             "interval": info.interval,
         }  # fmt: skip
-        args: list[Any] = [info.owner, json.dumps(fields), _ms(ttl)]
+        args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
             self._scripts["instance"]([self._instances_key()], args)
 
@@ -287,7 +279,7 @@ class RedisLeaseBackend:
         with self._errors():
             now_ms, flat = self._scripts["instance"]([self._instances_key()], [])
         found = zip(flat[::2], flat[1::2], strict=True)
-        records = [_instance(owner, json.loads(value)) for owner, value in found]
+        records = [instance_from_fields(owner, json.loads(value)) for owner, value in found]
         alive = [r for r in records if r.expires_at is not None and slot_ms(r.expires_at) > now_ms]
         return sorted(alive, key=lambda r: (r.role, r.owner))
 
@@ -315,7 +307,7 @@ class RedisLeaseBackend:
         return bool(done)
 
     def resume(self, job: str, catch_up: float | None = None) -> list[str]:
-        window = "-" if catch_up is None else _ms(catch_up)
+        window = "-" if catch_up is None else ms(catch_up)
         (members,) = self._control(job, ["resume", window])
         return sorted(f"{job}@{member}" for member in members)
 
@@ -342,7 +334,7 @@ class RedisLeaseBackend:
         for at in range(0, len(names), 100):  # one round trip per hundred jobs
             chunk = names[at : at + 100]
             calls = [
-                ([self._base(job)], ["prune", self.retention_ms, _ms(older_than), limit])
+                ([self._base(job)], ["prune", self.retention_ms, ms(older_than), limit])
                 for job in chunk
             ]
             for job, (count, empty) in zip(chunk, self._call_many("control", calls), strict=True):
@@ -373,9 +365,7 @@ class RedisLeaseBackend:
         """The job's base key, ``<prefix>{job}:``; every key of the job starts with it."""
         base = self._bases.get(job)
         if base is None:
-            # Escape braces so a job's name can never end its hash tag early.
-            tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-            base = self._bases[job] = f"{self.prefix}{{{tag}}}:"
+            base = self._bases[job] = job_base(self.prefix, job)
         return base
 
     def _jobs_key(self) -> str:
@@ -492,37 +482,17 @@ class RedisLeaseBackend:
         for script, sha in zip(self._scripts.values(), pipe.execute(), strict=True):
             script.sha = sha
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except AuthenticationError as exc:
-            raise BackendUnavailable(
-                f"{self.name} refused the credentials ({exc}): check the user name and password "
-                "in the URL (redis://user:password@host:port/db)"
-            ) from exc
-        except redis.ConnectionError as exc:
-            raise BackendUnavailable(
-                f"{self.name} cannot be reached ({exc}): check that the server runs and that the "
-                "host and port in the URL are right"
-            ) from exc
-        except ResponseError as exc:
-            hint = ""
-            if "DB index" in str(exc):
-                hint = "; use a database number the server has (0-15 unless configured)"
-            raise BackendUnavailable(f"{self.name} refused a command: {exc}{hint}") from exc
-        except (RedisError, RedisClusterException) as exc:
-            raise BackendUnavailable(f"{self.name} failed: {exc}") from exc
+    def _errors(self) -> AbstractContextManager[None]:
+        return translated(self.name)
 
 
 def _connect(parsed: BackendURL, cluster: bool, where: str) -> redis.Redis | RedisCluster:
     """A client for the URL without Relay's options (a Cluster client connects at once)."""
-    driver_url = parsed.without_options(_RELAY_OPTIONS)
-    driver_url = _SCHEMES.get(parsed.scheme, parsed.scheme) + driver_url[len(parsed.scheme) :]
+    url = driver_url(parsed, _RELAY_OPTIONS)
     factory = RedisCluster.from_url if cluster else redis.Redis.from_url
     try:
         return factory(
-            driver_url,
+            url,
             decode_responses=True,
             retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1),
             **_timeouts(parsed),
@@ -562,10 +532,6 @@ def _slot(member: str) -> datetime:
     return parse_run_id(f"x@{member}")[1]
 
 
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
 _NOT_WON = {
     outcome.value: AcquireResult(outcome) for outcome in Outcome if outcome is not Outcome.WON
 }
@@ -574,10 +540,10 @@ _HELD = _NOT_WON[Outcome.HELD.value]
 
 def _request_line(request: AcquireRequest, member: str) -> str:
     """One request, as a line of the acquire script's arguments."""
-    stale = "-" if request.stale_after is None else _ms(request.stale_after)
+    stale = "-" if request.stale_after is None else ms(request.stale_after)
     overlap = 2 if request.buffer_one else int(request.overlap_skip)
     return (
-        f"{member} {slot_ms(request.slot)} {_ms(request.lease)} {request.max_attempts} "
+        f"{member} {slot_ms(request.slot)} {ms(request.lease)} {request.max_attempts} "
         f"{overlap} {stale}"
     )
 
@@ -606,21 +572,12 @@ def _raise_if_lost(run_id: str, token: int, reply: list[Any]) -> None:
         return
     why = reply[1]
     if why == "none":
-        raise LeaseLost(f"run {run_id} has no lease")
+        raise no_lease(run_id)
     if why == "token":
-        raise LeaseLost(f"run {run_id}: token {token} is stale, the current token is {reply[2]}")
+        raise stale_token(run_id, token, reply[2])
     if why == "started":
-        raise LeaseLost(f"run {run_id} (token {token}) was already started by {reply[2]}")
-    raise LeaseLost(f"run {run_id} is {reply[2]}, no longer running")
-
-
-def _instance(owner: str, fields: dict[str, Any]) -> InstanceInfo:
-    return InstanceInfo(
-        owner=owner, role=fields["role"], host=fields["host"], pid=int(fields["pid"]),
-        started_at=from_ms(int(fields["started_ms"])), version=fields["version"],
-        interval=float(fields["interval"]), beat_at=from_ms(int(fields["beat_ms"])),
-        expires_at=from_ms(int(fields["expires_ms"])),
-    )  # fmt: skip
+        raise started_elsewhere(run_id, token, reply[2])
+    raise not_running(run_id, reply[2])
 
 
 def _record(job: str, item: list[Any]) -> RunRecord:

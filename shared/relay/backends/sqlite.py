@@ -26,9 +26,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._ms import ms as _ms
+from relay.backends._ms import optional_from_ms
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
 from relay.health import InstanceInfo
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -217,10 +220,11 @@ class SQLiteLeaseBackend:
                 "FROM relay_runs WHERE run_id = ?",
                 (run_id,),
             ).fetchone()
-            if row is None or row[1] != token or row[0] != RunState.RUNNING.value:
-                raise LeaseLost(_lost_reason(run_id, token, row))
+            found = None if row is None else (row[0], row[1])
+            if row is None or not is_held(found, token):
+                raise lease_lost(run_id, token, found)
             if row[3] is not None and row[2] != owner:
-                raise LeaseLost(f"run {run_id} (token {token}) was already started by {row[2]}")
+                raise started_elsewhere(run_id, token, row[2])
             conn.execute(
                 "UPDATE relay_runs SET owner = ?, started_ms = COALESCE(started_ms, ?), "
                 "expires_ms = ?, updated_ms = ? WHERE run_id = ?",
@@ -651,7 +655,7 @@ def _update_held(conn: sqlite3.Connection, statement: str, params: tuple[Any, ..
         current = conn.execute(
             "SELECT state, token FROM relay_runs WHERE run_id = ?", (run_id,)
         ).fetchone()
-        raise LeaseLost(_lost_reason(run_id, token, current))
+        raise lease_lost(run_id, token, None if current is None else (current[0], current[1]))
 
 
 def _job_row(conn: sqlite3.Connection, job: str) -> tuple[int, int, int | None]:
@@ -820,18 +824,6 @@ def _manual_range(job: str) -> tuple[str, str]:
     return f"{job}@{MANUAL}", f"{job}@{MANUAL[:-1]};"
 
 
-def _lost_reason(run_id: str, token: int, row: Sequence[Any] | None) -> str:
-    if row is None:
-        return f"run {run_id} has no lease"
-    if row[1] != token:
-        return f"run {run_id}: token {token} is stale, the current token is {row[1]}"
-    return f"run {run_id} is {row[0]}, no longer running"
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
 def _record(row: Sequence[Any]) -> RunRecord:
     rid, job, slot, state, attempt, failures, token, owner, reason, expires, started, finished = (
         row[:12]
@@ -839,9 +831,8 @@ def _record(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
         id=rid, job=job, scheduled_for=from_ms(slot), state=RunState(state), attempt=attempt,
         failures=failures, token=token, owner=owner, reason=reason,
-        expires_at=None if expires is None else from_ms(expires),
-        started_at=None if started is None else from_ms(started),
-        finished_at=None if finished is None else from_ms(finished), error=row[12],
+        expires_at=optional_from_ms(expires), started_at=optional_from_ms(started),
+        finished_at=optional_from_ms(finished), error=row[12],
     )  # fmt: skip
 
 

@@ -1,0 +1,79 @@
+"""What the Redis claim and lease backends share: key names, the URL, and driver errors.
+
+Every key of a job starts with ``<prefix>{<job>}:``: the hash tag keeps a job's keys in one
+Cluster slot, and both backends name them so (the claim backend's keys end in ``claim…``, which no
+lease key does). Changing :func:`job_base` would orphan every store already written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import redis
+from redis.exceptions import AuthenticationError, RedisClusterException, RedisError, ResponseError
+
+from relay.backends._url import BackendURL
+from relay.errors import BackendUnavailable, ConfigurationError
+
+DEFAULT_PREFIX = "relay:"
+"""The start of every key unless the URL's ``prefix`` says otherwise."""
+_SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
+
+
+def check_prefix(prefix: str) -> None:
+    """Refuse a key prefix with a brace, which would end a job's hash tag early."""
+    if "{" in prefix or "}" in prefix:
+        raise ConfigurationError(
+            f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
+            "per-job hash tags: choose a prefix without braces, such as 'relay:'"
+        )
+
+
+def job_base(prefix: str, job: str) -> str:
+    """``<prefix>{<job>}:``, the start of every key of ``job``."""
+    # Escape braces so a job's name can never end its hash tag early.
+    tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return f"{prefix}{{{tag}}}:"
+
+
+def driver_url(parsed: BackendURL, ours: Sequence[str]) -> str:
+    """The URL for redis-py: without Relay's options ``ours``, ``valkey`` spelled ``redis``."""
+    database = parsed.parts.path.strip("/")
+    if database and not database.isdigit():
+        raise ConfigurationError(
+            f"Redis URL {parsed.redacted()} names database {database!r}: a database is a "
+            "number, as in redis://localhost:6379/0"
+        )
+    url = parsed.without_options(ours)
+    return _SCHEMES.get(parsed.scheme, parsed.scheme) + url[len(parsed.scheme) :]
+
+
+@contextmanager
+def translated(where: str) -> Iterator[None]:
+    """Raise redis-py's errors as :class:`~relay.errors.BackendUnavailable` naming ``where``."""
+    try:
+        yield
+    except AuthenticationError as exc:
+        raise BackendUnavailable(
+            f"{where} refused the credentials ({exc}): check the user name and password "
+            "in the URL (redis://user:password@host:port/db)"
+        ) from exc
+    except redis.ConnectionError as exc:
+        raise BackendUnavailable(
+            f"{where} cannot be reached ({exc}): check that the server is running and that the "
+            "host and port in the URL are right"
+        ) from exc
+    except ResponseError as exc:
+        hint = ""
+        if "DB index" in str(exc):
+            hint = "; use a database number the server has (0-15 unless configured)"
+        raise BackendUnavailable(f"{where} refused a command: {exc}{hint}") from exc
+    except (RedisError, RedisClusterException) as exc:
+        raise BackendUnavailable(f"{where} failed: {exc}") from exc
+
+
+def time_ms(reply: Sequence[int]) -> int:
+    """The server's clock, a ``TIME`` reply (seconds, microseconds), in whole milliseconds."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000

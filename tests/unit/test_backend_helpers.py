@@ -1,0 +1,144 @@
+"""The helpers the backends share: milliseconds, LeaseLost's words, Redis keys and URLs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from relay.backends._amqp import pika_parameters
+from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._ms import instance_from_fields, ms, optional_from_ms, positive_ms
+from relay.backends._redis import check_prefix, driver_url, job_base, time_ms
+from relay.backends._url import BackendURL
+from relay.errors import ConfigurationError, LeaseLost
+
+RUN = "job@2026-11-29T21:30:00Z"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"), [(0.0, 0), (1.5, 1500), (0.0004, 0), (0.0006, 1), (30.0, 30_000)]
+)
+def test_ms_rounds_to_the_nearest_millisecond(seconds: float, expected: int) -> None:
+    assert ms(seconds) == expected
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"), [(0.0, 1), (0.0009, 1), (0.0019, 1), (600.0, 600_000), (2.5, 2500)]
+)
+def test_positive_ms_cuts_down_but_never_below_one(seconds: float, expected: int) -> None:
+    assert positive_ms(seconds) == expected
+
+
+def test_optional_from_ms_keeps_none_and_converts_the_rest() -> None:
+    assert optional_from_ms(None) is None
+    assert optional_from_ms(0) == datetime(1970, 1, 1, tzinfo=UTC)
+    assert optional_from_ms(1_500) == datetime(1970, 1, 1, 0, 0, 1, 500_000, tzinfo=UTC)
+
+
+def test_instance_from_fields_reads_strings_and_numbers_alike() -> None:
+    fields = {
+        "role": "beat", "host": "h1", "pid": "42", "started_ms": "1000", "version": "1.0",
+        "interval": "2.5", "beat_ms": 3000, "expires_ms": 4000,
+    }  # fmt: skip
+    info = instance_from_fields("me", fields)
+    assert (info.owner, info.role, info.host, info.pid, info.version) == (
+        "me", "beat", "h1", 42, "1.0",
+    )  # fmt: skip
+    assert info.interval == 2.5
+    assert info.started_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert info.beat_at == datetime(1970, 1, 1, 0, 0, 3, tzinfo=UTC)
+    assert info.expires_at == datetime(1970, 1, 1, 0, 0, 4, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("found", "token", "held"),
+    [
+        (("running", 7), 7, True),
+        (("running", 8), 7, False),
+        (("succeeded", 7), 7, False),
+        (("pending", 7), 7, False),
+        (None, 7, False),
+    ],
+)
+def test_is_held_needs_a_running_run_with_the_token(
+    found: tuple[str, int] | None, token: int, held: bool
+) -> None:
+    assert is_held(found, token) is held
+
+
+@pytest.mark.parametrize(
+    ("found", "message"),
+    [
+        (None, f"run {RUN} has no lease"),
+        (("running", 9), f"run {RUN}: token 7 is stale, the current token is 9"),
+        (("failed", 9), f"run {RUN}: token 7 is stale, the current token is 9"),
+        (("succeeded", 7), f"run {RUN} is succeeded, no longer running"),
+        (("pending", 7), f"run {RUN} is pending, no longer running"),
+    ],
+)
+def test_lease_lost_says_why_in_the_order_stores_check(
+    found: tuple[str, int] | None, message: str
+) -> None:
+    lost = lease_lost(RUN, 7, found)
+    assert isinstance(lost, LeaseLost)
+    assert str(lost) == message
+
+
+def test_started_elsewhere_names_the_other_runner() -> None:
+    lost = started_elsewhere(RUN, 7, "host-2:99")
+    assert str(lost) == f"run {RUN} (token 7) was already started by host-2:99"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "job", "base"),
+    [
+        ("relay:", "nightly", "relay:{nightly}:"),
+        ("", "a", "{a}:"),
+        ("p:", "x{y}z", "p:{x%7By%7Dz}:"),
+        ("p:", "50%", "p:{50%25}:"),
+        ("p:", "%7B", "p:{%257B}:"),  # an escaped brace in a name stays apart from a real one
+    ],
+)
+def test_job_base_keeps_each_job_in_its_own_hash_tag(prefix: str, job: str, base: str) -> None:
+    assert job_base(prefix, job) == base
+
+
+@pytest.mark.parametrize("prefix", ["relay{", "}relay", "{a}:"])
+def test_a_prefix_with_braces_is_refused(prefix: str) -> None:
+    with pytest.raises(ConfigurationError, match="braces"):
+        check_prefix(prefix)
+    check_prefix("relay:app:")  # no braces: accepted
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://h:6379/0?prefix=p:&retention=5", "redis://h:6379/0"),
+        ("valkey://h:6379/2?prefix=p:", "redis://h:6379/2"),
+        ("valkeys://h:6379?socket_timeout=3", "rediss://h:6379?socket_timeout=3"),
+        ("rediss://u:pw@h:6379/1", "rediss://u:pw@h:6379/1"),
+    ],
+)
+def test_driver_url_drops_our_options_and_spells_valkey_redis(url: str, expected: str) -> None:
+    assert driver_url(BackendURL(url), ("prefix", "retention")) == expected
+
+
+def test_driver_url_refuses_a_database_that_is_not_a_number() -> None:
+    with pytest.raises(ConfigurationError, match=r"a database is a number"):
+        driver_url(BackendURL("redis://h:6379/cache"), ())
+
+
+def test_pika_parameters_drop_our_options_and_refuse_a_bad_url() -> None:
+    parameters = pika_parameters(
+        BackendURL("amqp://u:pw@h:5673/vh?prefix=x&heartbeat=7"), ("prefix",)
+    )
+    assert (parameters.host, parameters.port, parameters.virtual_host) == ("h", 5673, "vh")
+    assert parameters.heartbeat == 7
+    with pytest.raises(ConfigurationError, match="malformed"):
+        pika_parameters(BackendURL("amqp://h:5672/?heartbeat=soon"), ())
+
+
+def test_time_ms_cuts_the_server_clock_to_whole_milliseconds() -> None:
+    assert time_ms((1_700_000_000, 999_999)) == 1_700_000_000_999
+    assert time_ms(("12", "1500")) == 12_001  # redis-py may hand back strings
