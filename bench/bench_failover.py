@@ -6,8 +6,9 @@ the run, kills the instance running it, and times kill -> the run's next start b
 instance (the surviving instance writes the time it started the run). A fresh instance replaces
 the dead one before the next round, so two are always there. Then the same for a graceful stop
 (SIGTERM: the instance hands the run over). It prints p50, p99 and max against the bound
-``lease + heartbeat + tick`` for a kill and against ``heartbeat + tick`` for a hand-over (a handed
-over run is taken at the next sweep, which runs every ``heartbeat``).
+``lease + heartbeat + tick`` for a kill, and against 0.5 s for a hand-over (a handed-over run is
+taken at the next sweep, which runs every ``heartbeat``, so ``heartbeat + tick`` plus the signal
+handling and the hand-over write).
 
     python bench/bench_failover.py [--kills 100] [--lease 1] [--heartbeat 0.25] [--tick 0.1]
                                    [--only sqlite postgres redis nats_kv]
@@ -191,7 +192,9 @@ def measure(name: str, timing: Timing, kills: int) -> list[Row]:
     """Rows for one backend: the kill and the graceful-stop distributions."""
     out = []
     kill_bound = timing.lease + timing.heartbeat + timing.tick
-    stop_bound = timing.heartbeat + timing.tick
+    # A handed-over run waits for the next sweep (every heartbeat) and tick; the stopping instance
+    # first handles the signal and writes the hand-over: "well under a second".
+    stop_bound = max(0.5, timing.heartbeat + timing.tick + 0.15)
     for label, sig, bound in (
         ("SIGKILL", signal.SIGKILL, kill_bound),
         ("SIGTERM", signal.SIGTERM, stop_bound),
