@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, cast
 
 from celery import Celery
@@ -32,7 +32,6 @@ __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 log = logging.getLogger("relay.celery.beat")
 
 MAX_BACKOFF = 30.0
-_HORIZON = timedelta(days=5 * 366)
 
 
 class RelayScheduler(Scheduler):
@@ -49,7 +48,6 @@ class RelayScheduler(Scheduler):
         self._relay_options: dict[str, dict[str, Any]] = {}
         self._backend: Backend | None = None
         self._next_wake = 0.0
-        self._next_slots: dict[str, datetime] = {}
         self._next_sweep = 0.0
         self._backoff = 1.0
         super().__init__(app, *args, **kwargs)
@@ -136,16 +134,13 @@ class RelayScheduler(Scheduler):
     def _until_next_slot(self) -> float:
         """Seconds until the earliest next slot of any job (at most ``max_interval``).
 
-        Each job's next slot is cached until it passes, so a tick computes few schedules.
+        The decider keeps its jobs' next slots in a queue: reading the earliest costs nothing.
         """
-        now = datetime.now(timezone.utc)
-        far = now + _HORIZON
-        for name, job in self.decider.jobs.items():
-            cached = self._next_slots.get(name)
-            if cached is None or cached <= now:
-                self._next_slots[name] = next(job.schedule.slots_between(now, far), far)
-        soonest = min(self._next_slots.values(), default=far)
-        return max(min((soonest - now).total_seconds() + 0.001, self._max_interval()), 0.0)
+        soonest = self.decider.next_due()
+        if soonest is None:
+            return self._max_interval()
+        seconds = (soonest - datetime.now(timezone.utc)).total_seconds() + 0.001
+        return max(min(seconds, self._max_interval()), 0.0)
 
     def _max_interval(self) -> float:
         return float(self.max_interval or 300)

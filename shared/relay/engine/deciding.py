@@ -6,6 +6,7 @@ every due run of every job is decided in one batched call.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +28,8 @@ ON_TIME_GRACE = 60.0
 """Seconds after its slot that a job's latest run is still attempted when catch_up is off."""
 MISSED_WINDOW = timedelta(days=1)
 """How far before the catch-up window missed runs are still recorded as skipped."""
+_HORIZON = timedelta(days=400)
+"""How far ahead a job's next slot is looked for; a job with none is looked at again then."""
 
 
 @dataclass(frozen=True)
@@ -68,16 +71,29 @@ class Decider:
         self.grace = grace
         self.jobs: dict[str, Job] = {}
         self._decided: dict[str, datetime] = {}
+        # A tick plans only the jobs whose next slot has come (a heap of (next slot, name)) and
+        # those not decided yet, so an idle tick costs nothing per job.
+        self._next: list[tuple[datetime, str]] = []
+        self._undecided: set[str] = set()
+        self._order: dict[str, int] = {}
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
         if job.name in self.jobs:
             raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
+        self._undecided.add(job.name)
+        self._order[job.name] = len(self._order)
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
+        self._next.clear()
+        self._undecided = set(self.jobs)
+
+    def next_due(self) -> datetime | None:
+        """The earliest next slot of a job decided so far (``None``: no job has one yet)."""
+        return self._next[0][0] if self._next else None
 
     def tick(self) -> list[Won]:
         """Decide every newly due run; return those this instance won.
@@ -86,8 +102,20 @@ class Decider:
         so the next tick tries again.
         """
         now = _utc(self.clock())
+        names = set(self._undecided)
+        while self._next and self._next[0][0] <= now:
+            names.add(heapq.heappop(self._next)[1])
+        try:
+            order = sorted(names, key=self._order.__getitem__)  # the order jobs were added in
+            won = self._decide(now, [self.jobs[name] for name in order])
+        except BaseException:
+            self._undecided |= names  # planned again at the next tick
+            raise
+        return won
+
+    def _decide(self, now: datetime, jobs: list[Job]) -> list[Won]:
         recorded = self._recorded_history()
-        plans = [(job, self._plan(job, now, recorded)) for job in self.jobs.values()]
+        plans = [(job, self._plan(job, now, recorded)) for job in jobs]
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
@@ -100,6 +128,9 @@ class Decider:
         for job, plan in plans:
             if plan.decided_until is not None:
                 self._decided[job.name] = plan.decided_until
+            if job.name in self._decided:
+                self._undecided.discard(job.name)
+                heapq.heappush(self._next, (_next_slot(job, now), job.name))
         return won
 
     def sweep(self) -> list[Won]:
@@ -158,7 +189,8 @@ class Decider:
     def _recorded_history(self) -> dict[str, datetime | None]:
         """The latest recorded slot of each job not decided yet, in one call to the store."""
         backend = self.backend
-        unknown = [name for name in self.jobs if name not in self._decided]
+        unknown = [name for name in self._undecided if name not in self._decided]
+        unknown.sort(key=self._order.__getitem__)
         if not unknown or not is_lease(backend):
             return {}
         return backend.last_slots(unknown)
@@ -198,6 +230,15 @@ class Decider:
             for (job, slot), first in zip(due, results, strict=True)
             if first
         ]
+
+
+def _next_slot(job: Job, now: datetime) -> datetime:
+    """The job's first slot after ``now`` (every slot up to ``now`` is decided), or, if it has
+    none within :data:`_HORIZON`, the moment to look again."""
+    try:
+        return next(iter(job.schedule.slots_between(now, now + _HORIZON)), now + _HORIZON)
+    except ValueError:  # a cron expression with no date left (croniter's CroniterBadDateError)
+        return now + _HORIZON
 
 
 def _utc(timestamp: float) -> datetime:
