@@ -102,7 +102,8 @@ class Decider:
         so the next tick tries again.
         """
         now = _utc(self.clock())
-        names = set(self._undecided)
+        # A fresh set each tick: an emptied set keeps its size, and walking it would cost O(jobs).
+        names, self._undecided = self._undecided, set()
         while self._next and self._next[0][0] <= now:
             names.add(heapq.heappop(self._next)[1])
         try:
@@ -114,7 +115,7 @@ class Decider:
         return won
 
     def _decide(self, now: datetime, jobs: list[Job]) -> list[Won]:
-        recorded = self._recorded_history()
+        recorded = self._recorded_history(jobs)
         plans = [(job, self._plan(job, now, recorded)) for job in jobs]
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
@@ -129,8 +130,9 @@ class Decider:
             if plan.decided_until is not None:
                 self._decided[job.name] = plan.decided_until
             if job.name in self._decided:
-                self._undecided.discard(job.name)
                 heapq.heappush(self._next, (_next_slot(job, now), job.name))
+            else:
+                self._undecided.add(job.name)
         return won
 
     def sweep(self) -> list[Won]:
@@ -186,11 +188,10 @@ class Decider:
             limit = min(limit, max(backend.remembers_for - TICK_SPREAD, 0.0))
         return 0.0, limit
 
-    def _recorded_history(self) -> dict[str, datetime | None]:
-        """The latest recorded slot of each job not decided yet, in one call to the store."""
+    def _recorded_history(self, jobs: list[Job]) -> dict[str, datetime | None]:
+        """The latest recorded slot of each of ``jobs`` not decided yet, in one store call."""
         backend = self.backend
-        unknown = [name for name in self._undecided if name not in self._decided]
-        unknown.sort(key=self._order.__getitem__)
+        unknown = [job.name for job in jobs if job.name not in self._decided]
         if not unknown or not is_lease(backend):
             return {}
         return backend.last_slots(unknown)
