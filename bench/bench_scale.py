@@ -4,10 +4,10 @@ Every instance is a real process holding a :class:`relay.engine.Decider` with al
 10 % ``every=60``, 30 % ``every=`` 15 min to 1 h, 60 % cron in four zones), on a clock the
 benchmark sets: a first tick at ``hh:10:30`` (start-up: it reads every job's history), then the
 measured tick at ``hh:11:30``, when exactly the ``every=60`` jobs (10 %) are due, raced by three
-processes at the same moment (every run must be won once). Then, with nothing due, each instance
-finishes the runs it won and times idle ticks and sweeps (``reclaimable()``, no live run): CPU time of this process (the
-three share two cores, so wall time measures the neighbours), and the sweep's wall time too (its
-cost is mostly the store's).
+processes at the same moment (every run must be won once). Then each instance finishes the runs
+it won and, with nothing due, times idle ticks and sweeps (``reclaimable()``, no live run): CPU
+time of this process (the three share two cores, so wall time measures the neighbours), and the
+sweep's wall time too (its cost is mostly the store's).
 
 Baselines come from the same run: the same instance with 1 % of the jobs on a store of its own, so
 ``ratio`` says how a cost grows with the number of jobs (target: idle tick and sweep O(due work),
