@@ -286,7 +286,7 @@ class NatsLeaseBackend:
             # a won swap shows the remembered value was still current.
             try:
                 result = change(state, now_ms, archived)
-            except LeaseLost:
+            except Exception:
                 if known is not None:
                     continue
                 raise
