@@ -45,6 +45,8 @@ class Schedule(Protocol):
 class EverySchedule:
     """A slot every ``interval`` seconds, anchored to the Unix epoch (so all instances agree)."""
 
+    __slots__ = ("_interval_ms", "interval")
+
     def __init__(self, interval: Duration) -> None:
         try:
             self.interval = seconds(interval, "every")
@@ -76,6 +78,8 @@ class CronSchedule:
     :mod:`relay.cron`'s. ``job`` is the name ``H`` hashes on, so every instance picks the same
     value; an expression using ``H`` needs it.
     """
+
+    __slots__ = ("_fields", "_hash_id", "_parsed", "expression", "tz")
 
     def __init__(
         self, expression: str, tz: str | tzinfo | None = None, *, job: str | None = None
