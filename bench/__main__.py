@@ -12,6 +12,7 @@ benchmark whose server does not answer, or which fails, prints why and is left o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import time
@@ -59,7 +60,8 @@ def main() -> None:
         t0 = time.monotonic()
         try:
             module = importlib.import_module(f"bench.bench_{name}")
-            rows += module.rows(quick=args.quick)
+            with contextlib.redirect_stdout(sys.stderr):  # progress lines; the table is stdout
+                rows += module.rows(quick=args.quick)
         except Exception:
             traceback.print_exc()
             failed.append(name)
