@@ -23,7 +23,7 @@ from relay.backends import LEASE_BACKENDS, Backend, one_host_warning, open_backe
 from relay.backends._url import BackendURL
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options
-from relay.settings import Settings, from_mapping, unknown_settings
+from relay.settings import Settings, django_backend, from_mapping, unknown_settings
 
 __all__ = [
     "CONF_KEYS",
@@ -190,4 +190,4 @@ def _django_relay() -> dict[str, Any]:
     values = getattr(settings, "RELAY", {})
     if not isinstance(values, dict):
         raise ConfigurationError(f"settings.RELAY must be a dict, got {type(values).__name__}")
-    return values
+    return dict(django_backend(values))  # "BACKEND": "django" is the project's database

@@ -18,7 +18,7 @@ __all__ = ["RELAY_OPTIONS", "entry_options", "jobs_options"]
 
 log = logging.getLogger("relay.celery.beat")
 
-RELAY_OPTIONS = frozenset({"overlap", "max_attempts", "catch_up", "stale_after"})
+RELAY_OPTIONS = frozenset({"overlap", "max_attempts", "catch_up", "stale_after", "jitter"})
 """Keys an entry's Relay options may set."""
 
 

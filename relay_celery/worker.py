@@ -30,15 +30,19 @@ from relay.durations import Duration
 from relay.engine import ActiveRun, Runner, current_run
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
+from relay.jobs import Job
 from relay.retries import foreign_retries
-from relay.runs import HEADER, Run, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
 from relay.scheduler import default_owner
+from relay.tracing import run_from_message
 from relay_celery.config import (
     CelerySettings,
     load_settings,
     open_checked,
     remember_install_options,
 )
+from relay_celery.consumer import consumer_backend, run_delivery, setup_worker
+from relay_celery.events import bus
 
 __all__ = ["SCHEDULER", "RelayStep", "RetryRequested", "install", "require_worker_hooks"]
 
@@ -117,10 +121,14 @@ class RelayStep(bootsteps.StartStopStep):
         app: Celery = parent.app
         backend, settings = open_checked(load_settings(app))
         log.info("relay: worker runs on %s", backend.name)
-        backend.close()
+        try:
+            consumer = consumer_backend(backend)  # RabbitMQ consumer mode: consume run queues
+            jobs = None if consumer is None else setup_worker(parent, consumer)
+        finally:
+            backend.close()
         if settings.capability == "lease":
             _refuse_celery_retries(app)
-        hooks = RunHooks(settings)
+        hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
         self._settings = settings
@@ -169,8 +177,12 @@ class RetryRequested(Exception):
 class RunHooks:
     """Runs a task body under a run's lease; one backend connection per worker process."""
 
-    def __init__(self, settings: CelerySettings) -> None:
+    def __init__(
+        self, settings: CelerySettings, consumer_jobs: dict[str, Job] | None = None
+    ) -> None:
         self.settings = settings
+        self.consumer_jobs = consumer_jobs
+        """In RabbitMQ consumer mode, the jobs whose runs arrive on their run queues."""
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pid = 0
@@ -185,10 +197,20 @@ class RunHooks:
 
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> Any:
-            relay_run = run_from_headers(_header(task))
+            header = _header(task)
+            relay_run = run_from_message(header)
             if relay_run is None:
                 return body(*args, **kwargs)
-            return self.execute(relay_run, body, args, kwargs)
+            max_attempts = max_attempts_from_headers(header)
+            if self.consumer_jobs is not None:
+                return run_delivery(
+                    relay_run,
+                    task.request,
+                    self.consumer_jobs,
+                    lambda delivered: self.execute(delivered, body, args, kwargs, max_attempts),
+                    self.runner().backend,
+                )
+            return self.execute(relay_run, body, args, kwargs, max_attempts)
 
         # Celery's tracer calls the instance's ``run`` (or ``__call__``, which calls it).
         task.run = run  # type: ignore[method-assign]
@@ -196,9 +218,16 @@ class RunHooks:
             _own_retries(task)
         setattr(task, _WRAPPED, True)
 
-    def execute(self, run: Run, body: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
+    def execute(
+        self,
+        run: Run,
+        body: Callable[..., Any],
+        args: Any,
+        kwargs: dict[str, Any],
+        max_attempts: int = 0,
+    ) -> Any:
         """Begin ``run``, call the body, record the outcome; ``Ignore`` drops the message."""
-        active = self._begin(run)
+        active = self._begin(run, max_attempts)
         result: list[Any] = []
         errors: list[Exception] = []
 
@@ -216,7 +245,6 @@ class RunHooks:
         except BaseException:
             # The worker is stopping under the task (cold shutdown, SystemExit): the run is not
             # the task's failure; hand it over so a beat re-dispatches it at once.
-            log.warning("relay: handing %s over, the worker is stopping", run.id)
             active.release()
             if errors:
                 raise errors[0] from None
@@ -225,15 +253,14 @@ class RunHooks:
             raise errors[0]
         return result[0]
 
-    def _begin(self, run: Run) -> ActiveRun:
+    def _begin(self, run: Run, max_attempts: int) -> ActiveRun:
         try:
-            active = self.runner().begin(run)
+            active = self.runner().begin(run, max_attempts=max_attempts)
         except Exception as exc:
             # Never run what the store did not confirm: the lease expires and beat re-dispatches.
             log.error("relay: could not start %s, dropping this message: %s", run.id, exc)
             raise Ignore() from exc
-        if active is None:
-            log.info("relay: dropping a stale or duplicate message for %s", run.id)
+        if active is None:  # refused, and reported fenced off by the runner
             raise Ignore()
         return active
 
@@ -257,6 +284,7 @@ class RunHooks:
                     owner=f"{self._owner}/{threading.current_thread().name}",
                     lease=self.settings.lease,
                     heartbeat=self.settings.heartbeat,
+                    events=bus,
                 )
                 self._local.runner = runner
         return runner

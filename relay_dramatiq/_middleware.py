@@ -9,9 +9,9 @@ run is skipped, never let through.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
 from dramatiq.broker import Broker, MessageProxy
@@ -21,19 +21,23 @@ from dramatiq.worker import Worker
 from relay.backends import LEASE_BACKENDS, one_host_warning, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Runner, enter_run, leave_run
+from relay.engine import ActiveRun, Runner
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
+from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
 from relay.jobs import check_scheduler_options, check_tick
-from relay.runs import HEADER, Run, run_from_headers
+from relay.runs import HEADER, Run, max_attempts_from_headers
 from relay.scheduler import default_owner
+from relay.tracing import run_from_message
+from relay_dramatiq import _consumer
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
 
 log = logging.getLogger("relay.dramatiq")
 
 BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
+EventT = TypeVar("EventT", bound=Event)
 
 DEFAULT_QUEUE_LEASE = 300.0
 """Seconds a scheduler's lease on an enqueued run lasts: the longest a run message may wait."""
@@ -120,19 +124,36 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
                 self.backend.close()
             raise
         self.owner = owner or default_owner()
+        self.events = EventBus()
+        """The events of this middleware's worker and scheduler; each is logged (see :meth:`on`)."""
         self.declared: set[str] = set()
         """Names of the actors declared on a broker while this middleware was on it."""
         self._lock = threading.Lock()
-        self._active: dict[int, tuple[ActiveRun, contextvars.Token[Run | None]]] = {}
+        self._active: dict[int, tuple[ActiveRun, Any]] = {}
         self._heartbeat: InstanceHeartbeat | None = None
         warning = one_host_warning(self.backend)
         if warning is not None:
             log.warning("relay: %s", warning)
 
+    def on(
+        self, event_type: type[EventT], callback: Callable[[EventT], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event of ``event_type`` (a :mod:`relay.events` class).
+
+        Worker processes emit started, succeeded, failed, handed over and fenced off; the
+        ``relay-dramatiq`` scheduler emits the deciding events (won, skipped, missed, taken over,
+        dispatched…). A callback that raises is logged and never breaks a run or a message.
+        Returns a function that unsubscribes.
+        """
+        return self.events.on(event_type, callback)
+
     def runner(self) -> Runner:
         """A runner owned by this worker thread, so two threads never share a run."""
         owner = f"{self.owner}/{threading.current_thread().name}"
-        return Runner(self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat)
+        return Runner(
+            self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat,
+            events=self.events,
+        )  # fmt: skip
 
     # -- Dramatiq hooks ----------------------------------------------------------------------
 
@@ -144,19 +165,20 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""
         if HEADER not in message.options or message.failed:
             return
-        run = run_from_headers(message.options[HEADER])
+        run = run_from_message(message.options[HEADER])
         if run is None:
             log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
             raise SkipMessage("malformed Relay run option")
+        max_attempts = max_attempts_from_headers(message.options[HEADER])
         try:
-            active = self.runner().begin(run)
+            active = self.runner().begin(run, max_attempts=max_attempts)
         except Exception:
             log.exception("skipping %s: could not start it; it will be taken over", run.id)
             raise SkipMessage(f"could not start {run.id}") from None
         if active is None:
             raise SkipMessage(f"{run.id} (token {run.token}) is stale, finished or held")
         with self._lock:
-            self._active[threading.get_ident()] = (active, enter_run(active.run))
+            self._active[threading.get_ident()] = (active, active.enter())
 
     def after_process_message(
         self,
@@ -196,9 +218,11 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start this worker process's own heartbeat (``relay instances``, ``relay health``)."""
         self._heartbeat = InstanceHeartbeat(self.backend, self.owner, "dramatiq-worker")
         self._heartbeat.start()
+        _consumer.serve(self)  # RabbitMQ consumer mode: Relay's consumers of the run queues
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the heartbeat: the record expires on its own."""
+        _consumer.stop_serving(self)  # RabbitMQ consumer mode: hand unfinished runs over
         if self._heartbeat is not None:
             self._heartbeat.stop()
 
@@ -215,8 +239,8 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
             entry = self._active.pop(threading.get_ident(), None)
         if entry is None:
             return None
-        active, token = entry
-        leave_run(token)
+        active, tokens = entry
+        active.leave(tokens)
         return active
 
 

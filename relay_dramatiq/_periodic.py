@@ -14,6 +14,7 @@ from relay.durations import Duration
 from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
 from relay.retries import foreign_retries
+from relay_dramatiq._consumer import check_actor
 from relay_dramatiq._middleware import RelayMiddleware
 
 __all__ = ["Periodic", "periodic", "periodic_actors", "require_worker_side"]
@@ -47,17 +48,19 @@ def periodic(
     max_attempts: int | None = None,
     catch_up: Duration | None = None,
     stale_after: Duration | None = None,
+    jitter: Duration | None = None,
 ) -> Callable[[A], A]:
     """Run the decorated actor on a schedule; put it above ``@dramatiq.actor``.
 
     The backend is the one of the :class:`RelayMiddleware` on the actor's broker, so add the
     middleware where the broker is created, before declaring actors: an actor declared before it
     is refused, since workers importing only the actor's module would run its runs unleased.
-    Options are checked here, once, against that backend: ``overlap``, ``max_attempts`` and
-    ``catch_up`` raise ``UnsupportedOption`` on a claim backend. The actor must take no required
-    arguments (run messages carry none); it reads its run with
-    :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the actor must
-    not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
+    Options are checked here, once, against that backend: ``overlap`` (``"allow"``, ``"skip"`` or
+    ``"buffer_one"``), ``max_attempts`` and ``catch_up`` raise ``UnsupportedOption`` on a claim
+    backend; ``jitter`` delays each slot by a fixed hash of ``(actor, slot)`` in ``[0, jitter)``
+    seconds. The actor must take no required arguments (run messages carry none); it reads its run
+    with :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the actor
+    must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
     """
 
     def register(actor: A) -> A:
@@ -66,6 +69,7 @@ def periodic(
         middleware = _middleware_of(actor)
         _check_arguments(actor)
         _check_retries(actor)
+        check_actor(middleware, actor)
         if actor in _registry:
             raise ConfigurationError(f"actor {actor.actor_name!r} is already periodic")
         job = make_job(
@@ -78,6 +82,7 @@ def periodic(
             max_attempts=max_attempts,
             catch_up=catch_up,
             stale_after=stale_after,
+            jitter=jitter,
         )
         _registry[actor] = Periodic(actor, job, middleware)
         return actor

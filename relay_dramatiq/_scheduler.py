@@ -14,49 +14,56 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from relay.contract import is_lease
 from relay.durations import Duration
-from relay.engine import Decider, Runner, Won
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.engine import Decider, Loop, Step, Won
+from relay.errors import ConfigurationError
 from relay.jobs import check_tick
-from relay.runs import HEADER, run_to_headers
+from relay.runs import HEADER
+from relay.tracing import message_headers
+from relay_dramatiq._consumer import check_queues, dispatcher
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic, require_worker_side
 
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("relay.dramatiq.scheduler")
-MAX_BACKOFF = 30.0
 
 
 class _Group:
-    """The periodic actors of one middleware (one backend), decided together."""
+    """The periodic actors of one middleware (one backend), decided together by one loop."""
 
-    def __init__(self, middleware: RelayMiddleware[Any], clock: Callable[[], float]) -> None:
+    def __init__(
+        self, middleware: RelayMiddleware[Any], tick: float, clock: Callable[[], float]
+    ) -> None:
         self.middleware = middleware
-        self.decider = Decider(
-            middleware.backend, owner=middleware.owner, lease=middleware.queue_lease, clock=clock
-        )
-        self.runner = Runner(
-            middleware.backend,
-            owner=middleware.owner,
-            lease=middleware.queue_lease,
-            heartbeat=middleware.heartbeat,
+        decider = Decider(
+            middleware.backend, owner=middleware.owner, lease=middleware.queue_lease, clock=clock,
+            events=middleware.events,
+        )  # fmt: skip
+        self.loop = Loop(
+            decider, interval=tick, sweep_every=middleware.heartbeat, role="dramatiq-scheduler"
         )
         self.actors: dict[str, Periodic] = {}
-        self.next_sweep = 0.0
 
     def add(self, item: Periodic) -> None:
-        self.decider.add(item.job)
+        self.loop.decider.add(item.job)
         self.actors[item.job.name] = item
 
-    def decide(self) -> list[Won]:
-        """Newly due runs, plus (every heartbeat) runs to take over."""
-        won = self.decider.tick()
-        if is_lease(self.middleware.backend) and time.monotonic() >= self.next_sweep:
-            won += self.decider.sweep()
-            self.next_sweep = time.monotonic() + self.middleware.heartbeat
-        return won
+    def step(self) -> Step:
+        """One step of the loop; each won run is enqueued."""
+        return self.loop.step(self._enqueue)
+
+    def _enqueue(self, won: Won) -> bool:
+        consumer = dispatcher(self.middleware)
+        if consumer is not None:  # RabbitMQ consumer mode: the job's run queue, not Dramatiq's
+            consumer.dispatch(won)
+            return True
+        actor = self.actors[won.job.name].actor
+        header = message_headers(won.run, max_attempts=won.job.max_attempts)
+        # max_retries=0: Relay retries a failed run itself, with a new token.
+        options: dict[str, Any] = {HEADER: header, "max_retries": 0}
+        actor.send_with_options(**options)
+        return True
 
 
 class Scheduler:
@@ -75,32 +82,29 @@ class Scheduler:
         tick: Duration | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        items = list(periodics)
+        if not items:
+            raise ConfigurationError("no periodic actors: decorate actors with @periodic(...)")
+        self.tick = check_tick(tick, default=min(item.middleware.tick for item in items))
         self._groups: dict[int, _Group] = {}
-        for item in periodics:
+        for item in items:
             require_worker_side(item.actor, item.middleware)
             key = id(item.middleware)
             if key not in self._groups:
-                self._groups[key] = _Group(item.middleware, clock)
+                self._groups[key] = _Group(item.middleware, self.tick, clock)
             self._groups[key].add(item)
-        if not self._groups:
-            raise ConfigurationError("no periodic actors: decorate actors with @periodic(...)")
-        ticks = [group.middleware.tick for group in self._groups.values()]
-        self.tick = check_tick(tick, default=min(ticks))
+        for group in self._groups.values():
+            check_queues(group.middleware, list(group.loop.decider.jobs.values()))
         self._stopping = threading.Event()
 
     def run(self) -> None:
         """Tick until :meth:`stop` (or SIGTERM / SIGINT)."""
         restore = _install_signal_handlers(self.stop)
         log.info("deciding %d periodic actor(s)", sum(len(g.actors) for g in self._groups.values()))
-        backoff = self.tick
         try:
             while not self._stopping.is_set():
-                if self.run_pending():
-                    backoff = self.tick
-                    self._stopping.wait(self.tick)
-                else:
-                    self._stopping.wait(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF)
+                steps = [group.step() for group in self._groups.values()]
+                self._stopping.wait(min(step.next_in for step in steps))
         finally:
             restore()
             log.info("stopped")
@@ -110,31 +114,8 @@ class Scheduler:
         self._stopping.set()
 
     def run_pending(self) -> bool:
-        """One tick for every group; ``False`` if a store could not answer."""
-        healthy = True
-        for group in self._groups.values():
-            try:
-                won = group.decide()
-            except BackendUnavailable as exc:
-                log.error("%s; retrying", exc)
-                group.decider.forget_progress()
-                healthy = False
-                continue
-            for item in won:
-                self._dispatch(group, item)
-        return healthy
-
-    def _dispatch(self, group: _Group, won: Won) -> None:
-        actor = group.actors[won.job.name].actor
-        # max_retries=0: Relay retries a failed run itself, with a new token.
-        options: dict[str, Any] = {HEADER: run_to_headers(won.run), "max_retries": 0}
-        try:
-            actor.send_with_options(**options)
-        except Exception:
-            log.exception("could not enqueue %s; handing it over", won.run.id)
-            group.runner.release(won.run)
-            return
-        log.info("enqueued %s (attempt %d, token %d)", won.run.id, won.run.attempt, won.run.token)
+        """One step of every group's loop; ``False`` if a store could not answer."""
+        return all([group.step().healthy for group in self._groups.values()])
 
 
 def _install_signal_handlers(stop: Callable[[], None]) -> Callable[[], None]:

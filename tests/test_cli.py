@@ -28,6 +28,9 @@ def test_demo_kills_an_instance_and_loses_nothing() -> None:
     assert "runs scheduled: 9" in output or "runs scheduled: 10" in output, summary
     assert "run twice: 0" in output and "lost: 0" in output, summary
     assert "was killed while running" in output and "took it over (attempt 2" in output, summary
+    page = Path(output.split("timeline of every run: ")[1].split()[0])
+    assert page.suffix == ".html" and 'data-marks="takeover-or-retry"' in page.read_text()
+    page.unlink()
 
 
 def test_runs_lists_recent_runs(tmp_path: Path) -> None:

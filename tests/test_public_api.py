@@ -17,6 +17,7 @@ PROMISED = {
     "ClaimBackend", "LeaseBackend", "AcquireRequest", "AcquireResult", "Outcome",
     "RelayError", "ConfigurationError", "InvalidSchedule", "UnknownBackend", "UnsupportedOption",
     "MissingDependency", "BackendError", "BackendUnavailable", "LeaseLost", "__version__",
+    "Control", "JobInfo", "JobStatus",
 }  # fmt: skip
 
 
@@ -30,7 +31,7 @@ def test_all_is_what_the_docs_promise() -> None:
     "module",
     ["relay", "relay.contract", "relay.errors", "relay.fencing", "relay.jobs", "relay.runs",
      "relay.schedules", "relay.settings", "relay.engine", "relay.scheduler", "relay.backends",
-     "relay.retries"],
+     "relay.retries", "relay.control", "relay.lease_rules"],
 )  # fmt: skip
 def test_every_public_name_has_a_docstring(module: str) -> None:
     loaded = importlib.import_module(module)

@@ -1,11 +1,20 @@
 """Relay: periodic tasks that any number of instances can run, each run happening once, on purpose.
 
 The public surface: :class:`Scheduler` and its ``job`` decorator, the :class:`Run` a handler
-receives, the errors, the backend contract, and the fencing helpers.
+receives, the errors, the backend contract, the fencing helpers, and :class:`Control` (pause,
+resume, trigger, backfill and prune jobs from anywhere).
 """
 
 from relay.backends import open_backend
-from relay.contract import AcquireRequest, AcquireResult, ClaimBackend, LeaseBackend, Outcome
+from relay.contract import (
+    AcquireRequest,
+    AcquireResult,
+    ClaimBackend,
+    JobInfo,
+    LeaseBackend,
+    Outcome,
+)
+from relay.control import Control, JobStatus
 from relay.engine import current_run
 from relay.errors import (
     BackendError,
@@ -29,8 +38,11 @@ __all__ = [
     "BackendUnavailable",
     "ClaimBackend",
     "ConfigurationError",
+    "Control",
     "InvalidSchedule",
     "Job",
+    "JobInfo",
+    "JobStatus",
     "LeaseBackend",
     "LeaseLost",
     "MissingDependency",

@@ -1,5 +1,7 @@
-"""The ``relay`` command: ``relay demo`` (the main job), and the read-only views of a lease store:
-``relay runs``, ``relay instances`` and ``relay health`` (a liveness or readiness probe).
+"""The ``relay`` command: ``relay demo`` (the main job), the read-only views of a lease store
+(``relay runs``, ``relay instances``, ``relay health``, a liveness or readiness probe, and
+``relay timeline``, an HTML page), and the control commands of :mod:`relay.cli_control`
+(``jobs``, ``pause``, ``resume``, ``trigger``, ``backfill``, ``prune``).
 
 Every command that only reads opens the store read-only (:func:`relay.open_backend` with
 ``read_only=True``): a URL that names no store fails with exit status 1 and creates nothing.
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import click
 from rich.console import Console
@@ -22,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from relay.backends import open_backend
+from relay.cli_control import COMMANDS
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
@@ -67,7 +70,7 @@ def demo(instances: int, duration: float, no_kill: bool) -> None:
 @_json_option
 def runs(url: str, job: str | None, limit: int, as_json: bool) -> None:
     """Recent runs with state, attempt, token, owner, times and errors (read-only)."""
-    with _read_only(url) as backend:
+    with _read_runs(url) as backend:
         records = backend.runs(job, limit)
         if job is not None and not records:
             raise click.ClickException(f"job {job!r} has no runs in {backend.name}")
@@ -136,6 +139,25 @@ def health(
         sys.exit(1)
 
 
+@main.command()
+@_backend_option
+@click.option("--job", "jobs", multiple=True, help="Only this job's runs (repeat for several).")
+@click.option("--since", default=None, help="Only runs from then on: 90s, 15m, 2h, 7d or ISO 8601.")
+@click.option("--limit", default=10_000, show_default=True, help="Latest runs to read per --job.")
+@click.option(
+    "--html", "out", required=True, type=click.Path(dir_okay=False), help="The page to write."
+)
+def timeline(url: str, jobs: tuple[str, ...], since: str | None, limit: int, out: str) -> None:
+    """Write a timeline of runs to one self-contained HTML page (reads the store only)."""
+    from relay import timeline as tl  # drawing is only needed here
+
+    with _read_only(url) as backend:
+        start = None if since is None else tl.parse_since(since, backend.now())
+        drawn = tl.read(backend, jobs, start, limit)
+    tl.write_html(drawn, out, title=f"Relay timeline: {backend.name}")
+    click.echo(f"wrote {out}: {tl.summary(drawn)}")
+
+
 def runs_table(records: list[RunRecord], title: str = "Runs") -> Table:
     """A terminal table of run records, newest first; times are full ISO 8601 with their zone."""
     table = Table(title=title)
@@ -172,6 +194,35 @@ def instances_table(found: list[InstanceInfo], now: datetime, title: str = "Inst
             "[green]alive[/]" if alive else f"[red]late[/] (beats every {i.interval:g}s)",
         )  # fmt: skip
     return table
+
+
+@runtime_checkable
+class _RunsReader(Protocol):
+    """What ``relay runs`` reads: a lease store, or RabbitMQ consumer mode's outcomes stream."""
+
+    @property
+    def name(self) -> str: ...
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]: ...
+
+    def close(self) -> None: ...
+
+
+@contextmanager
+def _read_runs(url: str) -> Iterator[_RunsReader]:
+    """Like :func:`_read_only`, also for a claim backend that records outcomes it can read."""
+    try:
+        backend = open_backend(url, read_only=True)
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        if not isinstance(backend, _RunsReader):
+            raise click.ClickException(f"{backend.name} is a claim backend: it records no runs")
+        yield backend
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        backend.close()
 
 
 @contextmanager
@@ -211,6 +262,10 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
         key: value.isoformat() if isinstance(value, datetime) else getattr(value, "value", value)
         for key, value in fields.items()
     }
+
+
+for _command in COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

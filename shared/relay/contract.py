@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
-from relay.runs import Run, RunRecord, RunState, check_slot
+from relay.runs import Run, RunRecord, RunState, check_slot, run_id
 
 if TYPE_CHECKING:  # relay.health builds on this module
     from relay.health import InstanceInfo
@@ -48,6 +48,7 @@ __all__ = [
     "AcquireRequest",
     "AcquireResult",
     "ClaimBackend",
+    "JobInfo",
     "LeaseBackend",
     "Outcome",
     "is_lease",
@@ -69,6 +70,11 @@ class Outcome(str, enum.Enum):
     """Recorded skipped: the run was not started within ``stale_after`` of its slot."""
     EXHAUSTED = "exhausted"
     """Recorded failed: the run had ``max_attempts`` attempts and the last one failed or died."""
+    PAUSED = "paused"
+    """Recorded skipped: the job is paused (:meth:`LeaseBackend.pause`)."""
+    BUFFERED = "buffered"
+    """Waiting (recorded pending, reason ``buffered``): another run of the job holds a live lease
+    and the job buffers one overlapping run (``overlap="buffer_one"``)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,16 @@ class AcquireRequest:
     overlap_skip: bool = False
     stale_after: float | None = None
     """Refuse (and record skipped) a run not yet leased once ``now - slot`` exceeds this."""
+    buffer_one: bool = False
+    """``overlap="buffer_one"``: while another run holds a live lease, this one waits (pending,
+    reason ``buffered``) unless one already waits; then it is skipped as an overlap."""
+    manual: bool = False
+    """A manual run (``slot``: when it was triggered); see :func:`relay.runs.run_id`."""
+
+    @property
+    def id(self) -> str:
+        """The id of the run this request decides."""
+        return run_id(self.job, self.slot, manual=self.manual)
 
     def __post_init__(self) -> None:
         check_slot(self.slot)  # a naive slot would name a different run on each host
@@ -95,6 +111,23 @@ class AcquireResult:
 
     outcome: Outcome
     run: Run | None = None
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What a lease store knows of one job: its registered definition and whether it is paused."""
+
+    name: str
+    spec: str | None
+    """The definition the job's schedulers registered (JSON, see :mod:`relay.control`)."""
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    paused_reason: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether the job is paused."""
+        return self.paused_at is not None
 
 
 @runtime_checkable
@@ -252,6 +285,59 @@ class LeaseBackend(Protocol):
 
     def instances(self) -> list[InstanceInfo]:
         """Every instance whose record has not expired, by role then owner. Writes nothing."""
+        ...
+
+    # -- the control plane: every instance obeys these at its next tick, no restart ---------
+
+    def register_jobs(self, specs: dict[str, str]) -> None:
+        """Record each job's definition (name -> JSON text), for ``relay jobs`` and backfills."""
+        ...
+
+    def jobs(self) -> list[JobInfo]:
+        """Every job the store knows (registered, or with a run), by name."""
+        ...
+
+    def pause(self, job: str, reason: str, by: str) -> bool:
+        """Pause ``job``: from now on, :meth:`acquire` records its new slots skipped (``PAUSED``).
+
+        Runs already recorded (running, pending, retries, manual runs) go on. Records who paused
+        it, when (on the store's clock) and why. ``False`` if it was paused already (the first
+        pause's record stays).
+        """
+        ...
+
+    def resume(self, job: str, catch_up: float | None = None) -> list[str]:
+        """Resume ``job`` (a job not paused is left as it is). Nothing runs because of it, unless
+
+        ``catch_up`` (seconds) is given: then the runs recorded skipped ``paused`` whose slot is at
+        most that old become pending (reason ``resumed``) and any instance's sweep runs them.
+        Returns the ids of those runs.
+        """
+        ...
+
+    def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
+        """Create a manual run of ``job`` now, pending (reason ``manual``); any sweep leases it.
+
+        Its id is ``run_id(job, now, manual=True)`` on the store's clock. With ``overlap_skip``,
+        if another run of the job holds a live lease, it is recorded skipped (``overlap``) instead.
+        """
+        ...
+
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
+        """Record each slot's run pending (reason ``backfill``) unless it has a record.
+
+        A slot that already ran (or is running, or was skipped) is left as it is: ``False``.
+        With ``serial`` the runs are recorded ``buffered`` instead: each waits while another run
+        of the job holds a live lease, so they run one at a time.
+        """
+        ...
+
+    def prune(self, older_than: float, limit: int = 500) -> int:
+        """Delete up to ``limit`` finished runs that finished more than ``older_than`` seconds ago.
+
+        Never a running or pending run, nor the run of each job's latest slot (catch-up reads it).
+        Returns how many were deleted; call again while it returns ``limit``.
+        """
         ...
 
     def close(self) -> None:

@@ -49,7 +49,10 @@ def run_demo(*, instances: int, duration: float, kill: bool, console: Console) -
             finally:
                 demo.stop()
             live.update(demo.render())
-        return demo.summarize(console)
+        page = write_timeline(demo.store)  # before summarize() closes the store
+        ok = demo.summarize(console)
+        console.print(f"timeline of every run: {page}")
+        return ok
 
 
 @dataclass
@@ -210,6 +213,15 @@ def instance(folder: Path, name: str, start_at: float) -> None:
         local.conn.commit()
 
     scheduler.run()
+
+
+def write_timeline(store: SQLiteLeaseBackend) -> Path:
+    """Write the demo's timeline to a new HTML file in the temporary folder; return its path."""
+    from relay import timeline
+
+    handle, name = tempfile.mkstemp(prefix="relay-demo-timeline-", suffix=".html")
+    os.close(handle)
+    return timeline.write_html(timeline.read(store), name, title="relay demo: a timeline of runs")
 
 
 if __name__ == "__main__":

@@ -55,9 +55,9 @@ class UnknownBackend(ConfigurationError):
 class MissingDependency(ConfigurationError, ImportError):
     """The driver a backend needs is not installed; the message names the extra to install."""
 
-    def __init__(self, package: str, extra: str) -> None:
+    def __init__(self, package: str, extra: str, *, needed_by: str = "this backend") -> None:
         super().__init__(
-            f"this backend needs the {package!r} package: pip install 'relay-scheduler[{extra}]'"
+            f"{needed_by} needs the {package!r} package: pip install 'relay-scheduler[{extra}]'"
         )
         self.package = package
         self.extra = extra

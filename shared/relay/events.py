@@ -8,6 +8,10 @@ Every run event carries the run's id, job, slot, attempt, token and owner; a few
 reason. Each event type has a log ``level`` an operator would choose and a one-line ``message()``.
 :meth:`Event.fields` gives the values as flat ``relay_*`` keys, the ``extra`` of its log record, so
 JSON log formatters pick them up.
+
+Every bus logs what it carries (:func:`log_event`): an event of type ``T`` goes to the logger
+``relay.events.T`` (``relay.events.taken_over``…) at the event's level, so an operator can raise or
+lower one kind of event without touching the others.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
@@ -25,12 +29,14 @@ __all__ = [
     "Event",
     "EventBus",
     "FencedOff",
+    "RunBuffered",
     "RunDispatched",
     "RunEvent",
     "RunExhausted",
     "RunFailed",
     "RunHandedOver",
     "RunLost",
+    "RunPickedUp",
     "RunRetried",
     "RunSkipped",
     "RunStarted",
@@ -40,10 +46,12 @@ __all__ = [
     "RunsMissed",
     "StoreRecovered",
     "StoreUnavailable",
+    "log_event",
+    "logger_for",
 ]
 
 log = logging.getLogger("relay.events")
-"""Where :class:`EventBus` logs a callback that raised."""
+"""Where :class:`EventBus` logs a callback that raised; the parent of every event's logger."""
 
 
 @dataclass(frozen=True)
@@ -62,11 +70,13 @@ class Event:
     def fields(self) -> dict[str, Any]:
         """The event's values as ``relay_*`` keys (datetimes as ISO strings), plus its type."""
         values: dict[str, Any] = {"relay_event": self.type}
-        for field in fields(self):
-            value = getattr(self, field.name)
+        for item in fields(self):
+            if not item.metadata.get("field", True):
+                continue
+            value = getattr(self, item.name)
             if isinstance(value, datetime):
                 value = format_slot(value)
-            values[f"relay_{field.name}"] = value
+            values[f"relay_{item.name}"] = value
         return values
 
 
@@ -141,7 +151,10 @@ class RunSucceeded(RunEvent):
 
 @dataclass(frozen=True)
 class RunFailed(RunEvent):
-    """The attempt failed. ``final``: it was the last of ``max_attempts``, the run is failed."""
+    """The attempt failed. ``final``: it was the last of ``max_attempts``, the run is failed.
+
+    ``max_attempts`` is 0 where the runner cannot know it (a message published by an older beat).
+    """
 
     type: ClassVar[str] = "failed"
     level: ClassVar[int] = logging.ERROR
@@ -149,11 +162,16 @@ class RunFailed(RunEvent):
     error: str = ""
     duration: float = 0.0
     final: bool = False
+    exception: BaseException | None = field(
+        default=None, repr=False, compare=False, metadata={"field": False}
+    )
+    """The handler's exception, when it raised one: logged with its traceback, not a field."""
 
     def message(self) -> str:
         then = "no attempts left, the run is failed" if self.final else "it will be retried"
+        of = f" of {self.max_attempts}" if self.max_attempts else ""
         return (
-            f"failed {self.run_id}, attempt {self.attempt} of {self.max_attempts}, "
+            f"failed {self.run_id}, attempt {self.attempt}{of}, "
             f"after {self.duration:.3f}s: {self.error} ({then})"
         )
 
@@ -189,6 +207,22 @@ class RunTakenOver(RunEvent):
 
 
 @dataclass(frozen=True)
+class RunPickedUp(RunEvent):
+    """This instance leased a run another one handed over on a graceful stop (not a failure)."""
+
+    type: ClassVar[str] = "picked_up"
+    previous_owner: str = ""
+    previous_attempt: int = 0
+
+    def message(self) -> str:
+        return (
+            f"picked up {self.run_id}, handed over by {self.previous_owner or 'an unknown owner'} "
+            f"during attempt {self.previous_attempt}: now attempt {self.attempt}, "
+            f"token {self.token}"
+        )
+
+
+@dataclass(frozen=True)
 class RunHandedOver(RunEvent):
     """A runner stopping gracefully gave the run back; any instance may lease it at once."""
 
@@ -208,6 +242,16 @@ class RunSkipped(RunEvent):
 
     def message(self) -> str:
         return f"skipped {self.run_id}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class RunBuffered(RunEvent):
+    """The run waits (recorded pending) until the job's live run ends (``overlap="buffer_one"``)."""
+
+    type: ClassVar[str] = "buffered"
+
+    def message(self) -> str:
+        return f"buffered {self.run_id}: it starts when the job's live run ends"
 
 
 @dataclass(frozen=True)
@@ -249,7 +293,8 @@ class RunsMissed(Event):
 
 @dataclass(frozen=True)
 class FencedOff(RunEvent):
-    """The store refused a stale runner: ``operation`` is start, heartbeat, finish or write."""
+    """The store refused a stale runner: ``operation`` is start, heartbeat, finish, release or
+    write (a fenced write of :mod:`relay.fencing` refused inside the run)."""
 
     type: ClassVar[str] = "fenced_off"
     level: ClassVar[int] = logging.WARNING
@@ -294,17 +339,42 @@ class StoreRecovered(Event):
 
 E = TypeVar("E", bound=Event)
 
+_loggers: dict[str, logging.Logger] = {}
+
+
+def logger_for(event_type: type[Event]) -> logging.Logger:
+    """The logger of an event type: ``relay.events.<type>``, such as ``relay.events.failed``."""
+    name = event_type.type
+    logger = _loggers.get(name)
+    if logger is None:
+        logger = _loggers[name] = logging.getLogger(f"{log.name}.{name}")
+    return logger
+
+
+def log_event(event: Event) -> None:
+    """Log ``event`` at its level on its type's logger, with :meth:`Event.fields` as ``extra``.
+
+    A failed attempt's exception is logged with its traceback.
+    """
+    logger = logger_for(type(event))
+    if logger.isEnabledFor(event.level):
+        exception = getattr(event, "exception", None)
+        logger.log(event.level, event.message(), extra=event.fields(), exc_info=exception)
+
 
 class EventBus:
     """Delivers each emitted event to the callbacks subscribed to its type or a base type.
 
     Callbacks run in the emitting thread, in subscription order. A callback that raises is logged
-    (logger ``relay.events``) and skipped: it never breaks a run or the loop.
+    (logger ``relay.events``) and skipped: it never breaks a run or the loop. ``log``: subscribe
+    :func:`log_event` first, so every event is logged (the default).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, log: bool = True) -> None:
         self._lock = threading.Lock()
         self._subscribers: list[tuple[type[Event], Callable[[Any], object]]] = []
+        if log:
+            self.on(Event, log_event)
 
     def on(self, event_type: type[E], callback: Callable[[E], object]) -> Callable[[], None]:
         """Call ``callback(event)`` for every event of ``event_type`` (or a subclass).

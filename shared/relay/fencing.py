@@ -7,6 +7,10 @@ that was paused past its lease, and replaced, can no longer overwrite its succes
 * :class:`SQLFence` — one ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` statement, for any DB-API
   connection to SQLite (3.24+) or PostgreSQL (9.5+).
 * :func:`redis_fenced_set` — one short Lua script on a Redis hash.
+
+A write refused inside a run reports :class:`~relay.events.FencedOff` (operation ``write``) on the
+run's event bus. The run goes on: a newer token of the same job (a newer attempt, or a later run of
+a job that allows overlap) wrote the key, which does not always mean this attempt lost its lease.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from relay.engine.running import fenced_write_refused
 from relay.errors import ConfigurationError
 
 __all__ = ["FENCED_SET_LUA", "SQLFence", "redis_fenced_set"]
@@ -80,6 +85,8 @@ class SQLFence:
         )
         applied = bool(cursor.rowcount == 1)
         self.connection.commit()
+        if not applied:
+            fenced_write_refused(key, token)
         return applied
 
     def read(self, key: str) -> tuple[int, str] | None:
@@ -114,7 +121,10 @@ def redis_fenced_set(client: Any, key: str, token: int, value: str) -> bool:
     if script is None:
         script = client.register_script(FENCED_SET_LUA)
         client._relay_fenced_set = script
-    return bool(script(keys=[key], args=[token, value]))
+    applied = bool(script(keys=[key], args=[token, value]))
+    if not applied:
+        fenced_write_refused(key, token)
+    return applied
 
 
 def _check_token(token: object) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from pathlib import PurePath
 from typing import Any, Literal
 
@@ -17,26 +19,35 @@ from relay.durations import (
     Duration,
     at_least,
     non_negative_seconds,
+    seconds,
 )
 from relay.errors import ConfigurationError, UnsupportedOption
-from relay.schedules import Schedule, make_schedule
+from relay.runs import format_slot
+from relay.schedules import CronSchedule, EverySchedule, Schedule, make_schedule
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_RETENTION",
     "LEASE_BACKENDS",
     "TICK_SPREAD",
     "Job",
     "Overlap",
     "check_handler",
     "check_instance_options",
+    "check_retention",
     "check_scheduler_options",
     "check_tick",
+    "jitter_delay",
+    "job_spec",
     "make_job",
 ]
 
-Overlap = Literal["allow", "skip"]
+Overlap = Literal["allow", "skip", "buffer_one"]
+OVERLAPS = ("allow", "skip", "buffer_one")
 TICK_SPREAD = 5.0
 """Seconds that instances' ticks may lag one another; a claim's memory must cover it."""
+DEFAULT_RETENTION = 30 * 24 * 3600.0
+"""Seconds a lease store keeps a finished run by default before a sweep prunes it (30 days)."""
 DEFAULT_MAX_ATTEMPTS = 3
 """Attempts a run gets by default: a failure and a dead runner each use one."""
 
@@ -64,6 +75,37 @@ class Job:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     catch_up: float = 0.0
     stale_after: float | None = None
+    jitter: float = 0.0
+    """Each slot starts up to this many seconds late: see :func:`jitter_delay`."""
+
+
+def jitter_delay(job: str, slot: datetime, jitter: float) -> float:
+    """Seconds the run of ``job`` at ``slot`` waits after its slot: in ``[0, jitter)``.
+
+    A hash of the run's id, so every instance computes the same delay, and runs of many jobs due
+    at the same minute spread over the window instead of stampeding. The run id stays the slot.
+    """
+    if jitter <= 0:
+        return 0.0
+    digest = hashlib.blake2b(f"{job}@{format_slot(slot)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 * jitter
+
+
+def job_spec(job: Job) -> str:
+    """The job's definition as JSON, as schedulers register it with a lease store.
+
+    ``relay jobs`` shows it, and :class:`relay.Control` rebuilds the schedule from it (backfill).
+    """
+    spec: dict[str, Any] = {"schedule": job.schedule.describe()}
+    if isinstance(job.schedule, CronSchedule):
+        spec.update(cron=job.schedule.expression, tz=str(job.schedule.tz))
+    elif isinstance(job.schedule, EverySchedule):
+        spec["every"] = job.schedule.interval
+    spec.update(
+        overlap=job.overlap, max_attempts=job.max_attempts, catch_up=job.catch_up,
+        stale_after=job.stale_after, jitter=job.jitter,
+    )  # fmt: skip
+    return json.dumps(spec, sort_keys=True)
 
 
 def make_job(
@@ -78,11 +120,14 @@ def make_job(
     max_attempts: int | None = None,
     catch_up: Duration | None = None,
     stale_after: Duration | None = None,
+    jitter: Duration | None = None,
 ) -> Job:
     """Validate a job's options against its backend and build it.
 
     Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
-    ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them.
+    ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them. ``jitter``
+    (seconds) delays each slot's start by :func:`jitter_delay`; it must be shorter than
+    ``stale_after``, which counts from the slot.
     """
     if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
         raise ConfigurationError(
@@ -95,13 +140,24 @@ def make_job(
         else at_least(stale_after, "stale_after", TICK_SPREAD, _SHORT_STALE_AFTER)
     )
     if backend.capability == "claim":
+        # A claim backend may honour some of them its own way (RabbitMQ consumer mode:
+        # max_attempts as its run queue's delivery limit); it lists them in ``job_options``.
+        honoured: frozenset[str] = getattr(backend, "job_options", frozenset())
         lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
         for option, value in lease_only.items():
-            if value is not None:
+            if value is not None and option not in honoured:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
         _check_claim_memory(backend, stale)
-    if overlap not in (None, "allow", "skip"):
-        raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
+    if overlap is not None and overlap not in OVERLAPS:
+        raise ConfigurationError(
+            f"overlap={overlap!r} is not known: use 'allow' or 'skip', or 'buffer_one'"
+        )
+    jitter_s = non_negative_seconds(jitter or 0, "jitter")
+    if jitter_s and stale is not None and jitter_s >= stale:
+        raise ConfigurationError(
+            f"jitter={jitter_s:g}s is not shorter than stale_after={stale:g}s: a delayed run "
+            "would be stale before it starts; lower jitter or raise stale_after"
+        )
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
@@ -114,6 +170,7 @@ def make_job(
         max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
         catch_up=non_negative_seconds(catch_up or 0, "catch_up"),
         stale_after=stale,
+        jitter=jitter_s,
     )
 
 
@@ -160,6 +217,27 @@ def check_scheduler_options(
             "a third of the lease is a good heartbeat"
         )
     return lease_s, heartbeat_s
+
+
+def check_retention(
+    backend: ClaimBackend | LeaseBackend, retention: Duration | Literal["never"] | None
+) -> float | None:
+    """Seconds finished runs are kept (``None``: for ever); refused on a claim backend.
+
+    ``None`` gives :data:`DEFAULT_RETENTION` on a lease backend; ``"never"`` never prunes.
+    """
+    if backend.capability == "claim":
+        if retention is not None:
+            raise UnsupportedOption("retention", backend.name, LEASE_BACKENDS)
+        return None
+    if retention == "never":
+        return None
+    if retention is None:
+        return DEFAULT_RETENTION
+    value = seconds(retention, "retention")
+    if value <= 0:
+        raise ConfigurationError(f"retention={retention!r} must be longer than 0 s, or 'never'")
+    return value
 
 
 def check_tick(tick: Duration | None, default: float = 1.0) -> float:

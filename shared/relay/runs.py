@@ -11,6 +11,7 @@ from relay.errors import ConfigurationError
 
 __all__ = [
     "AWARE_HINT",
+    "MANUAL",
     "Run",
     "RunRecord",
     "RunState",
@@ -18,6 +19,8 @@ __all__ = [
     "check_slots",
     "format_slot",
     "from_ms",
+    "is_manual",
+    "max_attempts_from_headers",
     "parse_run_id",
     "run_from_headers",
     "run_id",
@@ -65,14 +68,28 @@ def format_slot(slot: datetime) -> str:
     return slot.isoformat(timespec="milliseconds" if slot.microsecond else "seconds")[:-6] + "Z"
 
 
-def run_id(job: str, slot: datetime) -> str:
-    """The id every instance derives for ``job`` at ``slot``: ``"job@2026-11-29T21:30:00Z"``."""
-    return f"{job}@{format_slot(slot)}"
+MANUAL = "manual:"
+"""What starts the part after ``@`` of a manual run's id (``relay trigger``), before its time."""
+
+
+def run_id(job: str, slot: datetime, *, manual: bool = False) -> str:
+    """The id every instance derives for ``job`` at ``slot``: ``"job@2026-11-29T21:30:00Z"``.
+
+    A manual run (``manual=True``, ``slot`` the time it was triggered) is named
+    ``"job@manual:2026-11-29T21:30:05.120Z"``: it can never be mistaken for a slot's run.
+    """
+    return f"{job}@{MANUAL if manual else ''}{format_slot(slot)}"
+
+
+def is_manual(value: str) -> bool:
+    """Whether a run id names a manual run."""
+    return value.rpartition("@")[2].startswith(MANUAL)
 
 
 def parse_run_id(value: str) -> tuple[str, datetime]:
-    """Split a run id back into its job name and slot."""
+    """Split a run id back into its job name and slot (a manual run's: when it was triggered)."""
     job, _, stamp = str(value).rpartition("@")
+    stamp = stamp.removeprefix(MANUAL)
     text = stamp[:-1]
     fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
     try:
@@ -103,12 +120,14 @@ class RunState(str, enum.Enum):
     RUNNING = "running"
     """Leased to an owner until its lease expires (it may still be waiting in a queue)."""
     PENDING = "pending"
-    """Handed over or failed with attempts left: any instance may lease it again at once."""
+    """Waiting for any instance to lease it: handed over, failed with attempts left, or created
+    by an operator (``reason``: ``manual``, ``backfill``, ``resumed``) or by ``buffer_one``
+    (``buffered``: leased once no other run of the job holds a live lease)."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     """Failed, or abandoned, on its last allowed attempt."""
     SKIPPED = "skipped"
-    """Never run; ``reason`` says why: ``overlap``, ``missed`` or ``stale``."""
+    """Never run; ``reason`` says why: ``overlap``, ``missed``, ``stale`` or ``paused``."""
 
     @property
     def final(self) -> bool:
@@ -157,9 +176,25 @@ HEADER = "relay_run"
 """The message header (Celery) or message option (Dramatiq) that carries a run."""
 
 
-def run_to_headers(run: Run) -> dict[str, str | int]:
-    """The run as plain values for a message header, so a worker can start it with its token."""
-    return {"id": run.id, "token": run.token, "attempt": run.attempt, "owner": run.owner}
+def run_to_headers(run: Run, *, max_attempts: int = 0) -> dict[str, str | int]:
+    """The run as plain values for a message header, so a worker can start it with its token.
+
+    ``max_attempts`` (the job's, when known) lets the worker report "attempt n of m".
+    """
+    values: dict[str, str | int] = {
+        "id": run.id, "token": run.token, "attempt": run.attempt, "owner": run.owner,
+    }  # fmt: skip
+    if max_attempts:
+        values["max_attempts"] = max_attempts
+    return values
+
+
+def max_attempts_from_headers(values: object) -> int:
+    """The job's ``max_attempts`` a run header carries, or 0 if it carries none."""
+    try:
+        return int(values.get("max_attempts", 0)) if isinstance(values, dict) else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def run_from_headers(values: object) -> Run | None:

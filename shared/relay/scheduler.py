@@ -12,19 +12,21 @@ import time
 from collections.abc import Callable
 from datetime import tzinfo
 from types import FrameType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from relay.backends import open_backend
-from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Decider, Runner, Won
+from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.dispatching import Dispatcher
 from relay.errors import BackendUnavailable, ConfigurationError
+from relay.events import Event, EventBus
 from relay.jobs import (
     Job,
     Overlap,
     check_handler,
     check_instance_options,
+    check_retention,
     check_scheduler_options,
     check_tick,
     make_job,
@@ -39,8 +41,7 @@ BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
 Handler = Callable[[Run], Any]
 """A job's function: called with the :class:`~relay.Run` it should perform."""
 H = TypeVar("H", bound=Handler)
-
-MAX_BACKOFF = 30.0
+EventT = TypeVar("EventT", bound=Event)
 
 
 def default_owner() -> str:
@@ -54,8 +55,10 @@ class Scheduler(Generic[BackendT]):
     ``backend`` is a URL (``"sqlite:///relay.db"``) or a backend object. On a lease backend,
     ``lease`` (default 30 s) is how long a run stays ours without a heartbeat and ``heartbeat``
     (default a third of the lease, at most 10 s) how often a running run renews it. Both are refused
-    on a claim backend. ``tick`` is how often the instance looks for due runs; ``clock`` (seconds
-    since the epoch) decides which slots are due and exists for tests.
+    on a claim backend. ``retention`` (lease backends; default 30 days, ``"never"`` keeps every
+    run) is how long finished runs are kept: every instance's sweep prunes older ones in small
+    batches. ``tick`` is how often the instance looks for due runs; ``clock`` (seconds since the
+    epoch) decides which slots are due and exists for tests.
     """
 
     @overload
@@ -70,6 +73,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None: ...
 
     @overload
@@ -82,6 +86,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None: ...
 
     @overload
@@ -96,6 +101,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -109,6 +115,7 @@ class Scheduler(Generic[BackendT]):
         max_workers: int = 8,
         stop_timeout: Duration = 10.0,
         clock: Callable[[], float] = time.time,
+        retention: Duration | Literal["never"] | None = None,
     ) -> None:
         check_instance_options(backend, owner, max_workers, clock)
         self.backend: ClaimBackend | LeaseBackend = (
@@ -121,20 +128,35 @@ class Scheduler(Generic[BackendT]):
             )
             self.tick_interval = check_tick(tick)
             self.stop_timeout = seconds(stop_timeout, "stop_timeout")
+            retention_s = check_retention(self.backend, retention)
         except BaseException:
             if isinstance(backend, str):  # we opened it: do not leak its connections
                 self.backend.close()
             raise
         self.owner = owner or default_owner()
-        self.decider = Decider(self.backend, owner=self.owner, lease=self.lease, clock=clock)
+        self.events = EventBus()
+        """Every event of this instance (see :meth:`on`); each is logged by default."""
+        self.decider = Decider(
+            self.backend,
+            owner=self.owner,
+            lease=self.lease,
+            clock=clock,
+            events=self.events,
+            retention=retention_s,
+        )
         self.runner = Runner(
-            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat
+            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
+            events=self.events, clock=clock,
+        )  # fmt: skip
+        self.loop = Loop(
+            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat, role="scheduler"
         )
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
+        self._unstarted: list[threading.Thread] = []
         self._active: set[ActiveRun] = set()
         self._stopping = threading.Event()
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
@@ -145,6 +167,17 @@ class Scheduler(Generic[BackendT]):
         """The scheduled jobs by name."""
         return self.decider.jobs
 
+    def on(
+        self, event_type: type[EventT], callback: Callable[[EventT], object]
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event of ``event_type`` (a :mod:`relay.events` class).
+
+        ``on(relay.events.Event, cb)`` receives every event. Callbacks run in the thread that
+        emits (the loop, or the run's thread); one that raises is logged and never breaks a run.
+        Returns a function that unsubscribes.
+        """
+        return self.events.on(event_type, callback)
+
     @overload
     def job(
         self: Scheduler[ClaimBackend],
@@ -154,6 +187,7 @@ class Scheduler(Generic[BackendT]):
         tz: str | tzinfo | None = None,
         name: str | None = None,
         stale_after: Duration | None = None,
+        jitter: Duration | None = None,
     ) -> Callable[[H], H]: ...
 
     @overload
@@ -168,6 +202,7 @@ class Scheduler(Generic[BackendT]):
         overlap: Overlap | None = None,
         max_attempts: int | None = None,
         catch_up: Duration | None = None,
+        jitter: Duration | None = None,
     ) -> Callable[[H], H]: ...
 
     def job(
@@ -181,13 +216,16 @@ class Scheduler(Generic[BackendT]):
         overlap: Overlap | None = None,
         max_attempts: int | None = None,
         catch_up: Duration | None = None,
+        jitter: Duration | None = None,
     ) -> Callable[[H], H]:
         """Schedule the decorated function; it is called with the :class:`~relay.Run`.
 
         ``cron`` (with ``tz``) or ``every`` (seconds or timedelta) sets the schedule. Lease
-        backends also honour ``overlap`` ("allow" or "skip"), ``max_attempts`` (default 3) and
+        backends also honour ``overlap`` ("allow", "skip" or "buffer_one": one overlapping run
+        waits for the live one, later ones are skipped), ``max_attempts`` (default 3) and
         ``catch_up`` (seconds of missed slots to run after downtime, default 0); ``stale_after``
-        works everywhere. Options are validated here, once.
+        and ``jitter`` (each slot starts a fixed, hashed delay in ``[0, jitter)`` late) work
+        everywhere. Options are validated here, once.
         """
         if bare:  # @scheduler.job without parentheses passes the function here
             raise ConfigurationError(
@@ -208,6 +246,7 @@ class Scheduler(Generic[BackendT]):
                 overlap=overlap,
                 max_attempts=max_attempts,
                 catch_up=catch_up,
+                jitter=jitter,
             )
             self.decider.add(job)
             return handler
@@ -235,12 +274,11 @@ class Scheduler(Generic[BackendT]):
         self._stopping.set()
 
     def run_pending(self) -> list[Run]:
-        """One tick: decide due runs and take over abandoned ones; start what was won."""
-        won = self.decider.tick()
-        won += self.decider.sweep()
-        for item in won:
-            self._dispatch(item)
-        return [item.run for item in won]
+        """One tick: decide due runs and take over abandoned ones; start what was won.
+
+        A store that cannot answer is reported (``StoreUnavailable``) and nothing is started.
+        """
+        return [item.run for item in self._step(force=True).won]
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until no run is in flight; ``False`` if some still are after ``timeout``."""
@@ -260,6 +298,8 @@ class Scheduler(Generic[BackendT]):
         is handed over too, and its thread is abandoned: another instance takes the run at once.
         """
         self._stopping.set()
+        if self._dispatcher is not None:  # its consumers wait, then hand their runs over
+            self._dispatcher.stop_serving(self.stop_timeout)
         self.join(self.stop_timeout)
         with self._lock:
             unfinished = list(self._active)
@@ -267,26 +307,23 @@ class Scheduler(Generic[BackendT]):
             active.release()
 
     def _loop(self) -> None:
-        backoff = self.tick_interval
-        next_sweep = 0.0
         while not self._stopping.is_set():
-            try:
-                won = self.decider.tick()
-                if is_lease(self.backend) and time.monotonic() >= next_sweep:
-                    won += self.decider.sweep()
-                    next_sweep = time.monotonic() + self.heartbeat
-                for item in won:
-                    self._dispatch(item)
-                backoff = self.tick_interval
-            except BackendUnavailable as exc:
-                log.error("%s; retrying in %.1fs", exc, backoff)
-                self.decider.forget_progress()
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-                continue
-            self._stopping.wait(self.tick_interval)
+            self._stopping.wait(self._step().next_in)
 
-    def _dispatch(self, won: Won) -> None:
+    def _step(self, force: bool = False) -> Step:
+        """One step of the engine's loop; the threads of the runs it dispatched start after it.
+
+        So each run's ``dispatched`` event comes before its thread reports ``started``.
+        """
+        step = self.loop.step(self._dispatch, force=force)
+        with self._lock:
+            unstarted, self._unstarted = self._unstarted, []
+        for thread in unstarted:
+            thread.start()
+        return step
+
+    def _dispatch(self, won: Won) -> bool:
+        """Give ``won`` a thread (started after the step); hand it back if the instance stops."""
         with self._lock:
             stopping = self._stopping.is_set()
             if not stopping:
@@ -294,10 +331,11 @@ class Scheduler(Generic[BackendT]):
                     target=self._execute, args=(won,), name=f"relay-{won.run.id}", daemon=True
                 )
                 self._threads.add(thread)
+                self._unstarted.append(thread)
         if stopping:
             self.runner.release(won.run)
-        else:
-            thread.start()
+            return False
+        return True
 
     def _execute(self, won: Won) -> None:
         try:
@@ -317,7 +355,7 @@ class Scheduler(Generic[BackendT]):
         handler = won.job.handler
         assert handler is not None
         try:
-            active = self.runner.begin(won.run)
+            active = self.runner.begin(won.run, max_attempts=won.job.max_attempts)
         except BackendUnavailable as exc:
             log.error("could not start %s, it will be taken over: %s", won.run.id, exc)
             return

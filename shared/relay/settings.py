@@ -1,8 +1,10 @@
 """One settings reader for every face: a mapping in, validated keyword arguments out.
 
-Django projects write ``RELAY = {"BACKEND": "redis://…", "LEASE": 30, "HEARTBEAT": 10}``; Celery
-apps may also set ``relay_backend`` / ``relay_lease`` / ``relay_heartbeat`` on ``app.conf``. Both
-become the same :class:`Settings`. Django is imported only by :func:`from_django`, when called.
+Django projects write ``RELAY = {"BACKEND": "redis://…", "LEASE": 30, "HEARTBEAT": 10}`` (or
+``"BACKEND": "django"``: the project's own database, see :mod:`relay.contrib.django.database`);
+Celery apps may also set ``relay_backend`` / ``relay_lease`` / ``relay_heartbeat`` on
+``app.conf``. Both become the same :class:`Settings`. Django is imported only by
+:func:`from_django` and :func:`django_backend`, when called.
 
 No face falls back to a store of its own choosing: a backend left unset is ``None`` here, and each
 integration either uses a store every instance already shares (the app's Redis broker) or refuses
@@ -23,6 +25,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "Settings",
     "closest",
+    "django_backend",
     "from_django",
     "from_mapping",
     "unknown_settings",
@@ -83,7 +86,16 @@ def from_django() -> Settings:
     values = getattr(settings, "RELAY", {})
     if not isinstance(values, Mapping):
         raise ConfigurationError(f"settings.RELAY must be a dict, got {type(values).__name__}")
-    return from_mapping(values, source="settings.RELAY")
+    return from_mapping(django_backend(values), source="settings.RELAY")
+
+
+def django_backend(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``values`` with ``"BACKEND": "django"`` (the project's database) replaced by its URL."""
+    if not any(str(key).upper() == "BACKEND" for key in values):
+        return values
+    from relay.contrib.django.database import resolve  # Django is configured when we get here
+
+    return resolve(values)
 
 
 def unknown_settings(

@@ -2,10 +2,12 @@
 
 It schedules one job under ``args["job"]`` and runs :meth:`relay.Scheduler.run` until SIGTERM (or
 SIGKILL). The job's handler appends JSON lines to ``args["log"]`` — ``start`` and ``end`` with the
-run, its attempt and this process's pid — sleeps ``args["sleep"]`` seconds, and raises if
-``args["fail"]``; a ``ready`` line says its consumers are subscribed. With ``args["every"]`` the
-job is due every that many seconds (the gate decides who publishes each run); without, it is never
-due and the process only consumes what tests publish.
+run, its attempt, its token and this process's pid — sleeps ``args["sleep"]`` seconds (plus
+``args["sleep_first"]`` on attempt 1), raises if ``args["fail"]``, and with ``args["fence"]`` makes
+a fenced write keyed by the run into that SQLite file (``end`` says whether it was applied); a
+``ready`` line says its consumers are subscribed. ``args["max_attempts"]`` is the job's own. With
+``args["every"]`` the job is due every that many seconds (the gate decides who publishes each
+run); without, it is never due and the process only consumes what tests publish.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ import time
 from typing import Any
 
 from relay import Run, Scheduler
+from relay.fencing import SQLFence
 
 
 def main(args: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.WARNING)
     scheduler = Scheduler(args["url"], tick=0.2, stop_timeout=args.get("stop_timeout", 5))
 
-    def note(event: str, run: Run | None = None) -> None:
+    def note(event: str, run: Run | None = None, **extra: Any) -> None:
         line = {"event": event, "run": run and run.id, "attempt": run and run.attempt,
-                "pid": os.getpid(), "at": time.time()}  # fmt: skip
+                "token": run and run.token, "pid": os.getpid(), "at": time.time(),
+                **extra}  # fmt: skip
         with open(args["log"], "a") as log:
             log.write(json.dumps(line) + "\n")
 
@@ -37,12 +41,20 @@ def main(args: dict[str, Any]) -> None:
 
     def handler(run: Run) -> None:
         note("start", run)
-        time.sleep(args.get("sleep", 0))
+        time.sleep(args.get("sleep", 0) + (args.get("sleep_first", 0) if run.attempt == 1 else 0))
         if args.get("fail"):
             raise RuntimeError("this job always fails")
+        if args.get("fence"):
+            fence = SQLFence.sqlite(args["fence"])
+            note("end", run, fenced=fence.write(run.id, run.token, str(os.getpid())))
+            return
         note("end", run)
 
-    schedule = {"every": args["every"]} if args.get("every") else {"cron": "0 0 1 1 *"}
+    schedule: dict[str, Any] = (
+        {"every": args["every"]} if args.get("every") else {"cron": "0 0 1 1 *"}
+    )
+    if args.get("max_attempts"):
+        schedule["max_attempts"] = args["max_attempts"]
     scheduler.job(name=args["job"], **schedule)(handler)  # type: ignore[call-overload]
     threading.Thread(target=say_ready, daemon=True).start()
     scheduler.run()

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,6 @@ from relay import (
     BackendUnavailable,
     ConfigurationError,
     Outcome,
-    Run,
     open_backend,
 )
 from relay.backends.postgres import SCHEMA_VERSION, PostgresLeaseBackend
@@ -306,84 +305,8 @@ def test_close_is_idempotent_and_a_closed_backend_is_unavailable(
 
 
 # -- the two SQL mirrors of the lease rules agree -----------------------------------------------
-
-Setup = Callable[[PostgresLeaseBackend, str], None]
-
-
-def _lease(backend: PostgresLeaseBackend, job: str, minute: int = 0, **options: Any) -> Run:
-    result = backend.acquire(AcquireRequest(job, _slot(minute), "setup", **options))
-    assert result.run is not None, result
-    return result.run
-
-
-def _failed(backend: PostgresLeaseBackend, job: str) -> None:
-    run = _lease(backend, job, lease=30, max_attempts=3)
-    backend.finish(run.id, run.token, succeeded=False, error="boom")
-
-
-def _released(backend: PostgresLeaseBackend, job: str) -> None:
-    run = _lease(backend, job, lease=30, max_attempts=1)
-    backend.release(run.id, run.token)
-
-
-def _succeeded(backend: PostgresLeaseBackend, job: str) -> None:
-    run = _lease(backend, job, lease=30)
-    backend.finish(run.id, run.token, succeeded=True)
-
-
-# name: (setup, request options, outcome, (state, attempt, failures, reason) afterwards)
-SCENARIOS: dict[str, tuple[Setup | None, dict[str, Any], Outcome, tuple[Any, ...]]] = {
-    "fresh": (None, {}, Outcome.WON, ("running", 1, 0, None)),
-    "stale": (None, {"stale_after": 60}, Outcome.STALE, ("skipped", 0, 0, "stale")),
-    "overlap": (
-        lambda b, job: _lease(b, job, 1, lease=30),
-        {"overlap_skip": True}, Outcome.OVERLAP, ("skipped", 0, 0, "overlap"),
-    ),
-    "overlap-expired": (
-        lambda b, job: _lease(b, job, 1, lease=0.2),
-        {"overlap_skip": True}, Outcome.WON, ("running", 1, 0, None),
-    ),
-    "held": (lambda b, job: _lease(b, job, lease=30), {}, Outcome.HELD, ("running", 1, 0, None)),
-    "expired-retry": (
-        lambda b, job: _lease(b, job, lease=0.2, max_attempts=2),
-        {}, Outcome.WON, ("running", 2, 1, None),
-    ),
-    "expired-exhausted": (
-        lambda b, job: _lease(b, job, lease=0.2, max_attempts=1),
-        {"max_attempts": 5}, Outcome.EXHAUSTED, ("failed", 1, 1, "max_attempts"),
-    ),
-    "failed-retry": (_failed, {}, Outcome.WON, ("running", 2, 1, None)),
-    "released": (_released, {}, Outcome.WON, ("running", 2, 0, None)),
-    "succeeded": (_succeeded, {}, Outcome.FINISHED, ("succeeded", 1, 0, None)),
-    "skipped": (
-        lambda b, job: b.skip(job, _slot(0), "missed"),
-        {}, Outcome.FINISHED, ("skipped", 0, 0, "missed"),
-    ),
-}  # fmt: skip
-
-
-def test_acquire_one_and_acquire_many_mirror_the_lease_rules(
-    backend: PostgresLeaseBackend,
-) -> None:
-    for name, (setup, _, _, _) in SCENARIOS.items():
-        for path in ("one", "many"):
-            if setup is not None:
-                setup(backend, f"{name}-{path}")
-    time.sleep(1.0)  # the 0.2 s leases expire on the server's clock
-    for name, (_, options, outcome, after) in SCENARIOS.items():
-        request = {"owner": "decider", "lease": 30, **options}
-        one = backend.acquire(AcquireRequest(f"{name}-one", _slot(0), **request))
-        many = backend.acquire_many(
-            [
-                AcquireRequest(f"{name}-many", _slot(0), **request),
-                AcquireRequest(f"filler-{name}", _slot(0), "decider", 30),
-            ]
-        )[0]
-        assert (one.outcome, many.outcome) == (outcome, outcome), name
-        for path in ("one", "many"):
-            (record,) = [r for r in backend.runs(f"{name}-{path}") if r.scheduled_for == _slot(0)]
-            state = (record.state.value, record.attempt, record.failures, record.reason)
-            assert state == after, (name, path)
+# The truth table moved to tests/contract/test_lease_rules_contract.py: every lease backend, both
+# acquire and acquire_many (here: acquire_one and acquire_many), every rule.
 
 
 def test_the_password_never_shows(schema: str) -> None:

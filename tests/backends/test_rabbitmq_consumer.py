@@ -7,6 +7,7 @@ race through the gate queues and publish.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -21,11 +22,14 @@ from typing import Any
 
 import pika
 import pytest
+from click.testing import CliRunner
 
 from relay import Run, open_backend
 from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+from relay.cli import main
 from relay.errors import ConfigurationError
-from relay.runs import run_id
+from relay.jobs import make_job
+from relay.runs import RunState, run_id
 from tests.support import services
 from tests.support.backends import unique
 from tests.support.procs import ROOT
@@ -44,6 +48,7 @@ def url() -> Iterator[str]:
     channel = connection.channel()
     for kind in ("run", "dead"):
         channel.queue_delete(f"{prefix}.{kind}.{JOB}")
+    channel.queue_delete(f"{prefix}.outcomes")
     connection.close()
 
 
@@ -209,3 +214,124 @@ def test_schedulers_race_through_the_gate_and_each_run_runs_once(url: str, tmp_p
             stop(worker)
     ends = [e["run"] for e in events(log, "end")]
     assert len(ends) == len(set(ends))
+
+
+def test_a_queue_declared_with_other_attempts_is_refused_naming_the_fix(
+    url: str, backend: RabbitMQConsumerBackend
+) -> None:
+    backend.check_jobs([make_job(backend, name=JOB, every=60, max_attempts=2)])
+    other = open_backend(url)
+    assert isinstance(other, RabbitMQConsumerBackend)
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            other.check_jobs([make_job(other, name=JOB, every=60, max_attempts=4)])
+    finally:
+        other.close()
+    message = str(refused.value)
+    assert f"job {JOB!r} has max_attempts=4" in message
+    assert "set max_attempts=2 on the job, or delete the queue" in message
+
+
+@pytest.mark.slow
+def test_a_job_s_own_max_attempts_is_its_queue_s_delivery_limit(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    worker = spawn(url, log, fail=True, max_attempts=2)  # the URL's default is 3
+    try:
+        ready(worker, log)
+        run = a_run()
+        backend.publish(run, max_attempts=2)
+        wait_for(lambda: backend.dead_runs(JOB), "the run to be dead-lettered")
+        assert [(d.run_id, d.outcome) for d in backend.dead_runs(JOB)] == [(run.id, "failed")]
+        starts = events(log, "start")
+        assert [e["attempt"] for e in starts] == [1, 2]
+        assert starts[1]["token"] == starts[0]["token"] + 1
+        (record,) = backend.runs(JOB)  # the outcomes stream, the dead letter on top
+        assert (record.id, record.state, record.attempt, record.token) == (
+            run.id, RunState.FAILED, 2, starts[1]["token"],
+        )  # fmt: skip
+        assert (record.reason, record.error) == (
+            "attempts used",
+            "RuntimeError: this job always fails",
+        )
+    finally:
+        stop(worker)
+
+
+@pytest.mark.slow
+def test_a_graceful_stop_hands_the_run_over_without_using_an_attempt(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    first = spawn(url, log, sleep=4, stop_timeout=0.5)
+    ready(first, log)
+    second = spawn(url, log, sleep=4)
+    ready(second, log)
+    try:
+        run = a_run()
+        backend.publish(run)
+        wait_for(lambda: events(log, "start"), "the run to start")
+        first.send_signal(signal.SIGTERM)
+        wait_for(lambda: events(log, "end"), "the run to finish")
+        assert first.wait(30) == 0
+        starts = [(e["pid"], e["attempt"]) for e in events(log, "start")]
+        assert starts == [(first.pid, 1), (second.pid, 1)]
+        tokens = [e["token"] for e in events(log, "start")]
+        assert tokens[1] > tokens[0]
+        assert [(e["pid"], e["attempt"]) for e in events(log, "end")] == [(second.pid, 1)]
+        assert backend.dead_runs(JOB) == []
+        wait_for(lambda: backend.runs(JOB)[0].state is RunState.SUCCEEDED, "the outcome")
+        (record,) = backend.runs(JOB)
+        assert (record.attempt, record.failures, record.token) == (1, 0, tokens[1])
+    finally:
+        stop(second)
+        stop(first)
+
+
+@pytest.mark.slow
+def test_a_frozen_consumer_s_fenced_write_is_refused_after_the_redelivery(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log, fence = tmp_path / "log.jsonl", str(tmp_path / "fence.db")
+    fast = url + "&heartbeat=2"  # the broker drops a frozen consumer after ~2 missed beats
+    frozen = spawn(fast, log, sleep_first=8, fence=fence)
+    ready(frozen, log)
+    other = spawn(fast, log, sleep_first=8, fence=fence)
+    ready(other, log)
+    try:
+        run = a_run()
+        backend.publish(run)
+        wait_for(lambda: events(log, "start"), "the run to start")
+        os.kill(frozen.pid, signal.SIGSTOP)
+        wait_for(lambda: events(log, "end"), "the redelivery to finish")
+        os.kill(frozen.pid, signal.SIGCONT)
+        wait_for(lambda: len(events(log, "end")) == 2, "the frozen consumer to wake")
+        first, second = events(log, "start")
+        assert (first["pid"], second["pid"]) == (frozen.pid, other.pid)
+        assert (second["attempt"], second["token"]) == (2, first["token"] + 1)
+        ends = [(e["pid"], e["token"], e["fenced"]) for e in events(log, "end")]
+        assert ends == [(other.pid, second["token"], True), (frozen.pid, first["token"], False)]
+    finally:
+        stop(other)
+        stop(frozen)
+
+
+def test_relay_runs_reads_the_outcomes_and_creates_nothing(
+    url: str, backend: RabbitMQConsumerBackend
+) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["runs", "--backend", url])
+    assert missing.exit_code == 1 and "no outcomes stream" in missing.output
+    channel = pika.BlockingConnection(pika.URLParameters(services.require("rabbitmq"))).channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):  # still not declared
+        channel.queue_declare(backend.outcomes.name, passive=True)
+    channel.connection.close()
+    ok, failed = a_run(seconds_ago=2), a_run(seconds_ago=1)
+    assert backend.record(dataclasses.replace(ok, token=7), RunState.SUCCEEDED)
+    assert backend.record(failed, RunState.PENDING, error="ValueError: once")
+    assert backend.record(dataclasses.replace(failed, attempt=2), RunState.SUCCEEDED)
+    shown = runner.invoke(main, ["runs", "--backend", url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = [(r["id"], r["state"], r["attempt"], r["failures"]) for r in json.loads(shown.output)]
+    assert rows == [(failed.id, "succeeded", 2, 1), (ok.id, "succeeded", 1, 0)]

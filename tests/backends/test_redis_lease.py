@@ -281,6 +281,27 @@ def test_records_expire_after_retention_and_leave_the_indexes(
     backend.close()
 
 
+def test_prune_forgets_a_job_whose_keys_all_expired(url: str, client: redis.Redis) -> None:
+    backend = open_backend(url + "&retention=1")
+    assert isinstance(backend, RedisLeaseBackend)
+    try:
+        for job in ("gone", "kept"):
+            run = backend.acquire(AcquireRequest(job, slot(0), "a", lease=0.5)).run
+            assert run is not None
+            backend.finish(run.id, run.token, succeeded=True)
+        backend.register_jobs({"kept": "{}"})  # a registered job keeps its name
+        jobs_key = f"{backend.prefix}jobs"
+        assert client.smembers(jobs_key) == {"gone", "kept"}
+        time.sleep(2.0)  # records, token and indexes expire: 1 s retention + 0.5 s lease
+        assert backend.prune(3600) == 0
+        assert client.smembers(jobs_key) == {"kept"}
+        run = backend.acquire(AcquireRequest("gone", slot(1), "a", lease=30)).run
+        assert run is not None  # the job comes back, and is listed again
+        assert client.smembers(jobs_key) == {"gone", "kept"}
+    finally:
+        backend.close()
+
+
 def test_running_records_live_as_long_as_their_lease(
     backend: RedisLeaseBackend, client: redis.Redis
 ) -> None:

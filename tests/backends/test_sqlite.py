@@ -259,3 +259,28 @@ def test_durability_fast_never_waits_for_the_disk(tmp_path: Path) -> None:
     syncs = disk_syncs_per_step(url, 1, tmp_path)
     for step in ("acquire", "start", "heartbeat", "finish", "release", "skip"):
         assert syncs[step] == 0, syncs
+
+
+def test_a_version_4_file_is_migrated_to_the_control_plane_and_keeps_its_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "relay.db"
+    backend = SQLiteLeaseBackend(path)
+    assert backend.backfill("job", [datetime(2026, 1, 1, tzinfo=timezone.utc)]) == [True]
+    backend.close()
+    with sqlite3.connect(path) as conn:  # as Relay's schema 4 left it
+        for column in ("spec", "paused_ms", "paused_by", "paused_reason"):
+            conn.execute(f"ALTER TABLE relay_runs DROP COLUMN {column}")
+        conn.execute("UPDATE relay_meta SET value = '4' WHERE key = 'schema_version'")
+    reader = SQLiteLeaseBackend(path, read_only=True)
+    assert [(j.name, j.spec, j.paused) for j in reader.jobs()] == [("job", None, False)]
+    reader.close()
+    again = SQLiteLeaseBackend(path)
+    try:
+        assert again.pause("job", "why", "me") is True
+        assert [j.paused_reason for j in again.jobs()] == ["why"]
+        assert [r.reason for r in again.runs("job")] == ["backfill"]
+    finally:
+        again.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM relay_meta").fetchone() == (str(SCHEMA_VERSION),)

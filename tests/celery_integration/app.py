@@ -7,7 +7,8 @@ task appends to), RELAY_T_SCHEDULE (JSON: entry name -> {"every": s | "cron": ".
 RELAY_T_LEASE / _HEARTBEAT / _QUEUE_LEASE. For the set-up checks: RELAY_T_CONF (JSON, more
 ``app.conf`` keys) and RELAY_T_INSTALL: ``hooks`` (the default: ``beat_scheduler`` and
 ``relay_backend`` set, then ``install(app)``), ``none`` (no ``install``) or ``one-call``
-(only ``install(app, backend=...)``).
+(only ``install(app, backend=...)``). RELAY_T_EVENTS (optional) is a file every process logs
+Relay's events to, as JSON lines.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from celery.schedules import crontab
 from kombu import Queue
 
 import relay_celery
+from tests.support.event_log import record_events
 
 BROKER = os.environ.get("RELAY_T_BROKER", "redis://127.0.0.1:6379/0")
 QUEUE = os.environ.get("RELAY_T_QUEUE", "relay_test")
@@ -63,6 +65,7 @@ def _entry(spec: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+record_events()
 SCHEDULE = json.loads(os.environ.get("RELAY_T_SCHEDULE", "{}"))
 app.conf.beat_schedule = {name: _entry(spec) for name, spec in SCHEDULE.items()}
 RELAY_JOBS = {name: spec["relay_jobs"] for name, spec in SCHEDULE.items() if "relay_jobs" in spec}

@@ -34,6 +34,8 @@ class Cluster:
     def __init__(self, tmp: Path, broker: str, backend: str, schedule: dict[str, Any]) -> None:
         self.tmp = tmp
         self.out = tmp / "events.jsonl"
+        self.relay_events = tmp / "relay-events.jsonl"
+        """Relay's own events, logged as JSON by every process (``tests.support.event_log``)."""
         self.queue = f"relay_t_{secrets.token_hex(4)}"
         self.env = {
             **os.environ,
@@ -41,6 +43,7 @@ class Cluster:
             "RELAY_T_QUEUE": self.queue,
             "RELAY_T_BACKEND": backend,
             "RELAY_T_OUT": str(self.out),
+            "RELAY_T_EVENTS": str(self.relay_events),
             "RELAY_T_SCHEDULE": json.dumps(schedule),
             "PYTHONPATH": str(ROOT),
         }

@@ -153,9 +153,7 @@ def test_a_worker_killed_mid_task_loses_the_run_which_completes_once_elsewhere(
         final = c.events("end")[0]
         for event in (started, final):
             c.publish({"id": event["run"], "token": event["token"], "attempt": 1, "owner": "x"})
-        c.wait_for(
-            "two drops", lambda: c.logs(tail=None).count("dropping a stale or duplicate") == 2
-        )
+        c.wait_for("two drops", lambda: c.logs(tail=None).count("refused the start of") == 2)
         events = c.events()
     ends = [e for e in events if e["event"] == "end"]
     assert len(ends) == 1
@@ -321,7 +319,36 @@ def test_a_duplicate_delivered_to_another_thread_of_the_same_worker_is_dropped(
         c.wait_for("the run to start", lambda: c.events("start") != [])
         (started,) = c.events("start")
         c.publish({"id": started["run"], "token": started["token"], "attempt": 1, "owner": "x"})
-        c.wait_for("the duplicate to be dropped", lambda: "dropping a stale" in c.logs(tail=None))
+        c.wait_for(
+            "the duplicate to be dropped", lambda: "refused the start of" in c.logs(tail=None)
+        )
         c.wait_for("the run to end", lambda: c.events("end") != [])
         events = c.events()
     assert [e["event"] for e in events] == ["start", "end"]
+
+
+def test_a_triggered_run_is_published_once_by_racing_beats(tmp_path: Path) -> None:
+    from relay import Control
+
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with cluster(tmp_path, redis_broker(), url, {"hourly": {"every": 3600}}) as c:
+        c.set(lease=3, heartbeat=1)
+        for _ in range(3):
+            c.beat()
+        c.worker()
+
+        def registered() -> bool:
+            with Control(url) as control:
+                return [job.name for job in control.jobs()] == ["hourly"]
+
+        c.wait_for("the entry to be registered", registered)
+        with Control(url) as control:
+            run_id = control.trigger("hourly").id
+        c.wait_for("the manual run to end", lambda: run_id in {e["run"] for e in c.events("end")})
+        c.wait_quiet()
+        starts = Counter(e["run"] for e in c.events("start"))
+    assert starts[run_id] == 1, starts
+    backend = store(url)
+    (record,) = [r for r in backend.runs("hourly") if r.id == run_id]
+    assert record.state is RunState.SUCCEEDED
+    backend.close()

@@ -6,7 +6,8 @@ and store: ``RELAY_T_BROKER`` (``redis`` or ``rabbitmq``), ``RELAY_T_BROKER_URL`
 (the queue, and the Redis namespace), ``RELAY_T_BACKEND`` (a Relay backend URL), ``RELAY_T_LEASE``
 (``lease,heartbeat,queue_lease`` in seconds), ``RELAY_T_OUT`` (a file each actor call appends JSON
 lines to) and ``RELAY_T_JOBS`` (JSON: actor name -> periodic options plus ``sleep`` and
-``sleep_first``, the seconds attempt 1 sleeps, ``stuck`` and ``fail``).
+``sleep_first``, the seconds attempt 1 sleeps, ``stuck`` and ``fail``). ``RELAY_T_EVENTS``
+(optional) is a file every process logs Relay's events to, as JSON lines.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
 
 import relay_dramatiq
+from tests.support.event_log import record_events
 
+record_events()
 QUEUE = os.environ["RELAY_T_QUEUE"]
 OUT = os.environ["RELAY_T_OUT"]
 

@@ -42,6 +42,11 @@ class Deployment:
     def out(self) -> Path:
         return self.tmp / "events.jsonl"
 
+    @property
+    def relay_events(self) -> Path:
+        """Relay's own events, logged as JSON by every process (``tests.support.event_log``)."""
+        return self.tmp / "relay-events.jsonl"
+
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
@@ -52,6 +57,7 @@ class Deployment:
             "RELAY_T_BACKEND": self.backend,
             "RELAY_T_LEASE": self.lease,
             "RELAY_T_OUT": str(self.out),
+            "RELAY_T_EVENTS": str(self.relay_events),
             "RELAY_T_JOBS": json.dumps(self.jobs),
         }
 
@@ -119,13 +125,17 @@ class Deployment:
             backend.close()
 
     def enqueued(self) -> list[str]:
-        """Run ids the schedulers report enqueuing (with repeats, if any were enqueued twice)."""
+        """Run ids the schedulers report enqueuing (with repeats, if any were enqueued twice).
+
+        Read from the ``dispatched`` events the schedulers log (logger relay.events.dispatched).
+        """
+        marker = " relay.events.dispatched dispatched "
         ids = []
         for name, _ in self.procs:
             if name.startswith("scheduler"):
                 for line in (self.tmp / f"{name}.log").read_text(errors="replace").splitlines():
-                    if " enqueued " in line:
-                        ids.append(line.split(" enqueued ", 1)[1].split(" ")[0])
+                    if marker in line:
+                        ids.append(line.split(marker, 1)[1].split(" ")[0])
         return ids
 
     def wait_for(self, what: str, check: Callable[[], T | None], timeout: float = 60) -> T:

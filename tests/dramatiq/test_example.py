@@ -40,7 +40,7 @@ def test_example_runs_each_report_once(tmp_path: Path) -> None:
         client.close()
     output = result.stdout + result.stderr
     ran = Counter(re.findall(r"ran (report@\S+)", output))
-    enqueued = Counter(re.findall(r"enqueued (report@\S+)", output))
+    enqueued = Counter(re.findall(r"relay.events.dispatched dispatched (report@\S+)", output))
     assert result.returncode == 0, output
     assert ran and max(ran.values()) == 1, output
     assert max(enqueued.values()) == 1, output

@@ -195,7 +195,7 @@ def test_a_failed_run_is_retried_by_relay_not_dramatiq(broker: StubBroker) -> No
     for _ in range(2):
         scheduler.run_pending()  # dispatches attempt 1, then the sweep dispatches attempt 2
         process(broker)
-        scheduler._groups[id(middleware_of(broker))].next_sweep = 0.0
+        scheduler._groups[id(middleware_of(broker))].loop.next_sweep = 0.0
     assert calls == [1, 2]
     [record] = store(broker).runs("failing")
     assert (record.state, record.failures) == (RunState.FAILED, 2)

@@ -265,4 +265,34 @@ def test_a_message_that_outwaits_its_queue_lease_is_replaced_and_dropped(deploy:
     assert len(starts) == 1, d.logs()
     [record] = d.runs("queued")
     assert record.state is RunState.SUCCEEDED and starts[0]["token"] == record.token > 1
-    assert "not running queued@" in d.logs()  # the first message was dropped
+    assert "refused the start of queued@" in d.logs()  # the first message was dropped
+
+
+@pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
+def test_a_triggered_run_is_enqueued_and_run_once_by_racing_schedulers(deploy: Any) -> None:
+    from relay import Control
+    from relay.errors import StoreNotFound
+
+    d: Deployment = deploy({"hourly": {"every": 3600, "sleep": 0.1}})
+    worker = d.worker("worker", threads=2)
+    schedulers = [d.scheduler(f"scheduler{i}") for i in range(3)]
+
+    def registered() -> bool:
+        try:
+            with Control(d.backend, read_only=True) as control:
+                return [job.name for job in control.jobs()] == ["hourly"]
+        except StoreNotFound:  # no scheduler created the store yet
+            return False
+
+    d.wait_for("the job to be registered", registered)
+    with Control(d.backend) as control:
+        run_id = control.trigger("hourly").id
+    d.wait_for("the manual run to finish", lambda: run_id in {e["run"] for e in d.events("done")})
+    time.sleep(2)  # the schedulers sweep a few more times
+    for proc in schedulers:
+        assert d.stop(proc) == 0, d.logs()
+    d.stop(worker)
+    assert Counter(e["run"] for e in d.events("start"))[run_id] == 1, d.logs()
+    assert Counter(d.enqueued())[run_id] == 1
+    (record,) = [r for r in d.runs("hourly") if r.id == run_id]
+    assert record.state is RunState.SUCCEEDED

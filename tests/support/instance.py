@@ -2,6 +2,7 @@
 
 It runs one job on the given backend URL; each run appends ``(run id, attempt, token, owner,
 event)`` lines to a log file so that the test can see who started and who finished which run.
+With ``"events": PATH`` it also logs Relay's events to PATH as JSON lines.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import relay
+from tests.support.event_log import record_events
 
 
 def main(args: dict[str, Any]) -> None:
     log = Path(args["log"])
+    record_events(args.get("events"))
     scheduler = relay.Scheduler(
         args["url"], lease=args["lease"], heartbeat=args["heartbeat"], tick=0.1,
         owner=f"{args['name']}:{os.getpid()}", stop_timeout=args.get("stop_timeout", 1),
@@ -28,8 +31,10 @@ def main(args: dict[str, Any]) -> None:
             out.write(json.dumps([run.id, run.attempt, run.token, args["name"], event]) + "\n")
 
     @scheduler.job(
-        every=args["every"], name="job", max_attempts=3, catch_up=args.get("catch_up", 0)
-    )
+        every=args["every"], name="job", max_attempts=args.get("max_attempts", 3),
+        catch_up=args.get("catch_up", 0), overlap=args.get("overlap", "allow"),
+        stale_after=args.get("stale_after"),
+    )  # fmt: skip
     def job(run: relay.Run) -> None:
         write(run, "start")
         time.sleep(args["work"])

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
-__all__ = ["LEASE_BACKENDS", "Backend", "one_host_warning", "open_backend"]
+__all__ = ["LEASE_BACKENDS", "Backend", "capability_of", "one_host_warning", "open_backend"]
 
 Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 
@@ -56,6 +56,7 @@ _ALIASES = {
     "tls": "nats",
 }
 _DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
+_LEASE_MODULES = {"sqlite", "postgres", "redis_lease", "nats_kv"}
 
 
 def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
@@ -66,24 +67,10 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
     prefix or bucket) raises :class:`~relay.errors.StoreNotFound` naming what was not found. Claim
     stores keep nothing to read: they are refused with a ``ConfigurationError``.
     """
-    parsed = BackendURL(url)
-    scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
-    strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
-    if scheme == "amqp" and "mode" in parsed.options:  # amqp://…?mode=consumer
-        strategy = parsed.options["mode"]
-    entry = _REGISTRY.get((scheme, strategy))
-    if entry is None:
-        raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
-    module_name, class_name, extra, driver = entry
-    try:
-        importlib.import_module(driver)
-    except ImportError:
-        raise MissingDependency(driver, extra) from None
-    module = importlib.import_module(f"relay.backends.{module_name}")
-    factory = getattr(module, class_name)
+    factory = _factory(url)
     _check_options(factory, options)
     if read_only:
-        if factory.capability != "lease":
+        if factory.capability != "lease" and not getattr(factory, "readable_runs", False):
             raise ConfigurationError(
                 f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
                 "no runs or instances to read; read-only commands need a lease backend "
@@ -92,6 +79,39 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
         options["read_only"] = True
     backend: Backend = factory.from_url(url, **options)
     return backend
+
+
+def capability_of(url: str) -> Literal["claim", "lease"]:
+    """``"claim"`` or ``"lease"``: the kind of backend a URL names, without opening it or
+    importing its driver.
+
+    Raises :class:`~relay.errors.UnknownBackend` (or ``ConfigurationError``) like
+    :func:`open_backend` for a URL it cannot use.
+    """
+    return "lease" if _entry(url)[0] in _LEASE_MODULES else "claim"
+
+
+def _factory(url: str) -> Any:
+    """The backend class a URL names (its driver imported, or ``MissingDependency``)."""
+    module_name, class_name, extra, driver = _entry(url)
+    try:
+        importlib.import_module(driver)
+    except ImportError:
+        raise MissingDependency(driver, extra) from None
+    return getattr(importlib.import_module(f"relay.backends.{module_name}"), class_name)
+
+
+def _entry(url: str) -> tuple[str, str, str, str]:
+    """The registry entry of the backend a URL names."""
+    parsed = BackendURL(url)
+    scheme = _ALIASES.get(parsed.scheme, parsed.scheme)
+    strategy = parsed.options.get("strategy", _DEFAULT_STRATEGY.get(scheme, ""))
+    if scheme == "amqp" and "mode" in parsed.options:  # amqp://…?mode=consumer
+        strategy = parsed.options["mode"]
+    entry = _REGISTRY.get((scheme, strategy))
+    if entry is None:
+        raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
+    return entry
 
 
 def _check_options(cls: type, options: dict[str, Any]) -> None:

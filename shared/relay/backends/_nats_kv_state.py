@@ -1,10 +1,14 @@
 """The value of one job's key in the NATS lease bucket, and the lease steps applied to it.
 
-A job's key holds its fencing-token counter, its latest slot and every run that is not archived
-yet (all live and pending runs, and the newest finished ones). Each lease step reads that value,
-changes it here (pure functions, no I/O) and writes it back with a compare-and-swap on the
-revision it read, so the check and the write are one step. Finished runs beyond the newest
-:data:`KEEP_FINISHED` move to a key of their own (see :mod:`relay.backends.nats_kv`).
+A job's key holds its fencing-token counter, its latest slot, its registered definition, whether it
+is paused, and every run that is not archived yet (all live and pending runs, and the newest
+finished ones). Each lease step reads that value, changes it here (pure functions, no I/O) and
+writes it back with a compare-and-swap on the revision it read, so the check and the write are one
+step. Finished runs beyond the newest :data:`KEEP_FINISHED` move to a key of their own (see
+:mod:`relay.backends.nats_kv`).
+
+Runs are keyed by their slot in milliseconds; a manual run, whose "slot" is when it was triggered,
+by minus that (:func:`run_key`), so the two can never collide.
 """
 
 from __future__ import annotations
@@ -14,12 +18,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import LeaseLost
-from relay.lease_rules import Action, StoredRun, decide
+from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
 
-__all__ = ["KEEP_FINISHED", "JobState", "RunFields"]
+__all__ = ["KEEP_FINISHED", "JobState", "RunFields", "key_id", "run_key"]
+
+
+def run_key(slot: datetime, *, manual: bool = False) -> int:
+    """The key of a run in a job's value: its slot in ms, negated for a manual run."""
+    return -slot_ms(slot) if manual else slot_ms(slot)
+
+
+def key_id(job: str, key: int) -> str:
+    """The run id of the run at ``key``."""
+    return run_id(job, from_ms(abs(key)), manual=key < 0)
+
 
 KEEP_FINISHED = 8
 """Finished runs a job's key keeps before older ones are archived to keys of their own. Every
@@ -62,7 +77,7 @@ class RunFields:
     def record(self, job: str, slot: int) -> RunRecord:
         """The run as the contract reports it."""
         return RunRecord(
-            id=run_id(job, from_ms(slot)), job=job, scheduled_for=from_ms(slot),
+            id=key_id(job, slot), job=job, scheduled_for=from_ms(abs(slot)),
             state=self.run_state, attempt=self.attempt, failures=self.failures, token=self.token,
             owner=self.owner, reason=self.reason, expires_at=_time(self.expires_ms),
             started_at=_time(self.started_ms), finished_at=_time(self.finished_ms),
@@ -79,6 +94,9 @@ class JobState:
     last_slot: int | None = None
     runs: dict[int, RunFields] = field(default_factory=dict)
     changed: bool = False
+    spec: str | None = None
+    paused: dict[str, Any] | None = None
+    """While the job is paused: ``at`` (server ms), ``by`` and ``reason``."""
 
     @classmethod
     def decode(cls, job: str, data: bytes | None) -> JobState:
@@ -89,7 +107,10 @@ class JobState:
         if value.get("format") != FORMAT:
             raise ValueError(f"unknown format {value.get('format')!r} for job {job!r}")
         runs = {int(slot): RunFields(**fields) for slot, fields in value["runs"].items()}
-        return cls(job, value["token"], value["last_slot"], runs)
+        return cls(
+            job, value["token"], value["last_slot"], runs,
+            spec=value.get("spec"), paused=value.get("paused"),
+        )  # fmt: skip
 
     def encode(self) -> bytes:
         """JSON for the job's key."""
@@ -97,6 +118,9 @@ class JobState:
             "format": FORMAT, "job": self.job, "token": self.token, "last_slot": self.last_slot,
             "runs": {str(slot): vars(fields) for slot, fields in self.runs.items()},
         }  # fmt: skip
+        for name in ("spec", "paused"):  # only when set: keys written before stay the same
+            if getattr(self, name) is not None:
+                value[name] = getattr(self, name)
         return json.dumps(value, separators=(",", ":")).encode()
 
     def may_be_archived(self, slot: int) -> bool:
@@ -107,7 +131,9 @@ class JobState:
         """Finished runs beyond the newest ``KEEP_FINISHED``, once there are ``KEEP_FINISHED``
         more (so they move in batches, written at once): write them to their own keys first, then
         drop them from this key (:meth:`drop`)."""
-        finished = sorted((s for s, f in self.runs.items() if f.state in _FINAL), reverse=True)
+        finished = sorted(
+            (s for s, f in self.runs.items() if f.state in _FINAL), key=abs, reverse=True
+        )
         if len(finished) < 2 * KEEP_FINISHED:
             return {}
         return {slot: self.runs[slot] for slot in finished[KEEP_FINISHED:]}
@@ -124,18 +150,24 @@ class JobState:
         self, request: AcquireRequest, now_ms: int, archived: RunFields | None
     ) -> AcquireResult:
         """Decide one run with :func:`relay.lease_rules.decide` and apply the decision."""
-        slot = slot_ms(request.slot)
+        slot = run_key(request.slot, manual=request.manual)
         fields = self.runs.get(slot, archived)
         stored = None
         if fields is not None:
             stored = StoredRun(
                 fields.run_state, fields.expires_ms, fields.failures, fields.max_attempts,
-                fields.reason,
+                fields.reason, fields.attempt,
             )  # fmt: skip
-        other_live = request.overlap_skip and self._other_live(slot, now_ms)
-        decision = decide(stored, request, now_ms, other_live)
+        other_live = self._other_live(slot, now_ms)
+        waiting = any(f.state == "pending" and f.reason == BUFFERED for f in self.runs.values())
+        decision = decide(
+            stored, request, now_ms, other_live, paused=self.paused is not None, waiting=waiting
+        )
         if decision.action is Action.SKIP:
             self._insert_skipped(slot, decision.reason or "", now_ms)
+        elif decision.action is Action.BUFFER:
+            self._insert(slot, RunFields("pending", max_attempts=request.max_attempts,
+                                         reason=BUFFERED))  # fmt: skip
         elif decision.action is Action.FAIL:
             assert fields is not None
             self._set(fields, state="failed", failures=decision.failures, reason=decision.reason,
@@ -152,7 +184,7 @@ class JobState:
                             f"{fields.owner}")  # fmt: skip
         self._set(fields, owner=owner, started_ms=fields.started_ms or now_ms,
                   expires_ms=now_ms + _ms(lease))  # fmt: skip
-        return Run(self._id(slot), self.job, from_ms(slot), fields.attempt, token, owner)
+        return Run(self._id(slot), self.job, from_ms(abs(slot)), fields.attempt, token, owner)
 
     def heartbeat(self, slot: int, token: int, lease: float, now_ms: int) -> None:
         """Renew a lease to ``now + lease``."""
@@ -184,6 +216,83 @@ class JobState:
         self._insert_skipped(slot, reason, now_ms)
         return True
 
+    # -- the control plane -----------------------------------------------------------------
+
+    def info(self) -> JobInfo:
+        """The job as ``relay jobs`` shows it."""
+        paused = self.paused or {}
+        at = paused.get("at")
+        return JobInfo(
+            self.job, self.spec, None if at is None else from_ms(at), paused.get("by"),
+            paused.get("reason"),
+        )  # fmt: skip
+
+    def register(self, spec: str) -> None:
+        """Record the job's definition."""
+        if self.spec != spec:
+            self.spec, self.changed = spec, True
+
+    def pause(self, reason: str, by: str, now_ms: int) -> bool:
+        """Pause the job unless it is paused; ``True`` if it was not."""
+        if self.paused is not None:
+            return False
+        self.paused, self.changed = {"at": now_ms, "by": by, "reason": reason}, True
+        return True
+
+    def resume(
+        self, catch_up: float | None, now_ms: int, archived: dict[int, RunFields] | None = None
+    ) -> list[str]:
+        """Resume; with ``catch_up``, put back the paused slots that recent as pending runs
+        (those in this key, and those ``archived`` to keys of their own)."""
+        if self.paused is not None:
+            self.paused, self.changed = None, True
+        if catch_up is None:
+            return []
+        oldest = now_ms - _ms(catch_up)
+        for slot, fields in (archived or {}).items():
+            if slot not in self.runs and slot >= oldest and _paused_skip(fields):
+                self.runs[slot] = fields  # back in the key, where pending runs live
+        back = [
+            slot for slot, fields in self.runs.items()
+            if slot >= oldest and _paused_skip(fields)
+        ]  # fmt: skip
+        for slot in back:
+            self._set(self.runs[slot], state="pending", reason="resumed", attempt=0,
+                      finished_ms=None)  # fmt: skip
+        return sorted(self._id(slot) for slot in back)
+
+    def trigger(self, overlap_skip: bool, now_ms: int) -> RunRecord:
+        """Record a manual run, pending (or skipped as an overlap while a run is live)."""
+        slot = -now_ms
+        if slot not in self.runs:
+            if overlap_skip and self._other_live(slot, now_ms):
+                self._insert_skipped(slot, "overlap", now_ms)
+            else:
+                self._insert(slot, RunFields("pending", reason="manual"))
+        return self.runs[slot].record(self.job, slot)
+
+    def backfill(
+        self, slots: list[int], archived: dict[int, RunFields], reason: str = "backfill"
+    ) -> list[bool]:
+        """Record each slot pending (with ``reason``) unless it has a record."""
+        created = []
+        for slot in slots:
+            new = slot not in self.runs and slot not in archived
+            if new:
+                self._insert(slot, RunFields("pending", reason=reason))
+            created.append(new)
+        return created
+
+    def prune(self, cutoff_ms: int, limit: int) -> int:
+        """Forget up to ``limit`` runs finished before ``cutoff_ms``, never the latest slot's."""
+        old = [
+            slot for slot, fields in self.runs.items()
+            if fields.run_state.final and (fields.finished_ms or 0) < cutoff_ms
+            and slot != self.last_slot
+        ][:limit]  # fmt: skip
+        self.drop(old)
+        return len(old)
+
     def reclaimable(self, now_ms: int) -> list[RunRecord]:
         """Pending runs and running runs whose lease expired."""
         return [
@@ -202,6 +311,8 @@ class JobState:
         fields = self.runs.get(slot)
         if fields is None:
             fields = self._insert(slot, RunFields("running", max_attempts=request.max_attempts))
+        elif fields.attempt == 0:  # never leased yet: the job's max_attempts applies from now on
+            fields.max_attempts = request.max_attempts
         self._set(fields, state="running", attempt=fields.attempt + 1, failures=failures,
                   token=self.token, owner=request.owner, reason=None, started_ms=None,
                   expires_ms=now_ms + _ms(request.lease))  # fmt: skip
@@ -214,7 +325,8 @@ class JobState:
 
     def _insert(self, slot: int, fields: RunFields) -> RunFields:
         self.runs[slot] = fields
-        self.last_slot = slot if self.last_slot is None else max(self.last_slot, slot)
+        if slot >= 0:  # a manual run is not a slot
+            self.last_slot = slot if self.last_slot is None else max(self.last_slot, slot)
         self.changed = True
         return fields
 
@@ -242,7 +354,11 @@ class JobState:
         )
 
     def _id(self, slot: int) -> str:
-        return run_id(self.job, from_ms(slot))
+        return key_id(self.job, slot)
+
+
+def _paused_skip(fields: RunFields) -> bool:
+    return fields.state == "skipped" and fields.reason == "paused"
 
 
 def _ms(seconds: float) -> int:

@@ -5,6 +5,10 @@ job's run queue, each with a prefetch of 1. A delivered run is executed by the c
 :class:`~relay.engine.Runner` on a worker thread while the connection thread keeps the AMQP
 heartbeats going; the outcome is settled back on the connection thread: ack on success, nack with
 requeue on failure (the queue's delivery limit turns the last failure into a dead letter).
+
+A run's attempt and token are the published ones plus the broker's ``x-delivery-count``. On
+:meth:`JobConsumers.stop`, runs still going after the timeout are handed over: republished with
+their attempt unchanged (confirmed), then acked, so the next consumer's attempt is the same one.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -22,18 +25,35 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
-from relay.contract import ClaimBackend
+from relay.backends._rabbitmq_outcomes import HANDED_OVER
+from relay.engine.looping import MAX_BACKOFF
 from relay.engine.running import Runner
+from relay.errors import RelayError
 from relay.jobs import Job
-from relay.runs import HEADER, RunState, run_from_headers
+from relay.runs import HEADER, Run, RunState, run_from_headers
 
 if TYPE_CHECKING:
-    from relay.backends.rabbitmq_consumer import RunQueues
+    from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend, RunQueues
 
-__all__ = ["JobConsumers"]
+__all__ = ["DELIVERY_COUNT", "JobConsumers", "delivered", "outcome"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
-MAX_BACKOFF = 30.0
+DELIVERY_COUNT = "x-delivery-count"
+"""The header a quorum queue adds to a redelivered message: how many times it came back."""
+
+
+def delivered(run: Run, headers: dict[str, Any]) -> Run:
+    """The run a delivery carries: its published attempt and token base, each plus the broker's
+    ``x-delivery-count`` (0 on a first delivery, + 1 on each redelivery)."""
+    count = int(headers.get(DELIVERY_COUNT) or 0)
+    return dataclasses.replace(run, attempt=run.attempt + count, token=run.token + count)
+
+
+def outcome(state: RunState, run: Run, job: Job) -> RunState:
+    """What an attempt's end means for the run: failed for good only on its last attempt."""
+    if state is RunState.FAILED and run.attempt < job.max_attempts:
+        return RunState.PENDING
+    return state
 
 
 class _Session:
@@ -41,7 +61,8 @@ class _Session:
 
     def __init__(self, connection: pika.BlockingConnection) -> None:
         self.connection = connection
-        self.in_flight = 0
+        self.in_flight: dict[int, tuple[Run, Job]] = {}
+        """The runs being executed, by delivery tag; settled or handed over, they leave."""
 
 
 class JobConsumers:
@@ -49,20 +70,18 @@ class JobConsumers:
 
     def __init__(
         self,
-        backend: ClaimBackend,
+        backend: RabbitMQConsumerBackend,
         parameters: pika.connection.Parameters,
         queues: RunQueues,
         jobs: Sequence[Job],
         owner: str,
     ) -> None:
+        self._backend = backend
         self._parameters = parameters
         self._queues = queues
         self._jobs = [job for job in jobs if job.handler is not None]
         self._owner = owner
         self._runner = Runner(backend, owner=owner, lease=0.0, heartbeat=0.0)
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, len(self._jobs)), thread_name_prefix="relay-consume"
-        )
         self._stopping = threading.Event()
         self.subscribed = threading.Event()
         """Set while the consumers are subscribed to every run queue."""
@@ -80,7 +99,6 @@ class JobConsumers:
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout + 30)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         backoff = 0.5
@@ -100,11 +118,13 @@ class JobConsumers:
             channel.basic_qos(prefetch_count=1)  # per consumer: one run of each job at a time
             tags = [
                 channel.basic_consume(
-                    self._queues.declare(channel, job.name), partial(self._deliver, session, job)
+                    self._queues.declare(channel, job.name, job.max_attempts),
+                    partial(self._deliver, session, job),
                 )
                 for job in self._jobs
             ]
             self.subscribed.set()
+            log.info("consuming the run queues of %d job(s) as %s", len(tags), self._owner)
             while not self._stopping.is_set():
                 session.connection.process_data_events(time_limit=0.2)
             for tag in tags:
@@ -112,6 +132,7 @@ class JobConsumers:
             deadline = time.monotonic() + self._stop_timeout
             while session.in_flight and time.monotonic() < deadline:
                 session.connection.process_data_events(time_limit=0.1)
+            self._hand_over(session, channel)
         finally:
             self.subscribed.clear()
             if session.connection.is_open:
@@ -132,13 +153,58 @@ class JobConsumers:
             log.error("dropping a message that carries no run of %s: %r", job.name, body[:200])
             channel.basic_reject(method.delivery_tag, requeue=False)
             return
-        attempt = int(headers.get("x-delivery-count", 0)) + 1
-        run = dataclasses.replace(run, attempt=attempt, owner=self._owner)
+        run = dataclasses.replace(delivered(run, headers), owner=self._owner)
+        if run.attempt > job.max_attempts:  # handed over on its last attempt, then lost again
+            log.error("%s used its %d attempts: dead-lettering it", run.id, job.max_attempts)
+            channel.basic_reject(method.delivery_tag, requeue=False)
+            return
         assert job.handler is not None
-        session.in_flight += 1
-        future = self._pool.submit(self._runner.execute, run, job.handler)
-        settle = partial(self._settle, session, channel, method.delivery_tag, future)
-        future.add_done_callback(lambda _: self._call_back(session, settle))
+        session.in_flight[method.delivery_tag] = (run, job)
+        # A daemon thread per run (prefetch 1: one per job at most): a stopped process exits
+        # without waiting for a run it handed over, as the scheduler's own threads do.
+        threading.Thread(
+            target=self._execute,
+            args=(session, channel, method.delivery_tag, run, job),
+            name=f"relay-{run.id}",
+            daemon=True,
+        ).start()
+
+    def _execute(
+        self, session: _Session, channel: BlockingChannel, tag: int, run: Run, job: Job
+    ) -> None:
+        handler, errors = job.handler, []
+        assert handler is not None
+
+        def call(run: Run) -> None:
+            try:
+                handler(run)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                raise
+
+        state: RunState | None = None
+        try:
+            state = self._runner.execute(run, call)
+            if state is not None:
+                self._backend.record(
+                    run, outcome(state, run, job), error=errors[0] if errors else None
+                )
+        finally:
+            settle = partial(self._settle, session, channel, tag, state)
+            self._call_back(session, settle)
+
+    def _hand_over(self, session: _Session, channel: BlockingChannel) -> None:
+        """Republish each unfinished run with its attempt unchanged, confirmed, then ack it."""
+        for tag, (run, job) in list(session.in_flight.items()):
+            try:
+                self._backend.publish(run, job.stale_after, job.max_attempts)
+            except RelayError as exc:  # left unacked: redelivered, using an attempt
+                log.warning("could not hand %s over: %s", run.id, exc)
+                continue
+            del session.in_flight[tag]
+            channel.basic_ack(tag)
+            log.info("handed %s over (attempt %d kept)", run.id, run.attempt)
+            self._backend.record(run, RunState.PENDING, reason=HANDED_OVER)
 
     @staticmethod
     def _call_back(session: _Session, settle: partial[None]) -> None:
@@ -149,14 +215,13 @@ class JobConsumers:
 
     @staticmethod
     def _settle(
-        session: _Session, channel: BlockingChannel, tag: int, future: Future[RunState | None]
+        session: _Session, channel: BlockingChannel, tag: int, state: RunState | None
     ) -> None:
-        session.in_flight -= 1
-        succeeded = not future.cancelled() and future.exception() is None
-        succeeded = succeeded and future.result() is RunState.SUCCEEDED
+        if session.in_flight.pop(tag, None) is None:
+            return  # handed over: its delivery was acked when it was republished
         if not channel.is_open:
             return
-        if succeeded:
+        if state is RunState.SUCCEEDED:
             channel.basic_ack(tag)
         else:
             channel.basic_nack(tag, requeue=True)

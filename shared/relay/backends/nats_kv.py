@@ -36,10 +36,10 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from relay.backends._nats_clock import ServerClock
-from relay.backends._nats_kv_state import JobState, RunFields
+from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult
+from relay.contract import AcquireRequest, AcquireResult, JobInfo
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -54,8 +54,8 @@ from relay.runs import (
     RunState,
     check_slots,
     from_ms,
+    is_manual,
     parse_run_id,
-    run_id,
     slot_ms,
 )
 
@@ -167,9 +167,9 @@ class NatsLeaseBackend:
             def change(
                 state: JobState, now_ms: int, archived: dict[int, RunFields]
             ) -> list[AcquireResult]:
-                return [state.acquire(r, now_ms, archived.get(slot_ms(r.slot))) for r in mine]
+                return [state.acquire(r, now_ms, archived.get(_key(r))) for r in mine]
 
-            return await self._step(job, [slot_ms(r.slot) for r in mine], change)
+            return await self._step(job, [_key(r) for r in mine], change)
 
         async def decide_all() -> list[list[AcquireResult]]:
             return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
@@ -249,6 +249,66 @@ class NatsLeaseBackend:
 
     def instances(self) -> list[InstanceInfo]:
         return self._call(self._read_instances())
+
+    # -- the control plane -------------------------------------------------------------------
+
+    def register_jobs(self, specs: dict[str, str]) -> None:
+        async def register_all() -> None:
+            await asyncio.gather(
+                *(self._step(job, [], lambda s, *_, spec=spec: s.register(spec))
+                  for job, spec in specs.items())
+            )  # fmt: skip
+
+        self._call(register_all())
+
+    def jobs(self) -> list[JobInfo]:
+        return sorted((s.info() for s in self._call(self._all_jobs())), key=lambda i: i.name)
+
+    def pause(self, job: str, reason: str, by: str) -> bool:
+        return self._call(self._step(job, [], lambda s, now, _: s.pause(reason, by, now)))
+
+    def resume(self, job: str, catch_up: float | None = None) -> list[str]:
+        async def resume() -> list[str]:
+            # Paused runs beyond the newest the job's key keeps were archived: bring those back
+            # too (the key's copy then shadows the archived one).
+            archived: dict[int, RunFields] = {}
+            if catch_up is not None:
+                for entry in await self._watch(f"run.{_encode(job)}.*", meta_only=False):
+                    if entry.value:
+                        archived[int(entry.key.rsplit(".", 1)[1])] = RunFields.decode(entry.value)
+            return await self._step(job, [], lambda s, now, _: s.resume(catch_up, now, archived))
+
+        return self._call(resume())
+
+    def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
+        return self._call(self._step(job, [], lambda s, now, _: s.trigger(overlap_skip, now)))
+
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
+        keys = [slot_ms(slot) for slot in slots]
+        reason = "buffered" if serial else "backfill"
+        return self._call(self._step(job, keys, lambda s, _, old: s.backfill(keys, old, reason)))
+
+    def prune(self, older_than: float, limit: int = 500) -> int:
+        # Archived runs are finished and never a job's latest (its key keeps the newest): purge
+        # those older than the cutoff; a purge of the subject leaves no marker behind.
+        async def prune() -> int:
+            cutoff = await self._now_ms() - round(older_than * 1000)
+            entries = await self._watch("run.>", meta_only=False)
+            old = [
+                e.key for e in entries
+                if e.value and (RunFields.decode(e.value).finished_ms or cutoff) < cutoff
+            ][:limit]  # fmt: skip
+            for key in old:
+                await self._js.purge_stream(self._stream, subject=self._prefix + key)
+            deleted = len(old)
+            for state in await self._all_jobs():
+                if deleted >= limit:
+                    break
+                left = limit - deleted
+                deleted += await self._step(state.job, [], lambda s, *_, n=left: s.prune(cutoff, n))
+            return deleted
+
+        return self._call(prune(), self._timeout * 12)
 
     def close(self) -> None:
         if not self._loop.closed:
@@ -438,7 +498,7 @@ class NatsLeaseBackend:
         }
         for entry in archive:  # archived runs: read only those that make the cut
             found.setdefault((_job_of(entry.key), int(entry.key.rsplit(".", 1)[1])), None)
-        order = sorted(found, key=lambda js: (-js[1], run_id(js[0], from_ms(js[1]))))[:limit]
+        order = sorted(found, key=lambda js: (-abs(js[1]), key_id(*js)))[:limit]
         records = []
         for name, slot in order:
             record = found[(name, slot)]
@@ -618,11 +678,16 @@ def _run_key(job: str, slot: int) -> str:
 
 
 def _parse(value: str) -> tuple[str, int]:
+    """The job and the key in its value of the run ``value`` names."""
     try:
         job, slot = parse_run_id(value)
     except ValueError:
         raise LeaseLost(f"{value!r} is not a run id, so it has no lease") from None
-    return job, slot_ms(slot)
+    return job, run_key(slot, manual=is_manual(value))
+
+
+def _key(request: AcquireRequest) -> int:
+    return run_key(request.slot, manual=request.manual)
 
 
 def _parse_ts(text: str) -> int:

@@ -28,10 +28,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
-from relay.runs import Run, RunRecord, RunState, check_slots, run_id
+from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
@@ -145,10 +145,10 @@ class PostgresLeaseBackend:
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:
-        rid = run_id(request.job, request.slot)
+        rid = request.id
         params = (
             rid, request.job, request.slot, request.owner, request.lease, request.max_attempts,
-            request.overlap_skip, request.stale_after,
+            request.overlap_skip, request.stale_after, request.buffer_one,
         )  # fmt: skip
         with self._connection() as conn:
             row = conn.execute(self._queries["acquire_one"], params).fetchone()
@@ -158,12 +158,13 @@ class PostgresLeaseBackend:
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
         if len(requests) < 2:
             return [self.acquire(request) for request in requests]
-        ids = [run_id(r.job, r.slot) for r in requests]
+        ids = [r.id for r in requests]
         params = (
             ids, [r.job for r in requests], [r.slot for r in requests],
             [r.owner for r in requests], [float(r.lease) for r in requests],
             [r.max_attempts for r in requests], [r.overlap_skip for r in requests],
             [None if r.stale_after is None else float(r.stale_after) for r in requests],
+            [r.buffer_one for r in requests],
         )  # fmt: skip
         with self._connection() as conn:
             rows = conn.execute(self._queries["acquire_many"], params).fetchall()
@@ -265,6 +266,58 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             rows = conn.execute(self._queries["instances"]).fetchall()
         return [_instance(*row) for row in rows]
+
+    # -- the control plane -------------------------------------------------------------------
+
+    def register_jobs(self, specs: dict[str, str]) -> None:
+        names = sorted(specs, key=str.encode)  # rows taken in name order, as acquires take them
+        with self._connection() as conn:
+            conn.execute(self._queries["register_jobs"], (names, [specs[n] for n in names]))
+
+    def jobs(self) -> list[JobInfo]:
+        if self._version < 5:  # read-only on a schema no scheduler of this version opened yet
+            with self._connection() as conn:
+                names = conn.execute(self._queries["job_names"]).fetchall()
+            return [JobInfo(name, None) for (name,) in names]
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["jobs"]).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
+    def pause(self, job: str, reason: str, by: str) -> bool:
+        params = {"job": job, "reason": reason, "by": by}
+        with self._connection() as conn:
+            return conn.execute(self._queries["pause"], params).fetchone() is not None
+
+    def resume(self, job: str, catch_up: float | None = None) -> list[str]:
+        params = {"job": job, "catch_up": catch_up}
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["resume"], params).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
+        slot = from_ms(slot_ms(self.now()))  # ids name whole milliseconds
+        rid = run_id(job, slot, manual=True)
+        params = {"run_id": rid, "job": job, "slot": slot, "overlap_skip": overlap_skip}
+        with self._connection() as conn:
+            conn.execute(self._queries["trigger"], params)
+            row = conn.execute(self._queries["run"], (rid,)).fetchone()
+        assert row is not None
+        return _record(row)
+
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
+        ids = [run_id(job, slot) for slot in slots]
+        reason = "buffered" if serial else "backfill"
+        with self._connection() as conn:
+            rows = conn.execute(
+                self._queries["backfill"], (job, reason, ids, list(slots))
+            ).fetchall()
+        created = {row[0] for row in rows}
+        return [rid in created for rid in ids]
+
+    def prune(self, older_than: float, limit: int = 500) -> int:
+        params = {"older_than": float(older_than), "limit": limit}
+        with self._connection() as conn:
+            return conn.execute(self._queries["prune"], params).rowcount
 
     def close(self) -> None:
         if not self._closed.is_set():

@@ -5,11 +5,12 @@
 -- name: acquire_many
 SELECT o_index, o_outcome, o_attempt, o_token
 FROM {schema}.acquire_many(%b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::float8[],
-                           %b::integer[], %b::boolean[], %b::float8[])
+                           %b::integer[], %b::boolean[], %b::float8[], %b::boolean[])
 
 -- name: acquire_one
 SELECT o_outcome, o_attempt, o_token
-FROM {schema}.acquire_one(%s, %s, %s, %s, %s::float8, %s::integer, %s::boolean, %s::float8)
+FROM {schema}.acquire_one(%s, %s, %s, %s, %s::float8, %s::integer, %s::boolean, %s::float8,
+                          %s::boolean)
 
 -- name: start
 UPDATE {schema}.runs SET
@@ -59,7 +60,8 @@ FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) WITH ORDINALITY AS r (run
 ORDER BY r.idx
 
 -- name: last_slots
-SELECT name, (SELECT max(slot) FROM {schema}.runs WHERE job = name)
+-- Slot runs only: a slot run's id, 'job@<digits>…', sorts before 'job@:', a manual run's after.
+SELECT name, (SELECT max(slot) FROM {schema}.runs WHERE job = name AND run_id < name || '@:')
 FROM unnest(%s::text[]) AS name
 
 -- name: reclaimable
@@ -84,6 +86,82 @@ FROM {schema}.runs ORDER BY slot DESC, run_id LIMIT %s
 -- name: now
 SELECT clock_timestamp()
 
+-- name: register_jobs
+INSERT INTO {schema}.jobs AS j (name, token, spec)
+SELECT name, 0, spec FROM unnest(%s::text[], %s::text[]) AS r (name, spec)
+ORDER BY name
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
+
+-- name: job_names
+SELECT name FROM {schema}.jobs ORDER BY name
+
+-- name: jobs
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs ORDER BY name
+
+-- name: pause
+INSERT INTO {schema}.jobs AS j (name, token, paused_at, paused_by, paused_reason)
+VALUES (%(job)s, 0, clock_timestamp(), %(by)s, %(reason)s)
+ON CONFLICT (name) DO UPDATE SET
+    paused_at = excluded.paused_at, paused_by = excluded.paused_by,
+    paused_reason = excluded.paused_reason
+WHERE j.paused_at IS NULL
+RETURNING 1
+
+-- name: resume
+-- The job's row first (data-modifying CTEs always run), so no acquire decides in between.
+WITH resumed AS (
+    UPDATE {schema}.jobs SET paused_at = NULL, paused_by = NULL, paused_reason = NULL
+    WHERE name = %(job)s RETURNING name
+)
+UPDATE {schema}.runs SET
+    state = 'pending', reason = 'resumed', attempt = 0, finished_at = NULL,
+    updated_at = clock_timestamp()
+WHERE job = %(job)s AND %(catch_up)s::float8 IS NOT NULL
+  AND slot >= clock_timestamp() - %(catch_up)s::float8 * interval '1 second'
+  AND state = 'skipped' AND reason = 'paused'
+RETURNING run_id
+
+-- name: trigger
+INSERT INTO {schema}.runs (run_id, job, slot, state, reason, updated_at)
+SELECT %(run_id)s, %(job)s, %(slot)s,
+       CASE WHEN busy THEN 'skipped' ELSE 'pending' END,
+       CASE WHEN busy THEN 'overlap' ELSE 'manual' END, clock_timestamp()
+FROM (SELECT %(overlap_skip)s AND EXISTS (
+          SELECT 1 FROM {schema}.runs AS o
+          WHERE o.job = %(job)s AND o.state = 'running' AND o.expires_at > clock_timestamp()
+      ) AS busy) AS b
+ON CONFLICT (run_id) DO NOTHING
+
+-- name: run
+SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+       started_at, finished_at, error
+FROM {schema}.runs WHERE run_id = %s
+
+-- name: backfill
+INSERT INTO {schema}.runs (run_id, job, slot, state, reason, updated_at)
+SELECT r.run_id, %s, r.slot, 'pending', %s, clock_timestamp()
+FROM unnest(%s::text[], %s::timestamptz[]) AS r (run_id, slot)
+ON CONFLICT (run_id) DO NOTHING
+RETURNING run_id
+
+-- name: prune
+-- Per job, its oldest runs through the (job, slot) index; never a live run, nor the job's latest
+-- slot run (catch-up reads it).
+DELETE FROM {schema}.runs WHERE run_id IN (
+    SELECT o.run_id
+    FROM {schema}.jobs AS j
+    CROSS JOIN LATERAL (
+        SELECT r.run_id FROM {schema}.runs AS r
+        WHERE r.job = j.name
+          AND r.slot < clock_timestamp() - %(older_than)s::float8 * interval '1 second'
+          AND r.finished_at < clock_timestamp() - %(older_than)s::float8 * interval '1 second'
+          AND r.state IN ('succeeded', 'failed', 'skipped')
+          AND r.slot < (SELECT max(m.slot) FROM {schema}.runs AS m
+                        WHERE m.job = j.name AND m.run_id < j.name || '@:')
+        ORDER BY r.slot LIMIT %(limit)s
+    ) AS o
+    LIMIT %(limit)s
+)
 -- name: record_instance
 -- An instance's heartbeat, on the server's clock; expired records of any instance go on the way.
 WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())

@@ -8,9 +8,17 @@ the run to its job's **run queue**, a quorum queue that every instance consumes 
   next run waits in the queue instead of overlapping;
 * the runner holds the message unacknowledged while the job runs; if its connection drops, the
   broker gives the message to the next consumer (a backup), with ``x-delivery-count`` + 1;
-* a failed attempt is returned (nack, requeue); ``x-delivery-limit`` is ``max_attempts - 1``, so the
-  run gets at most ``max_attempts`` deliveries, then is dead-lettered (reason ``delivery_limit``:
-  failed) to the job's dead queue;
+* a failed attempt is returned (nack, requeue); ``x-delivery-limit`` is the job's
+  ``max_attempts - 1`` (each job has its own run queue), so the run gets at most ``max_attempts``
+  deliveries, then is dead-lettered (reason ``delivery_limit``: failed) to the job's dead queue;
+* a run's token and attempt grow with the broker's ``x-delivery-count``: the publisher stamps a
+  token base (its clock in microseconds, strictly growing per job), and each delivery's token is
+  ``base + x-delivery-count``, so a frozen consumer woken after a redelivery holds a stale token;
+* a graceful stop hands its unfinished runs over: it republishes each with its attempt unchanged
+  (confirmed), then acks the old delivery, so the hand-over uses no attempt;
+* each attempt's outcome is appended to ``<prefix>.outcomes``, a stream bounded by age
+  (``outcomes_age``, default 7 days), which :meth:`RabbitMQConsumerBackend.runs` (and so
+  ``relay runs``) reads back with each job's dead letters;
 * a per-message TTL ends ``stale_after`` after the slot: a run still waiting then is dead-lettered
   (reason ``expired``: skipped).
 
@@ -19,14 +27,14 @@ What this mode does not guarantee is in ``docs/backends/rabbitmq-consumer.md``.
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -34,84 +42,40 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
-from relay.backends._rabbitmq_consumers import JobConsumers
+from relay.backends._rabbitmq_consumers import JobConsumers, delivered
+from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold
+from relay.backends._rabbitmq_queues import (
+    MAX_ATTEMPTS,
+    DeadRun,
+    RunQueues,
+    dead_run,
+    refused_queue,
+)
 from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend, pika_parameters
 from relay.engine.deciding import Won
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
-from relay.runs import HEADER, Run, run_to_headers, slot_ms
+from relay.runs import HEADER, Run, RunRecord, RunState, parse_run_id, run_to_headers, slot_ms
 
-__all__ = ["DeadRun", "RabbitMQConsumerBackend", "RunQueues"]
+__all__ = ["MAX_ATTEMPTS", "DeadRun", "RabbitMQConsumerBackend", "RunQueues", "delivered"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
-_OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout")
+_OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout", "outcomes_age")
+_AGE = re.compile(r"^[1-9][0-9]*(Y|M|D|h|m|s)$")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
-_MAX_QUEUE_NAME = 255
 _PRECONDITION_FAILED = 406
-_OUTCOMES = {"delivery_limit": "failed", "expired": "skipped"}
-
-
-@dataclass(frozen=True)
-class RunQueues:
-    """The run queue and dead queue of each job; every instance must declare them alike."""
-
-    prefix: str = "relay"
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    consumer_timeout: float | None = None
-
-    def run_queue(self, job: str) -> str:
-        """Where the job's runs wait for the active consumer."""
-        return self._name(f"{self.prefix}.run.{job}")
-
-    def dead_queue(self, job: str) -> str:
-        """Where the job's failed and stale runs are dead-lettered."""
-        return self._name(f"{self.prefix}.dead.{job}")
-
-    def arguments(self, job: str) -> dict[str, Any]:
-        """The run queue's arguments."""
-        arguments: dict[str, Any] = {
-            "x-queue-type": "quorum",
-            "x-single-active-consumer": True,
-            "x-delivery-limit": self.max_attempts - 1,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": self.dead_queue(job),
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",  # at-least-once dead-lettering needs it
-        }
-        if self.consumer_timeout is not None:
-            arguments["x-consumer-timeout"] = int(self.consumer_timeout * 1000)
-        return arguments
-
-    def declare(self, channel: BlockingChannel, job: str) -> str:
-        """Declare the job's dead queue, then its run queue; return the run queue's name."""
-        channel.queue_declare(
-            self.dead_queue(job), durable=True, arguments={"x-queue-type": "quorum"}
-        )
-        name = self.run_queue(job)
-        channel.queue_declare(name, durable=True, arguments=self.arguments(job))
-        return name
-
-    @staticmethod
-    def _name(name: str) -> str:
-        if len(name.encode()) <= _MAX_QUEUE_NAME:
-            return name
-        return f"{name[:180]}.{hashlib.sha256(name.encode()).hexdigest()}"
-
-
-@dataclass(frozen=True)
-class DeadRun:
-    """A run dead-lettered from its job's run queue: ``outcome`` is failed or skipped."""
-
-    run_id: str
-    outcome: str
-    reason: str
+_NOT_FOUND = 404
 
 
 class RabbitMQConsumerBackend:
     """Gate queues decide who publishes a run; quorum queues hand the runs to one consumer."""
 
     capability: Literal["claim"] = "claim"
+    job_options = frozenset({"max_attempts"})
+    """Lease-only job options this claim backend honours: ``max_attempts``, per run queue."""
+    readable_runs = True
+    """``open_backend(url, read_only=True)`` may open it: :meth:`runs` reads the outcomes."""
 
     def __init__(
         self,
@@ -122,7 +86,12 @@ class RabbitMQConsumerBackend:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         consumer_timeout: float | None = None,
         location: str = "RabbitMQ",
+        outcomes_age: str = DEFAULT_MAX_AGE,
+        read_only: bool = False,
     ) -> None:
+        self.read_only = read_only
+        """Opened to read outcomes only (``relay runs``): nothing is declared."""
+        self.outcomes = OutcomeStream(RunQueues._name(f"{prefix}.outcomes"), outcomes_age)
         self.gate = RabbitMQClaimBackend(
             parameters, prefix=f"{prefix}.claim", retention=retention, location=location
         )
@@ -134,6 +103,7 @@ class RabbitMQConsumerBackend:
         self._channel: BlockingChannel | None = None
         self._declared: set[str] = set()
         self._consumers: JobConsumers | None = None
+        self._bases: dict[str, int] = {}
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RabbitMQConsumerBackend:
@@ -149,8 +119,15 @@ class RabbitMQConsumerBackend:
         if parsed.option("mode", "consumer") != "consumer":
             raise ConfigurationError(f"mode={parsed.options['mode']!r} is not known: use consumer")
         attempts = parsed.option("max_attempts", str(DEFAULT_MAX_ATTEMPTS))
-        if not attempts.isdigit() or int(attempts) < 1:
-            raise ConfigurationError(f"max_attempts={attempts!r} must be a whole number >= 1")
+        if not attempts.isdigit() or not 1 <= int(attempts) <= MAX_ATTEMPTS:
+            raise ConfigurationError(
+                f"max_attempts={attempts!r} must be a whole number from 1 to {MAX_ATTEMPTS}"
+            )
+        age = parsed.option("outcomes_age", DEFAULT_MAX_AGE)
+        if not _AGE.match(age):
+            raise ConfigurationError(
+                f"outcomes_age={age!r} must be a number and a unit (Y, M, D, h, m or s), e.g. 7D"
+            )
         timeout = None
         if "consumer_timeout" in parsed.options:
             timeout = parsed.float_option("consumer_timeout", 0)
@@ -161,8 +138,14 @@ class RabbitMQConsumerBackend:
             max_attempts=int(attempts),
             consumer_timeout=timeout,
             location=parsed.redacted(),
+            outcomes_age=age,
             **kwargs,
         )
+
+    @property
+    def parameters(self) -> pika.connection.Parameters:
+        """pika's connection parameters (host, port, virtual host) of the broker."""
+        return self._parameters
 
     @property
     def name(self) -> str:
@@ -183,11 +166,38 @@ class RabbitMQConsumerBackend:
     # -- dispatching: publish the run to its job's run queue ---------------------------------
 
     def dispatch(self, won: Won) -> None:
-        self.publish(won.run, won.job.stale_after)
+        self.publish(won.run, won.job.stale_after, won.job.max_attempts)
 
-    def publish(self, run: Run, stale_after: float | None = None) -> None:
-        """Publish a won run to its job's run queue, confirmed; it expires ``stale_after`` after
-        its slot (measured on this instance's clock when publishing, then on the broker's)."""
+    def stamp(self, run: Run) -> Run:
+        """``run`` with a fresh token base: this process's clock in microseconds, and above
+        every base it stamped for the job before by at least :data:`MAX_ATTEMPTS`, so each
+        delivery's ``base + x-delivery-count`` stays below the next run's tokens."""
+        with self._lock:
+            base = max(time.time_ns() // 1000, self._bases.get(run.job, 0) + MAX_ATTEMPTS)
+            self._bases[run.job] = base
+        return dataclasses.replace(run, token=base)
+
+    def check_jobs(self, jobs: Sequence[Job]) -> None:
+        """Declare each job's queues now, so a queue declared with other arguments (another
+        ``max_attempts``, ``prefix`` or ``consumer_timeout``) fails at start, naming the fix."""
+        for job in jobs:
+            if job.max_attempts > MAX_ATTEMPTS:
+                raise ConfigurationError(
+                    f"job {job.name!r}: max_attempts={job.max_attempts} is above {MAX_ATTEMPTS}, "
+                    "the most RabbitMQ consumer mode can fence; lower it"
+                )
+            with self._lock, self._translated(job):
+                self.queues.declare(self._ready_channel(), job.name, job.max_attempts)
+                self._declared.add(job.name)
+
+    def publish(
+        self, run: Run, stale_after: float | None = None, max_attempts: int | None = None
+    ) -> None:
+        """Publish a won run to its job's run queue, confirmed, with a fresh token base; it
+        expires ``stale_after`` after its slot (measured on this instance's clock when
+        publishing, then on the broker's). ``run.attempt`` is the attempt its first delivery
+        makes: 1 for a new run, the same attempt for a run handed over."""
+        run = self.stamp(run)
         expiration = None
         if stale_after is not None:
             left = stale_after * 1000 - (time.time() * 1000 - slot_ms(run.scheduled_for))
@@ -201,7 +211,7 @@ class RabbitMQConsumerBackend:
         with self._lock, self._translated():
             channel = self._ready_channel()
             if run.job not in self._declared:
-                self.queues.declare(channel, run.job)
+                self.queues.declare(channel, run.job, max_attempts)
                 self._declared.add(run.job)
             try:
                 channel.basic_publish(
@@ -214,6 +224,7 @@ class RabbitMQConsumerBackend:
 
     def serve(self, jobs: Sequence[Job], owner: str) -> None:
         if self._consumers is None:
+            self.check_jobs(jobs)
             self._consumers = JobConsumers(self, self._parameters, self.queues, jobs, owner)
             self._consumers.start()
 
@@ -233,21 +244,70 @@ class RabbitMQConsumerBackend:
         return False
 
     def dead_runs(self, job: str, limit: int = 100) -> list[DeadRun]:
-        """The runs of ``job`` dead-lettered so far (read without removing them)."""
+        """The runs of ``job`` dead-lettered so far (read without removing them or declaring
+        anything)."""
         dead: list[DeadRun] = []
         with self._lock, self._translated():
             channel = self._ready_channel().connection.channel()
             try:
-                self.queues.declare(channel, job)
+                channel.queue_declare(self.queues.dead_queue(job), passive=True)
                 while len(dead) < limit:
                     method, properties, body = channel.basic_get(self.queues.dead_queue(job))
                     if method is None:
                         break
-                    dead.append(_dead_run(properties, body))
+                    dead.append(dead_run(properties, body))
+            except ChannelClosedByBroker as exc:
+                if exc.reply_code != _NOT_FOUND:
+                    raise
+                return []  # no dead queue yet: nothing was dead-lettered
             finally:
                 with suppress(AMQPError):
                     channel.close()  # unacknowledged: the messages stay in the queue
         return dead
+
+    # -- outcomes: the stream ----------------------------------------------------------------
+
+    def record(
+        self, run: Run, state: RunState, *, reason: str | None = None, error: str | None = None
+    ) -> bool:
+        """Append the outcome of one attempt of ``run`` to the outcomes stream (confirmed);
+        ``False`` (logged) if the broker could not take it: recording never fails a run."""
+        body = self.outcomes.body(run, state, reason, error)
+        try:
+            with self._lock, self._translated():
+                channel = self._ready_channel()
+                if self.outcomes.name not in self._declared:
+                    self.outcomes.declare(channel)
+                    self._declared.add(self.outcomes.name)
+                channel.basic_publish("", self.outcomes.name, body, mandatory=True)
+        except (RelayError, NackError, UnroutableError) as exc:
+            log.warning("could not record the outcome of %s: %r", run.id, exc)
+            return False
+        return True
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """The latest outcome of the most recent runs (of ``job``), newest slot first: the
+        outcomes stream, with each job's dead letters on top. Declares nothing; a missing
+        stream raises :class:`~relay.errors.StoreNotFound`."""
+        with self._translated():
+            connection = pika.BlockingConnection(self._parameters)
+            try:
+                records = self.outcomes.read(connection.channel())
+            except ChannelClosedByBroker as exc:
+                if exc.reply_code != _NOT_FOUND:
+                    raise
+                raise StoreNotFound(
+                    f"no outcomes stream {self.outcomes.name!r} at {self.location}: no consumer "
+                    "with this prefix has finished a run yet, or the prefix is not theirs"
+                ) from None
+            finally:
+                if connection.is_open:
+                    connection.close()
+        records = [r for r in records if job is None or parse_run_id(r["run"])[0] == job]
+        jobs = {parse_run_id(r["run"])[0] for r in records} | ({job} if job else set())
+        dead = [(d.run_id, d.outcome, d.reason) for name in sorted(jobs)
+                for d in self.dead_runs(name, limit=10_000)]  # fmt: skip
+        return fold(records, dead)[:limit]
 
     def close(self) -> None:
         self.stop_serving(0)
@@ -278,17 +338,13 @@ class RabbitMQConsumerBackend:
         return self._channel
 
     @contextmanager
-    def _translated(self) -> Iterator[None]:
+    def _translated(self, job: Job | None = None) -> Iterator[None]:
         try:
             yield
         except ChannelClosedByBroker as exc:
             self._channel = None
             if exc.reply_code == _PRECONDITION_FAILED:
-                raise ConfigurationError(
-                    f"RabbitMQ refused a run queue ({exc.reply_text}): every instance must use "
-                    "the same prefix, max_attempts and consumer_timeout; delete the old queue "
-                    "to change them"
-                ) from exc
+                raise ConfigurationError(refused_queue(str(exc.reply_text), job)) from exc
             raise BackendUnavailable(f"RabbitMQ at {self.location} refused: {exc}") from exc
         except AMQPError as exc:
             self._connection = None
@@ -296,13 +352,3 @@ class RabbitMQConsumerBackend:
                 f"cannot reach RabbitMQ at {self.location} ({exc!r}): check that the broker is "
                 "running and that the URL's host, port and credentials are right"
             ) from exc
-
-
-def _dead_run(properties: pika.BasicProperties, body: bytes) -> DeadRun:
-    headers = properties.headers or {}
-    deaths = headers.get("x-death") or [{}]
-    reason = str(deaths[0].get("reason", "unknown"))
-    run = headers.get(HEADER) or {}
-    return DeadRun(
-        str(run.get("id", body.decode(errors="replace"))), _OUTCOMES.get(reason, reason), reason
-    )

@@ -36,7 +36,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import (
@@ -47,6 +47,7 @@ from relay.runs import (
     format_slot,
     from_ms,
     parse_run_id,
+    run_id,
     slot_ms,
 )
 
@@ -63,7 +64,9 @@ _DRIVER_OPTIONS = (
     "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_min_version",
 )  # fmt: skip
 _SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
-_STEPS = ("acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance")
+_STEPS = (
+    "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
+)  # fmt: skip
 
 
 def _script_text(step: str) -> str:
@@ -161,7 +164,7 @@ class RedisLeaseBackend:
         job = request.job
         if job not in self._listed:
             return self.acquire_many([request])[0]
-        member = format_slot(request.slot)
+        member = _member(request)
         args = [self.retention_ms, request.owner, _request_line(request, member)]
         (reply,) = self._call_many("acquire", [([self._base(job)], args)])
         words = reply.split(" ")
@@ -175,7 +178,7 @@ class RedisLeaseBackend:
         groups: dict[tuple[str, str], list[int]] = {}
         for index, request in enumerate(requests):
             groups.setdefault((request.owner, request.job), []).append(index)
-        members = [format_slot(request.slot) for request in requests]
+        members = [_member(request) for request in requests]
         by_owner: dict[str, list[tuple[str, str]]] = {}
         for group in groups:
             by_owner.setdefault(group[0], []).append(group)
@@ -290,6 +293,79 @@ class RedisLeaseBackend:
         records = [_instance(owner, json.loads(value)) for owner, value in found.items()]
         alive = [r for r in records if r.expires_at is not None and slot_ms(r.expires_at) > now_ms]
         return sorted(alive, key=lambda r: (r.role, r.owner))
+
+    # -- the control plane -------------------------------------------------------------------
+
+    def register_jobs(self, specs: dict[str, str]) -> None:
+        calls = [
+            ([self._base(job)], ["register", self.retention_ms, spec])
+            for job, spec in specs.items()
+        ]
+        self._call_jobs("control", list(specs), calls)
+
+    def jobs(self) -> list[JobInfo]:
+        with self._errors():
+            names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        calls = [([self._base(job)], ["info", self.retention_ms]) for job in names]
+        replies = self._call_many("control", calls) if calls else []
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
+            for job, (spec, at, by, why) in zip(names, replies, strict=True)
+        ]
+
+    def pause(self, job: str, reason: str, by: str) -> bool:
+        (done,) = self._control(job, ["pause", by, reason])
+        return bool(done)
+
+    def resume(self, job: str, catch_up: float | None = None) -> list[str]:
+        window = "-" if catch_up is None else _ms(catch_up)
+        (members,) = self._control(job, ["resume", window])
+        return sorted(f"{job}@{member}" for member in members)
+
+    def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
+        slot = self.now()
+        member = run_id(job, slot, manual=True).rpartition("@")[2]
+        args = ["trigger", member, slot_ms(slot), int(overlap_skip)]
+        (item,) = self._control(job, args)
+        return _record(job, item)
+
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
+        if not slots:
+            return []
+        args: list[Any] = ["backfill", "buffered" if serial else "backfill"]
+        for slot in slots:
+            args += [format_slot(slot), slot_ms(slot)]
+        (created,) = self._control(job, args)
+        return [bool(flag) for flag in created]
+
+    def prune(self, older_than: float, limit: int = 500) -> int:
+        with self._errors():
+            names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        deleted, gone = 0, []
+        for at in range(0, len(names), 100):  # one round trip per hundred jobs
+            chunk = names[at : at + 100]
+            calls = [
+                ([self._base(job)], ["prune", self.retention_ms, _ms(older_than), limit])
+                for job in chunk
+            ]
+            for job, (count, empty) in zip(chunk, self._call_many("control", calls), strict=True):
+                deleted += int(count)
+                if int(empty):
+                    gone.append(job)
+            if deleted >= limit:
+                break
+        if gone:  # nothing of these jobs is left: the set of job names forgets them too
+            with self._errors():
+                self._redis.srem(self._jobs_key(), *gone)
+            self._listed.difference_update(gone)
+        return deleted
+
+    def _control(self, job: str, args: list[Any]) -> list[Any]:
+        """One control step on ``job`` (see redis_lease_control.lua), listing the job first."""
+        op, *rest = args
+        return self._call_jobs(
+            "control", [job], [([self._base(job)], [op, self.retention_ms, *rest])]
+        )
 
     def close(self) -> None:
         self._redis.close()
@@ -502,10 +578,16 @@ _HELD = _NOT_WON[Outcome.HELD.value]
 def _request_line(request: AcquireRequest, member: str) -> str:
     """One request, as a line of the acquire script's arguments."""
     stale = "-" if request.stale_after is None else _ms(request.stale_after)
+    overlap = 2 if request.buffer_one else int(request.overlap_skip)
     return (
         f"{member} {slot_ms(request.slot)} {_ms(request.lease)} {request.max_attempts} "
-        f"{int(request.overlap_skip)} {stale}"
+        f"{overlap} {stale}"
     )
+
+
+def _member(request: AcquireRequest) -> str:
+    """The run's name among its job's keys: its slot, or ``manual:<time>`` for a manual run."""
+    return request.id[len(request.job) + 1 :]
 
 
 def _acquire_result(

@@ -1,7 +1,8 @@
 -- acquire: decide runs in order, one step per call (the rules of relay.lease_rules).
 -- KEYS: one base key per job (one job on Redis Cluster, where a script stays in one slot).
 -- ARGV: retention_ms, the owner, then per job one block of lines, one line per request:
--- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap_skip 1|0> <stale_after_ms or ->".
+-- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap> <stale_after_ms or ->", where overlap
+-- is 0 (allow), 1 (skip) or 2 (buffer_one); a manual run's member is 'manual:<time>'.
 -- (One string per job, not one argument per field: packing arguments is most of a client's work
 -- in a tick of thousands of jobs.)
 -- Returns one string (cheaper for the client to read than nested arrays): per job new_job, then
@@ -16,15 +17,36 @@ local results = {}
 
 -- Another run of the job holds a live lease.
 local function other_live(base, member)
+  return live_other(base, member, now)
+end
+
+-- Another run of the job waits for the live one to end (pending, reason buffered).
+local function waiting(base)
   for _, other in ipairs(redis.call('ZRANGE', base .. 'active', 0, -1)) do
-    if other ~= member then
-      local f = redis.call('HMGET', base .. 'run:' .. other, 'state', 'expires_ms')
-      if f[1] == 'running' and tonumber(f[2]) > now then
-        return true
-      end
+    local f = redis.call('HMGET', base .. 'run:' .. other, 'state', 'reason')
+    if f[1] == 'pending' and f[2] == 'buffered' then
+      return true
     end
   end
   return false
+end
+
+-- The job is paused: read once per job and call, and only when a new run needs it.
+local function paused(job)
+  if job.paused == nil then
+    job.paused = redis.call('HEXISTS', job.base .. 'control', 'paused_ms') == 1
+  end
+  return job.paused
+end
+
+-- Record a run that waits (buffer_one): pending, never leased.
+local function buffer(job, run, member, slot, max_attempts)
+  job.wrote = true
+  redis.call('HSET', run, 'state', 'pending', 'reason', 'buffered', 'attempt', 0, 'failures', 0,
+    'max_attempts', max_attempts)
+  redis.call('PEXPIRE', run, retention)
+  redis.call('ZADD', job.base .. 'active', slot, member)
+  redis.call('ZADD', job.base .. 'slots', slot, member)
 end
 
 local function skip(base, run, member, slot, reason)
@@ -33,8 +55,9 @@ local function skip(base, run, member, slot, reason)
   redis.call('ZADD', base .. 'slots', slot, member)
 end
 
--- Lease the run (new, or again): a new token, the next attempt.
-local function lease(job, run, member, slot, lease_ms, failures, attempt, max_attempts)
+-- Lease the run (new, or again): a new token, the next attempt. `recorded`: the run has a record
+-- (attempt 0: a pending run never leased, which takes the request's max_attempts).
+local function lease(job, run, member, slot, lease_ms, failures, attempt, max_attempts, recorded)
   job.wrote = true
   if not job.last_token then
     local stored = redis.call('GET', job.base .. 'token')
@@ -47,14 +70,15 @@ local function lease(job, run, member, slot, lease_ms, failures, attempt, max_at
   -- lost the counter: it is at least the server's time in microseconds.
   job.last_token = math.max(job.last_token + 1, now_us)
   local token = string.format('%.0f', job.last_token)
-  if attempt == 0 then
+  if not recorded then
     redis.call('HSET', run, 'state', 'running', 'attempt', 1, 'failures', 0,
       'max_attempts', max_attempts, 'token', token, 'owner', owner, 'expires_ms', now + lease_ms)
     redis.call('ZADD', job.base .. 'active', slot, member)
     redis.call('ZADD', job.base .. 'slots', slot, member)
   else
     redis.call('HSET', run, 'state', 'running', 'attempt', attempt + 1, 'failures', failures,
-      'token', token, 'owner', owner, 'expires_ms', now + lease_ms, 'reason', '', 'started_ms', '')
+      'token', token, 'owner', owner, 'expires_ms', now + lease_ms, 'reason', '', 'started_ms', '',
+      'max_attempts', max_attempts)
   end
   redis.call('PEXPIRE', run, retention + lease_ms)
   return 'won ' .. (attempt + 1) .. ' ' .. token
@@ -63,7 +87,8 @@ end
 local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale)
   local base = job.base
   local run = base .. 'run:' .. member
-  local f = redis.call('HMGET', run, 'state', 'expires_ms', 'failures', 'max_attempts', 'attempt')
+  local f = redis.call('HMGET', run, 'state', 'expires_ms', 'failures', 'max_attempts', 'attempt',
+    'reason')
   local state = f[1]
   if not state then
     if stale and now - slot > stale then
@@ -71,12 +96,21 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
       skip(base, run, member, slot, 'stale')
       return 'stale 0 0'
     end
-    if overlap and other_live(base, member) then
+    if paused(job) then
+      job.wrote = true
+      skip(base, run, member, slot, 'paused')
+      return 'paused 0 0'
+    end
+    if overlap ~= '0' and other_live(base, member) then
+      if overlap == '2' and not waiting(base) then
+        buffer(job, run, member, slot, max_attempts)
+        return 'buffered 0 0'
+      end
       job.wrote = true
       skip(base, run, member, slot, 'overlap')
       return 'overlap 0 0'
     end
-    return lease(job, run, member, slot, lease_ms, 0, 0, max_attempts)
+    return lease(job, run, member, slot, lease_ms, 0, 0, max_attempts, false)
   end
   if state ~= 'running' and state ~= 'pending' then
     return 'finished 0 0'
@@ -87,8 +121,12 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
       return 'held 0 0'
     end
     failures = failures + 1 -- the runner stopped heartbeating: its attempt counts as failed
+  elseif f[6] == 'buffered' and other_live(base, member) then
+    return 'buffered 0 0'
   end
-  if failures >= tonumber(f[4]) then
+  local attempt = tonumber(f[5])
+  local limit = attempt == 0 and max_attempts or tonumber(f[4])
+  if failures >= limit then
     job.wrote = true
     redis.call('HSET', run, 'state', 'failed', 'failures', failures, 'reason', 'max_attempts',
       'finished_ms', now, 'expires_ms', '')
@@ -96,7 +134,7 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
     redis.call('ZREM', base .. 'active', member)
     return 'exhausted 0 0'
   end
-  return lease(job, run, member, slot, lease_ms, failures, tonumber(f[5]), tonumber(f[4]))
+  return lease(job, run, member, slot, lease_ms, failures, attempt, limit, true)
 end
 
 -- The job's token counter is read only when a lease needs it: a run found held, the common case
@@ -106,10 +144,10 @@ local function decide_job(base, block)
   local job = {base = base, wrote = false, last_token = nil, flag_at = #results}
   local longest = 0
   for member, slot, lease_ms, max_attempts, overlap, stale in
-      string.gmatch(block, '(%S+) (%d+) (%d+) (%d+) ([01]) (%S+)') do
+      string.gmatch(block, '(%S+) (%d+) (%d+) (%d+) ([012]) (%S+)') do
     lease_ms = tonumber(lease_ms)
     table.insert(results, acquire(job, member, tonumber(slot), lease_ms, tonumber(max_attempts),
-      overlap == '1', tonumber(stale)))
+      overlap, tonumber(stale)))
     longest = math.max(longest, lease_ms)
   end
   if not job.wrote then

@@ -36,6 +36,36 @@ local function trim(base, now, retention)
   end
 end
 
+-- The newest slot run's member and slot, or nil: manual runs ('manual:<time>') are not slots.
+local function newest_slot(base)
+  local from = 0
+  while true do
+    local top = redis.call('ZREVRANGE', base .. 'slots', from, from + 7, 'WITHSCORES')
+    if #top == 0 then
+      return nil
+    end
+    for i = 1, #top, 2 do
+      if string.sub(top[i], 1, 7) ~= 'manual:' then
+        return top[i], top[i + 1]
+      end
+    end
+    from = from + 8
+  end
+end
+
+-- Another run of the job than `member` holds a lease live at `now`.
+local function live_other(base, member, now)
+  for _, other in ipairs(redis.call('ZRANGE', base .. 'active', 0, -1)) do
+    if other ~= member then
+      local f = redis.call('HMGET', base .. 'run:' .. other, 'state', 'expires_ms')
+      if f[1] == 'running' and tonumber(f[2]) > now then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 -- The run's fields if `token` holds its live-or-expired lease, else nil and why it does not.
 local function held(run, token)
   local f = redis.call('HMGET', run, 'state', 'token', 'failures', 'max_attempts', 'owner',

@@ -10,8 +10,8 @@ if ARGV[4] ~= 'ro' then
   trim(base, now, tonumber(ARGV[3]))
 end
 if mode == 'last' then
-  local top = redis.call('ZREVRANGE', base .. 'slots', 0, 0, 'WITHSCORES')
-  return top[2] and {top[2]} or {}
+  local _, slot = newest_slot(base)
+  return slot and {slot} or {}
 end
 local members
 if mode == 'newest' then

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
-from relay.lease_rules import Action, StoredRun, decide
-from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
+from relay.lease_rules import BUFFERED, Action, StoredRun, decide
+from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["DURABILITY", "Durability", "SQLiteLeaseBackend"]
 
@@ -39,7 +39,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -65,6 +65,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "host TEXT NOT NULL, pid INTEGER NOT NULL, started_ms INTEGER NOT NULL, "
         "version TEXT NOT NULL, interval_ms INTEGER NOT NULL, beat_ms INTEGER NOT NULL, "
         "expires_ms INTEGER NOT NULL)",
+    ),
+    # Version 5: the control plane. A job row holds its registered definition and, while the job
+    # is paused, when, by whom and why; run rows leave these empty.
+    5: (
+        "ALTER TABLE relay_runs ADD COLUMN spec TEXT",
+        "ALTER TABLE relay_runs ADD COLUMN paused_ms INTEGER",
+        "ALTER TABLE relay_runs ADD COLUMN paused_by TEXT",
+        "ALTER TABLE relay_runs ADD COLUMN paused_reason TEXT",
     ),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
@@ -264,7 +272,7 @@ class SQLiteLeaseBackend:
                 row = conn.execute(
                     "SELECT MAX(slot_ms) FROM (SELECT slot_ms FROM relay_runs "
                     "WHERE run_id > ? AND run_id < ? ORDER BY run_id DESC LIMIT 2)",
-                    _job_range(job),
+                    _slot_range(job),
                 )
                 value = row.fetchone()[0]
                 found[job] = None if value is None else from_ms(value)
@@ -323,6 +331,113 @@ class SQLiteLeaseBackend:
             ).fetchall()
         return [_instance(*row) for row in rows]
 
+    # -- the control plane -------------------------------------------------------------------
+
+    def register_jobs(self, specs: dict[str, str]) -> None:
+        with self._write() as (conn, _):
+            for job, spec in specs.items():
+                conn.execute(
+                    "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, live, updated_ms, "
+                    "spec) VALUES (?, ?, 0, 'job', 0, 0, 0, ?) "
+                    "ON CONFLICT (run_id) DO UPDATE SET spec = excluded.spec",
+                    (_job_row_id(job), job, spec),
+                )
+
+    def jobs(self) -> list[JobInfo]:
+        # Read-only on a file no scheduler of this version opened yet: no definitions, no pauses.
+        columns = (
+            "spec, paused_ms, paused_by, paused_reason"
+            if self._version >= 5
+            else ("NULL, NULL, NULL, NULL")
+        )
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' ORDER BY job"
+            ).fetchall()
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(at), by, why)
+            for job, spec, at, by, why in rows
+        ]
+
+    def pause(self, job: str, reason: str, by: str) -> bool:
+        with self._write() as (conn, now_ms):
+            _add_live(conn, job, 0)
+            return bool(
+                conn.execute(
+                    "UPDATE relay_runs SET paused_ms = ?, paused_by = ?, paused_reason = ? "
+                    "WHERE run_id = ? AND paused_ms IS NULL",
+                    (now_ms, by, reason, _job_row_id(job)),
+                ).rowcount
+            )
+
+    def resume(self, job: str, catch_up: float | None = None) -> list[str]:
+        with self._write() as (conn, now_ms):
+            conn.execute(
+                "UPDATE relay_runs SET paused_ms = NULL, paused_by = NULL, paused_reason = NULL "
+                "WHERE run_id = ?",
+                (_job_row_id(job),),
+            )
+            if catch_up is None:
+                return []
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "UPDATE relay_runs SET state = 'pending', reason = 'resumed', attempt = 0, "
+                    "finished_ms = NULL, updated_ms = ?1 WHERE run_id > ?2 AND run_id < ?3 "
+                    "AND state = 'skipped' AND reason = 'paused' AND slot_ms >= ?4 "
+                    "RETURNING run_id",
+                    (now_ms, *_slot_range(job), now_ms - _ms(catch_up)),
+                ).fetchall()
+            ]
+            _add_live(conn, job, len(ids))
+            return sorted(ids)
+
+    def trigger(self, job: str, overlap_skip: bool = False) -> RunRecord:
+        with self._write() as (conn, now_ms):
+            request = AcquireRequest(job, from_ms(now_ms), "", 0, manual=True)
+            rid = request.id
+            if overlap_skip and _other_live(conn, job, now_ms):
+                _insert_run(conn, rid, request, "skipped", "overlap", now_ms)
+            else:
+                _insert_run(conn, rid, request, "pending", "manual", now_ms)
+                _add_live(conn, job, 1)
+            row = conn.execute(f"SELECT {_COLUMNS} FROM relay_runs WHERE run_id = ?", (rid,))
+            return _record(row.fetchone())
+
+    def backfill(self, job: str, slots: Sequence[datetime], serial: bool = False) -> list[bool]:
+        with self._write() as (conn, now_ms):
+            created = [
+                conn.execute(
+                    "INSERT INTO relay_runs (run_id, job, slot_ms, state, reason, updated_ms) "
+                    "VALUES (?, ?, ?, 'pending', ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                    (run_id(job, slot), job, slot_ms(slot), _backfill_reason(serial), now_ms),
+                ).rowcount
+                == 1
+                for slot in slots
+            ]
+            _add_live(conn, job, sum(created))
+            return created
+
+    def prune(self, older_than: float, limit: int = 500) -> int:
+        # Look for work without the write lock, so acquires wait only for the ranges that have
+        # runs to delete, not for a look at every job.
+        cutoff = self._now_ms() - _ms(older_than)
+        with self._read() as conn:
+            jobs = conn.execute("SELECT job FROM relay_runs WHERE state = 'job'").fetchall()
+            ranges = [
+                bounds
+                for (job,) in jobs
+                for bounds in (_slot_range(job), _manual_range(job))
+                if _has_old_runs(conn, bounds, cutoff, limit)
+            ]
+        deleted = 0
+        for bounds in ranges:
+            if deleted >= limit:
+                break
+            with self._write() as (conn, _):
+                deleted += _prune_range(conn, bounds, cutoff, limit - deleted)
+        return deleted
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -332,22 +447,22 @@ class SQLiteLeaseBackend:
     def _acquire_one(
         self, conn: sqlite3.Connection, request: AcquireRequest, now_ms: int
     ) -> AcquireResult:
-        rid = run_id(request.job, request.slot)
+        rid = request.id
         fresh = self._lease_if_new(conn, request, rid, now_ms)
         if fresh is not None:
             return AcquireResult(Outcome.WON, fresh)
         row = conn.execute(
-            "SELECT state, expires_ms, failures, max_attempts, reason FROM relay_runs "
+            "SELECT state, expires_ms, failures, max_attempts, reason, attempt FROM relay_runs "
             "WHERE run_id = ?",
             (rid,),
         ).fetchone()
         stored = None if row is None else StoredRun(RunState(row[0]), *row[1:])
-        other_live = (
-            request.overlap_skip and stored is None and _other_live(conn, request.job, now_ms)
-        )
-        decision = decide(stored, request, now_ms, other_live)
+        decision = decide(stored, request, now_ms, **_context(conn, request, stored, now_ms))
         if decision.action is Action.SKIP:
-            self._insert_skipped(conn, request.job, request.slot, decision.reason or "", now_ms)
+            _insert_run(conn, rid, request, "skipped", decision.reason, now_ms)
+        elif decision.action is Action.BUFFER:
+            _insert_run(conn, rid, request, "pending", BUFFERED, now_ms)
+            _add_live(conn, request.job, 1)
         elif decision.action is Action.FAIL:
             conn.execute(
                 "UPDATE relay_runs SET state = 'failed', failures = ?, reason = ?, "
@@ -366,10 +481,17 @@ class SQLiteLeaseBackend:
         """The common case in one insert: a run nobody has recorded, with no rule in the way."""
         slot = slot_ms(request.slot)
         stale_after = request.stale_after
-        if request.overlap_skip or (stale_after is not None and now_ms - slot > stale_after * 1000):
+        if (
+            request.overlap_skip
+            or request.buffer_one
+            or (stale_after is not None and now_ms - slot > stale_after * 1000)
+        ):
             return None
         job = request.job
-        token = _next_token(conn, job, now_ms)
+        last, _, paused = _job_row(conn, job)
+        if paused is not None:
+            return None  # the full decision records it skipped
+        token = max(last + 1, now_ms * 1000)  # as _next_token, from the row read once
         # rowcount, not RETURNING: in SQLite, RETURNING costs about as much as the insert.
         inserted = conn.execute(
             _INSERT_NEW_RUN,
@@ -401,7 +523,9 @@ class SQLiteLeaseBackend:
             "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
             "ON CONFLICT (run_id) DO UPDATE SET state = 'running', attempt = attempt + 1, "
             "failures = ?, token = excluded.token, owner = excluded.owner, reason = NULL, "
-            "expires_ms = excluded.expires_ms, started_ms = NULL, updated_ms = excluded.updated_ms "
+            "expires_ms = excluded.expires_ms, started_ms = NULL, "
+            "updated_ms = excluded.updated_ms, "
+            "max_attempts = CASE WHEN attempt = 0 THEN excluded.max_attempts ELSE max_attempts END "
             "RETURNING attempt",
             (
                 rid, request.job, slot_ms(request.slot), request.max_attempts, token,
@@ -439,8 +563,8 @@ class SQLiteLeaseBackend:
                     f"this Relay's ({SCHEMA_VERSION}): upgrade Relay, or use another file"
                 )
             for step in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[step]:
-                    conn.execute(statement)
+                for statement in _MIGRATIONS.get(step, ()):
+                    _migrate(conn, statement)
             conn.execute(
                 "UPDATE relay_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
@@ -498,6 +622,17 @@ def _checked_durability(value: str) -> Durability:
     )
 
 
+def _migrate(conn: sqlite3.Connection, statement: str) -> None:
+    """Run one migration statement; a column it adds that exists already is left as it is (SQLite
+    has no ``ADD COLUMN IF NOT EXISTS``), so a step can run again on a file that had it."""
+    words = statement.split()
+    if words[:2] == ["ALTER", "TABLE"] and words[3:5] == ["ADD", "COLUMN"]:
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({words[2]})")}
+        if words[5] in columns:
+            return
+    conn.execute(statement)
+
+
 def _installed_version(conn: sqlite3.Connection) -> int | None:
     """The schema version of the open database, or None if it holds no Relay schema yet."""
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'relay_meta'").fetchone() is None:
@@ -519,11 +654,16 @@ def _update_held(conn: sqlite3.Connection, statement: str, params: tuple[Any, ..
         raise LeaseLost(_lost_reason(run_id, token, current))
 
 
-def _job_row(conn: sqlite3.Connection, job: str) -> tuple[int, int]:
-    """``job``'s last fencing token and its count of live runs (0 and 0 before its first lease)."""
-    row = conn.execute("SELECT token, live FROM relay_runs WHERE run_id = ?", (_job_row_id(job),))
+def _job_row(conn: sqlite3.Connection, job: str) -> tuple[int, int, int | None]:
+    """``job``'s last fencing token, its count of live runs and when it was paused (or None).
+
+    0, 0 and None before its first lease.
+    """
+    row = conn.execute(
+        "SELECT token, live, paused_ms FROM relay_runs WHERE run_id = ?", (_job_row_id(job),)
+    )
     value = row.fetchone()
-    return (0, 0) if value is None else (int(value[0]), int(value[1]))
+    return (0, 0, None) if value is None else (int(value[0]), int(value[1] or 0), value[2])
 
 
 def _next_token(conn: sqlite3.Connection, job: str, now_ms: int) -> int:
@@ -569,6 +709,42 @@ def _job_row_id(job: str) -> str:
     return f"{job}@~"
 
 
+def _backfill_reason(serial: bool) -> str:
+    return BUFFERED if serial else "backfill"
+
+
+def _has_old_runs(
+    conn: sqlite3.Connection, bounds: tuple[str, str], cutoff: int, limit: int
+) -> bool:
+    """Whether the ``limit`` oldest ids in ``bounds`` hold a run finished before ``cutoff``."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM (SELECT state, finished_ms FROM relay_runs WHERE run_id > ? "
+            "AND run_id < ? ORDER BY run_id LIMIT ?) WHERE state IN "
+            "('succeeded', 'failed', 'skipped') AND finished_ms < ? LIMIT 1",
+            (*bounds, limit, cutoff),
+        ).fetchone()
+        is not None
+    )
+
+
+def _prune_range(conn: sqlite3.Connection, bounds: tuple[str, str], cutoff: int, limit: int) -> int:
+    """Delete the runs among the ``limit`` oldest ids in ``bounds`` that finished before
+    ``cutoff``, except the newest (found as in last_slots: the job's latest slot is never pruned).
+
+    Only the oldest ids are looked at, so a call costs at most ``limit`` rows however long the
+    history; runs still live among them are left for a later call.
+    """
+    return conn.execute(
+        "DELETE FROM relay_runs WHERE run_id IN (SELECT run_id FROM relay_runs "
+        "WHERE run_id > ?1 AND run_id < ?2 ORDER BY run_id LIMIT ?3) "
+        "AND state IN ('succeeded', 'failed', 'skipped') AND finished_ms < ?4 "
+        "AND slot_ms < (SELECT MAX(slot_ms) FROM (SELECT slot_ms FROM relay_runs "
+        "WHERE run_id > ?1 AND run_id < ?2 ORDER BY run_id DESC LIMIT 2))",
+        (*bounds, limit, cutoff),
+    ).rowcount
+
+
 def _job_of(run_id: str) -> str:
     """The job a run id names (job names hold no '@')."""
     return run_id.rpartition("@")[0]
@@ -576,13 +752,72 @@ def _job_of(run_id: str) -> str:
 
 def _other_live(conn: sqlite3.Connection, job: str, now_ms: int) -> bool:
     """Another run of ``job`` holds a live lease (asked for a run not recorded yet)."""
-    _, live = _job_row(conn, job)
+    live = _job_row(conn, job)[1]
     return any(run[3] == "running" and run[9] > now_ms for run in _live_runs(conn, job, live))
+
+
+def _waiting(conn: sqlite3.Connection, job: str) -> bool:
+    """A run of ``job`` waits for its live run to end (pending, reason ``buffered``)."""
+    live = _job_row(conn, job)[1]
+    return any(run[3] == "pending" and run[8] == BUFFERED for run in _live_runs(conn, job, live))
+
+
+def _context(
+    conn: sqlite3.Connection, request: AcquireRequest, stored: StoredRun | None, now_ms: int
+) -> dict[str, bool]:
+    """What :func:`decide` needs beyond the run: read only when a rule could use it."""
+    job = request.job
+    if stored is None:
+        live = (request.overlap_skip or request.buffer_one) and _other_live(conn, job, now_ms)
+        return {
+            "other_live": live,
+            "paused": _job_row(conn, job)[2] is not None,
+            "waiting": live and request.buffer_one and _waiting(conn, job),
+        }
+    buffered = stored.state is RunState.PENDING and stored.reason == BUFFERED
+    return {"other_live": buffered and _other_live(conn, job, now_ms)}
+
+
+def _insert_run(
+    conn: sqlite3.Connection,
+    rid: str,
+    request: AcquireRequest,
+    state: str,
+    reason: str | None,
+    now_ms: int,
+) -> None:
+    """Record a run that is not leased: skipped (finished now) or pending (never leased yet)."""
+    conn.execute(
+        "INSERT INTO relay_runs (run_id, job, slot_ms, state, reason, max_attempts, finished_ms, "
+        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+        (rid, request.job, slot_ms(request.slot), state, reason, request.max_attempts,
+         now_ms if state == "skipped" else None, now_ms),
+    )  # fmt: skip
+
+
+def _add_live(conn: sqlite3.Connection, job: str, change: int) -> None:
+    """``change`` more live runs of ``job``, creating its job row if it has none yet."""
+    conn.execute(
+        "INSERT INTO relay_runs (run_id, job, slot_ms, state, token, live, updated_ms) "
+        "VALUES (?1, ?2, 0, 'job', 0, ?3, 0) ON CONFLICT (run_id) DO UPDATE SET live = live + ?3",
+        (_job_row_id(job), job, change),
+    )
 
 
 def _job_range(job: str) -> tuple[str, str]:
     """Run ids of ``job`` lie strictly between these (job names hold no '@')."""
     return f"{job}@", _job_row_id(job)
+
+
+def _slot_range(job: str) -> tuple[str, str]:
+    """Ids of ``job``'s slot runs (``job@<digits>…``) lie strictly between these: not manual runs
+    (``job@manual:…``, after them), nor its job row."""
+    return f"{job}@", f"{job}@:"
+
+
+def _manual_range(job: str) -> tuple[str, str]:
+    """Ids of ``job``'s manual runs lie strictly between these."""
+    return f"{job}@{MANUAL}", f"{job}@{MANUAL[:-1]};"
 
 
 def _lost_reason(run_id: str, token: int, row: Sequence[Any] | None) -> str:

@@ -1,6 +1,29 @@
-"""The engine: the deciding and running halves of a run, written once against the contract."""
+"""The engine: the deciding and running halves of a run, and the loop that steps the deciding half.
+
+It is the only code that emits :mod:`relay.events`.
+"""
 
 from relay.engine.deciding import Decider, Won
-from relay.engine.running import ActiveRun, Runner, current_run, enter_run, leave_run
+from relay.engine.looping import MAX_BACKOFF, Loop, Step
+from relay.engine.running import (
+    ActiveRun,
+    Runner,
+    current_run,
+    enter_run,
+    fenced_write_refused,
+    leave_run,
+)
 
-__all__ = ["ActiveRun", "Decider", "Runner", "Won", "current_run", "enter_run", "leave_run"]
+__all__ = [
+    "MAX_BACKOFF",
+    "ActiveRun",
+    "Decider",
+    "Loop",
+    "Runner",
+    "Step",
+    "Won",
+    "current_run",
+    "enter_run",
+    "fenced_write_refused",
+    "leave_run",
+]

@@ -1,7 +1,9 @@
 """The deciding half: which slots are due, who wins them, and which expired runs to take over.
 
 A :class:`Decider` asks the store nothing while no new slot is due, so a tick is cheap; when one is,
-every due run of every job is decided in one batched call.
+every due run of every job is decided in one batched call. Every decision is reported on the
+decider's :class:`~relay.events.EventBus`: won, lost, skipped, exhausted, taken over, retried,
+picked up, and the slots recorded missed.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
+from relay.engine.reporting import decision_event, missed_events
 from relay.errors import ConfigurationError
-from relay.jobs import TICK_SPREAD, Job
-from relay.runs import Run, run_id
+from relay.events import EventBus
+from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
+from relay.runs import Run, RunRecord, is_manual, run_id
 
-__all__ = ["ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
+__all__ = ["DEFAULT_RETENTION", "ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
 
 log = logging.getLogger("relay.decider")
 UTC = timezone.utc
@@ -28,8 +32,13 @@ ON_TIME_GRACE = 60.0
 """Seconds after its slot that a job's latest run is still attempted when catch_up is off."""
 MISSED_WINDOW = timedelta(days=1)
 """How far before the catch-up window missed runs are still recorded as skipped."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _HORIZON = timedelta(days=400)
 """How far ahead a job's next slot is looked for; a job with none is looked at again then."""
+PRUNE_EVERY = 60.0
+"""Seconds between two prunes by one instance."""
+PRUNE_BATCH = 500
+"""Runs one prune deletes at most: a long history goes in many small steps."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,10 @@ _NOTHING_NEW = _Plan((), (), None)
 
 
 class Decider:
-    """Decides runs for a set of jobs on one backend, on behalf of one owner."""
+    """Decides runs for a set of jobs on one backend, on behalf of one owner.
+
+    Each decision is emitted on ``events`` (a new bus, which logs them, if none is given).
+    """
 
     def __init__(
         self,
@@ -63,12 +75,17 @@ class Decider:
         lease: float,
         clock: Callable[[], float] = time.time,
         grace: float = ON_TIME_GRACE,
+        events: EventBus | None = None,
+        retention: float | None = DEFAULT_RETENTION,
     ) -> None:
         self.backend = backend
+        self.events = events if events is not None else EventBus()
         self.owner = owner
         self.lease = lease
         self.clock = clock
         self.grace = grace
+        self.retention = retention
+        """Finished runs older than this are pruned by :meth:`sweep` (``None``: never)."""
         self.jobs: dict[str, Job] = {}
         self._decided: dict[str, datetime] = {}
         # A tick plans only the jobs whose next slot has come (a heap of (next slot, name)) and
@@ -76,6 +93,10 @@ class Decider:
         self._next: list[tuple[datetime, str]] = []
         self._undecided: set[str] = set()
         self._order: dict[str, int] = {}
+        self.prune_every = PRUNE_EVERY
+        """Seconds between two prunes by this instance."""
+        self._next_prune = 0.0
+        self._registered = False
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -84,15 +105,21 @@ class Decider:
         self.jobs[job.name] = job
         self._undecided.add(job.name)
         self._order[job.name] = len(self._order)
+        self._registered = False
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
         self._next.clear()
         self._undecided = set(self.jobs)
+        self._registered = False
 
     def next_due(self) -> datetime | None:
-        """The earliest next slot of a job decided so far (``None``: no job has one yet)."""
+        """When the next tick has something to plan: the earliest next slot of any job (once its
+        jitter delay has passed), the epoch while some job is not decided yet, ``None`` if no job
+        has a slot."""
+        if self._undecided:
+            return _EPOCH
         return self._next[0][0] if self._next else None
 
     def tick(self) -> list[Won]:
@@ -120,29 +147,49 @@ class Decider:
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
+            # Only slots after a job's last recorded one are due: none has a record to report.
             won = self._acquire(backend, due)
             missed = [(job.name, slot) for job, plan in plans for slot in plan.missed]
             if missed:
-                backend.skip_many(missed, "missed")
+                for event in missed_events(missed, backend.skip_many(missed, "missed"), self.owner):
+                    self.events.emit(event)
         else:
             won = self._claim(backend, due)
         for job, plan in plans:
             if plan.decided_until is not None:
                 self._decided[job.name] = plan.decided_until
             if job.name in self._decided:
-                heapq.heappush(self._next, (_next_slot(job, now), job.name))
+                heapq.heappush(
+                    self._next, (_next_check(job, self._decided[job.name], now), job.name)
+                )
             else:
                 self._undecided.add(job.name)
         return won
 
     def sweep(self) -> list[Won]:
-        """Take over runs of our jobs whose runner died or handed them over (lease backends)."""
+        """Lease the pending runs of our jobs (handed over, failed, triggered, backfilled,
+        resumed or buffered) and those whose runner died (lease backends); prune old runs."""
         backend = self.backend
         if not is_lease(backend):
             return []
+        if not self._registered:  # what the jobs are, for `relay jobs` and backfills
+            backend.register_jobs({name: job_spec(job) for name, job in self.jobs.items()})
+            self._registered = True
         records = [r for r in backend.reclaimable() if r.job in self.jobs]
-        due = [(self.jobs[r.job], r.scheduled_for) for r in records]
-        return self._acquire(backend, due)
+        won = self._acquire(
+            backend, [(self.jobs[r.job], r.scheduled_for) for r in records], records
+        )
+        self._prune(backend)
+        return won
+
+    def _prune(self, backend: LeaseBackend) -> None:
+        """Delete one batch of runs past ``retention``, at most every ``prune_every`` seconds."""
+        if self.retention is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + self.prune_every
+        pruned = backend.prune(self.retention, PRUNE_BATCH)
+        if pruned:
+            log.info("pruned %d runs finished more than %gs ago", pruned, self.retention)
 
     def _plan(self, job: Job, now: datetime, recorded: dict[str, datetime | None]) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed.
@@ -153,6 +200,10 @@ class Decider:
         after = self._decided.get(job.name)
         if latest is None or (after is not None and latest <= after):
             return _NOTHING_NEW
+        if job.jitter:
+            latest = self._ripe(job, latest, now)
+            if latest is None or (after is not None and latest <= after):
+                return _NOTHING_NEW
         catch_up, on_time_window = self._windows(job)
         if after is None:
             after = recorded.get(job.name)
@@ -161,11 +212,12 @@ class Decider:
             # A job with no record yet missed nothing: only its latest slot, if on time.
             catch_up = 0.0
             after = now - timedelta(seconds=on_time_window, microseconds=1)
-        oldest_due = now - timedelta(seconds=catch_up)
-        on_time = now - timedelta(seconds=on_time_window)
+        # A jittered slot starts up to `jitter` late: its windows start that much earlier.
+        oldest_due = now - timedelta(seconds=catch_up + job.jitter)
+        on_time = now - timedelta(seconds=on_time_window + job.jitter)
         after = max(after, oldest_due - MISSED_WINDOW)
         due, missed = [], []
-        for slot in job.schedule.slots_between(after, now):
+        for slot in job.schedule.slots_between(after, latest):
             if slot >= oldest_due or (slot == latest and slot >= on_time):
                 due.append(slot)
             elif known_history and self.backend.capability == "lease":
@@ -173,6 +225,18 @@ class Decider:
         # Every slot up to the latest is now due, missed, or too late to run: none needs reading
         # from the store again, even when none was due (so a job's record is read once).
         return _Plan(due, missed, latest)
+
+    @staticmethod
+    def _ripe(job: Job, latest: datetime, now: datetime) -> datetime | None:
+        """The latest slot whose jitter delay has passed at ``now`` (slots before it too when
+        ``jitter`` is shorter than the time between slots, as it should be)."""
+        slot: datetime | None = latest
+        while (
+            slot is not None
+            and slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter)) > now
+        ):
+            slot = job.schedule.latest_slot(slot - timedelta(microseconds=1))
+        return slot
 
     def _windows(self, job: Job) -> tuple[float, float]:
         """How old a slot may be to be decided: any slot, and the job's latest slot.
@@ -196,9 +260,16 @@ class Decider:
             return {}
         return backend.last_slots(unknown)
 
-    def _acquire(self, backend: LeaseBackend, due: Sequence[tuple[Job, datetime]]) -> list[Won]:
+    def _acquire(
+        self,
+        backend: LeaseBackend,
+        due: Sequence[tuple[Job, datetime]],
+        records: Sequence[RunRecord] = (),
+    ) -> list[Won]:
+        """Acquire ``due`` runs; ``records``, when given, are their records (from a sweep)."""
         if not due:
             return []
+        manual = [is_manual(r.id) for r in records] or [False] * len(due)
         requests = [
             AcquireRequest(
                 job=job.name,
@@ -208,15 +279,18 @@ class Decider:
                 max_attempts=job.max_attempts,
                 overlap_skip=job.overlap == "skip",
                 stale_after=job.stale_after,
+                buffer_one=job.overlap == "buffer_one",
+                manual=is_manual_run,
             )
-            for job, slot in due
+            for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
         results = backend.acquire_many(requests)
         won = []
-        debug = log.isEnabledFor(logging.DEBUG)
-        for (job, slot), result in zip(due, results, strict=True):
-            if debug:
-                log.debug("%s: %s", run_id(job.name, slot), result.outcome.value)
+        previous: Sequence[RunRecord | None] = records or [None] * len(due)
+        for (job, slot), result, before in zip(due, results, previous, strict=True):
+            self.events.emit(
+                decision_event(result.outcome, job, slot, self.owner, result.run, before)
+            )
             if result.outcome is Outcome.WON and result.run is not None:
                 won.append(Won(result.run, job))
         return won
@@ -226,20 +300,29 @@ class Decider:
         if not due:
             return []
         results = backend.claim_many([(job.name, slot) for job, slot in due])
-        return [
-            Won(Run(run_id(job.name, slot), job.name, slot, 1, 0, self.owner), job)
-            for (job, slot), first in zip(due, results, strict=True)
-            if first
-        ]
+        won = []
+        for (job, slot), first in zip(due, results, strict=True):
+            run = Run(run_id(job.name, slot), job.name, slot, 1, 0, self.owner) if first else None
+            outcome = Outcome.WON if first else Outcome.HELD
+            self.events.emit(decision_event(outcome, job, slot, self.owner, run, None))
+            if run is not None:
+                won.append(Won(run, job))
+        return won
 
 
-def _next_slot(job: Job, now: datetime) -> datetime:
-    """The job's first slot after ``now`` (every slot up to ``now`` is decided), or, if it has
-    none within :data:`_HORIZON`, the moment to look again."""
+def _next_check(job: Job, decided: datetime, now: datetime) -> datetime:
+    """When ``job`` next needs planning: its first slot after ``decided`` (every slot up to it is
+    decided), once that slot's jitter delay has passed; or, if it has no slot within
+    :data:`_HORIZON`, the moment to look again."""
     try:
-        return next(iter(job.schedule.slots_between(now, now + _HORIZON)), now + _HORIZON)
+        slot = next(iter(job.schedule.slots_between(decided, decided + _HORIZON)), None)
     except ValueError:  # a cron expression with no date left (croniter's CroniterBadDateError)
-        return now + _HORIZON
+        slot = None
+    if slot is None:
+        return max(decided, now) + _HORIZON
+    if job.jitter:
+        return slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter))
+    return slot
 
 
 def _utc(timestamp: float) -> datetime:

@@ -1,7 +1,9 @@
 """The running half: start a won run with its token, heartbeat while it runs, finish or release it.
 
 The standalone scheduler, the Celery worker hooks and the Dramatiq middleware all run runs through
-a :class:`Runner`, so none of them has rules of its own.
+a :class:`Runner`, so none of them has rules of its own, and none reports anything itself: the
+runner emits started, succeeded, failed, handed over and fenced off on its
+:class:`~relay.events.EventBus`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,25 @@ from typing import Any
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.errors import BackendUnavailable, LeaseLost
+from relay.events import EventBus, FencedOff, RunFailed, RunHandedOver, RunStarted, RunSucceeded
 from relay.runs import Run, RunState
 
-__all__ = ["ActiveRun", "Runner", "current_run", "enter_run", "leave_run"]
+__all__ = [
+    "ActiveRun",
+    "Runner",
+    "current_run",
+    "enter_run",
+    "fenced_write_refused",
+    "leave_run",
+]
 
 log = logging.getLogger("relay.runner")
 FINISH_TRIES = 3
 
 _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("relay_run", default=None)
+_active: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar(
+    "relay_active_run", default=None
+)
 
 
 def current_run() -> Run | None:
@@ -43,6 +56,17 @@ def leave_run(token: contextvars.Token[Run | None]) -> None:
     _current.reset(token)
 
 
+def fenced_write_refused(key: str, token: int) -> None:
+    """Report that a fenced write of the current run (token ``token``) was refused.
+
+    Called by :mod:`relay.fencing`; emits :class:`~relay.events.FencedOff` (``write``) when the
+    write was made inside a run entered with :meth:`ActiveRun.enter` or :meth:`ActiveRun.call`.
+    """
+    active = _active.get()
+    if active is not None and active.run.token == token:
+        active.fenced_off("write", f"{key!r} holds a newer token than {token}", lost=False)
+
+
 class Runner:
     """Executes runs on one backend on behalf of one owner."""
 
@@ -53,38 +77,52 @@ class Runner:
         owner: str,
         lease: float,
         heartbeat: float,
+        events: EventBus | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
         self.owner = owner
         self.lease = lease
         self.heartbeat = heartbeat
+        self.events = events if events is not None else EventBus()
+        self.clock = clock
+        """Seconds since the epoch: a run's start delay is measured from its slot with it."""
 
-    def begin(self, run: Run) -> ActiveRun | None:
+    def begin(self, run: Run, *, max_attempts: int = 0) -> ActiveRun | None:
         """Start ``run`` under this owner and begin heartbeating; ``None`` if it must not run.
 
-        A run is refused when its token is no longer current, it already finished, or another
-        owner started it: a stale or duplicate delivery. ``BackendUnavailable`` propagates: the
-        caller must not run what it cannot confirm.
+        A run is refused (and reported fenced off) when its token is no longer current, it
+        already finished, or another owner started it: a stale or duplicate delivery.
+        ``BackendUnavailable`` propagates: the caller must not run what it cannot confirm.
+        ``max_attempts`` is the job's, for the failed event (0: not known here).
         """
         backend = self.backend
         if not is_lease(backend):
-            return ActiveRun(self, run)
+            return self._started(ActiveRun(self, run, max_attempts or 1))
         try:
             started = backend.start(run.id, run.token, self.owner, self.lease)
         except LeaseLost as exc:
-            log.info("not running %s: %s", run.id, exc)
+            ActiveRun(self, run, max_attempts).fenced_off("start", str(exc))
             return None
-        active = ActiveRun(self, started)
-        active.start_heartbeat()
-        return active
+        active = ActiveRun(self, started, max_attempts)
+        active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
+        return self._started(active)
 
-    def execute(self, run: Run, handler: Callable[[Run], Any]) -> RunState | None:
+    def execute(
+        self, run: Run, handler: Callable[[Run], Any], *, max_attempts: int = 0
+    ) -> RunState | None:
         """Run ``handler(run)`` as one attempt: begin, call, then finish as succeeded or failed.
 
         Returns the run's new state, or ``None`` if the run was refused or its lease was lost.
         """
-        active = self.begin(run)
+        active = self.begin(run, max_attempts=max_attempts)
         return None if active is None else active.call(handler)
+
+    def _started(self, active: ActiveRun) -> ActiveRun:
+        run = active.run
+        delay = self.clock() - run.scheduled_for.timestamp()
+        self.events.emit(RunStarted(*_values(run, self.owner), start_delay=delay))
+        return active
 
     def release(self, run: Run) -> None:
         """Hand ``run`` over so another instance takes it at once (a graceful stop).
@@ -96,21 +134,55 @@ class Runner:
             return
         try:
             backend.release(run.id, run.token)
-            log.info("handed over %s (token %d)", run.id, run.token)
-        except (LeaseLost, BackendUnavailable) as exc:
-            log.warning("could not hand over %s: %s", run.id, exc)
+        except LeaseLost as exc:
+            ActiveRun(self, run).fenced_off("release", str(exc))
+            return
+        except BackendUnavailable as exc:
+            log.warning("could not hand over %s, its lease will expire instead: %s", run.id, exc)
+            return
+        self.events.emit(RunHandedOver(*_values(run, self.owner)))
 
 
 class ActiveRun:
     """A run this process is executing: it heartbeats until finished, failed or released."""
 
-    def __init__(self, runner: Runner, run: Run) -> None:
+    def __init__(self, runner: Runner, run: Run, max_attempts: int = 0) -> None:
         self.runner = runner
         self.run = run
+        self.max_attempts = max_attempts
+        """The job's ``max_attempts`` (0: not known to this runner)."""
         self.lost = False
-        """Set when a heartbeat found the lease gone: a newer token exists."""
+        """Set when the store refused this attempt's token: a newer attempt owns the run."""
+        self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def enter(self) -> tuple[contextvars.Token[Run | None], contextvars.Token[ActiveRun | None]]:
+        """Make this the current run of this thread (:func:`current_run`, fenced writes).
+
+        For hosts that start and end runs in two hooks; undo it with :meth:`leave`.
+        """
+        return enter_run(self.run), _active.set(self)
+
+    @staticmethod
+    def leave(
+        tokens: tuple[contextvars.Token[Run | None], contextvars.Token[ActiveRun | None]],
+    ) -> None:
+        """Undo :meth:`enter`, in the same thread."""
+        leave_run(tokens[0])
+        _active.reset(tokens[1])
+
+    def fenced_off(self, operation: str, detail: str, *, lost: bool = True) -> None:
+        """Report that the store (or a fenced resource) refused this attempt's token.
+
+        ``lost``: the store refused it, so the attempt no longer owns the run (nothing more is
+        recorded for it). A refused fenced write only says a newer token of the job wrote the key.
+        """
+        self.lost = self.lost or lost
+        runner = self.runner
+        runner.events.emit(
+            FencedOff(*_values(self.run, runner.owner), operation=operation, detail=detail)
+        )
 
     def start_heartbeat(self) -> None:
         """Renew the lease every ``heartbeat`` seconds from a background thread."""
@@ -122,25 +194,41 @@ class ActiveRun:
     def call(self, handler: Callable[[Run], Any]) -> RunState | None:
         """Call ``handler(run)`` with :func:`current_run` set, then record the outcome.
 
-        Exceptions from the handler are logged and recorded as a failed attempt, never raised.
+        Exceptions from the handler are reported (with their traceback) and recorded as a failed
+        attempt, never raised.
         """
-        token = enter_run(self.run)
+        tokens = self.enter()
         try:
             handler(self.run)
         except Exception as exc:
-            log.exception("run %s failed", self.run.id)
-            return self.fail(f"{type(exc).__name__}: {exc}")
+            return self.fail(f"{type(exc).__name__}: {exc}", exception=exc)
         finally:
-            leave_run(token)
+            self.leave(tokens)
         return self.succeed()
 
     def succeed(self) -> RunState | None:
         """Record this attempt succeeded."""
-        return self._finish(succeeded=True, error=None)
+        state = self._finish(succeeded=True, error=None)
+        if state is not None:
+            values = _values(self.run, self.runner.owner)
+            self.runner.events.emit(RunSucceeded(*values, duration=self._duration()))
+        return state
 
-    def fail(self, error: str) -> RunState | None:
+    def fail(self, error: str, *, exception: BaseException | None = None) -> RunState | None:
         """Record this attempt failed; the run is retried while it has attempts left."""
-        return self._finish(succeeded=False, error=error)
+        state = self._finish(succeeded=False, error=error)
+        if state is not None:
+            self.runner.events.emit(
+                RunFailed(
+                    *_values(self.run, self.runner.owner),
+                    max_attempts=self.max_attempts,
+                    error=error,
+                    duration=self._duration(),
+                    final=state is RunState.FAILED,
+                    exception=exception,
+                )
+            )
+        return state
 
     def release(self) -> None:
         """Hand the run over so another instance takes it at once (a graceful stop)."""
@@ -153,11 +241,13 @@ class ActiveRun:
         backend = self.runner.backend
         if not is_lease(backend):
             return RunState.SUCCEEDED if succeeded else RunState.FAILED
+        if self.lost:  # refused already (and reported): a newer attempt owns the run
+            return None
         for attempt in range(FINISH_TRIES):
             try:
                 return backend.finish(self.run.id, self.run.token, succeeded=succeeded, error=error)
             except LeaseLost as exc:
-                log.warning("result of %s refused, a newer attempt owns it: %s", self.run.id, exc)
+                self.fenced_off("finish", str(exc))
                 return None
             except BackendUnavailable as exc:
                 log.warning("could not record the result of %s: %s", self.run.id, exc)
@@ -173,13 +263,20 @@ class ActiveRun:
             try:
                 backend.heartbeat(self.run.id, self.run.token, self.runner.lease)
             except LeaseLost as exc:
-                log.warning("lost the lease of %s: %s", self.run.id, exc)
-                self.lost = True
+                self.fenced_off("heartbeat", str(exc))
                 return
             except BackendUnavailable as exc:
                 log.warning("heartbeat of %s failed, will retry: %s", self.run.id, exc)
+
+    def _duration(self) -> float:
+        return time.monotonic() - self.started
 
     def _stop_heartbeat(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+
+
+def _values(run: Run, owner: str) -> tuple[str, str, Any, int, int, str]:
+    """The fields every run event starts with, for ``owner``."""
+    return run.id, run.job, run.scheduled_for, run.attempt, run.token, owner

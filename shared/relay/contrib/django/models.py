@@ -1,0 +1,29 @@
+"""No data lives in Django models: runs and jobs are read from Relay's store through its API.
+
+These two unmanaged models have no table. They exist so that the admin lists Relay's pages and so
+that permissions can be granted: ``relay.view_job``, ``relay.view_run`` (see the pages) and
+``relay.control_job`` (pause, resume and trigger jobs).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Job(models.Model):
+    """A job in Relay's store (no table: the admin reads the store)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = (("control_job", "Can pause, resume and trigger Relay jobs"),)
+        verbose_name = "job"
+
+
+class Run(models.Model):
+    """A run in Relay's store (no table: the admin reads the store)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = "run"

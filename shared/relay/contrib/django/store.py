@@ -1,0 +1,49 @@
+"""Relay's store as the Django app sees it: the backend ``settings.RELAY`` names, read through
+Relay's API (:class:`relay.Control` and the lease contract, opened read-only for pages and
+listings), so every lease backend works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from relay.backends import open_backend
+from relay.contract import LeaseBackend, is_lease
+from relay.control import Control, JobStatus
+from relay.errors import ConfigurationError
+from relay.settings import django_backend, from_django
+
+__all__ = ["backend_url", "job_rows", "read_store"]
+
+
+def backend_url() -> str:
+    """The URL of Relay's store: ``RELAY["BACKEND"]`` (``"django"`` resolved), else
+    ``CELERY_RELAY_BACKEND``; ``ConfigurationError`` naming both when neither is set."""
+    from django.conf import settings
+
+    url = from_django().backend or getattr(settings, "CELERY_RELAY_BACKEND", None)
+    if not url:
+        raise ConfigurationError(
+            "Relay's pages and relay_* commands read the store settings.RELAY['BACKEND'] names "
+            "(or CELERY_RELAY_BACKEND), and neither is set: set RELAY['BACKEND'] to the store "
+            "your schedulers use, such as 'django' or 'redis://localhost:6379/0'"
+        )
+    return str(django_backend({"BACKEND": url})["BACKEND"])
+
+
+@contextmanager
+def read_store() -> Iterator[LeaseBackend]:
+    """The store opened read-only (nothing is created); closed afterwards."""
+    backend = open_backend(backend_url(), read_only=True)
+    try:
+        if not is_lease(backend):  # open_backend refuses claim stores read-only; this tells mypy
+            raise ConfigurationError(f"{backend.name} is a claim backend: it records no runs")
+        yield backend
+    finally:
+        backend.close()
+
+
+def job_rows(backend: LeaseBackend) -> list[JobStatus]:
+    """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
+    return Control(backend).jobs()

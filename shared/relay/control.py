@@ -1,0 +1,274 @@
+"""The control plane: see every job, pause, resume, trigger, backfill and prune, from anywhere.
+
+:class:`Control` is the Python API the ``relay`` command calls. It talks to the lease store only,
+so it works from any machine that reaches the store, while the schedulers run: every instance obeys
+a pause, a resume or a trigger at its next tick or sweep, without a restart. Claim backends keep no
+runs to control: each operation raises :class:`~relay.errors.UnsupportedOption` on them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from relay.backends import capability_of, open_backend
+from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
+from relay.errors import ConfigurationError, UnsupportedOption
+from relay.jobs import LEASE_BACKENDS, jitter_delay
+from relay.runs import RunRecord, RunState
+from relay.schedules import Schedule, make_schedule
+
+__all__ = ["MAX_BACKFILL", "Control", "JobStatus"]
+
+MAX_BACKFILL = 1000
+"""The most runs one backfill creates: a longer range is refused (split it, or widen the slots)."""
+PRUNE_BATCH = 500
+"""Runs one store call of :meth:`Control.prune` deletes at most."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as ``relay jobs`` shows it."""
+
+    name: str
+    schedule: str | None
+    """As registered by its schedulers, e.g. ``"cron '0 3 * * *' (Europe/Paris)"``; ``None`` for a
+    job no scheduler of this Relay version registered."""
+    timezone: str | None
+    next_due: datetime | None
+    """When its next slot starts (its jitter included), on the store's clock."""
+    last_run: RunRecord | None
+    live: tuple[RunRecord, ...]
+    """Its runs holding a live lease: each has its ``owner`` and ``expires_at``."""
+    paused_at: datetime | None
+    paused_by: str | None
+    paused_reason: str | None
+    spec: dict[str, Any]
+
+    @property
+    def paused(self) -> bool:
+        """Whether the job is paused."""
+        return self.paused_at is not None
+
+
+class Control:
+    """Operate the jobs of one store: ``Control("postgresql://…")`` or a backend object.
+
+    A URL is opened here and closed by :meth:`close` (or ``with Control(url) as control:``); a
+    backend passed in stays the caller's. ``read_only=True`` opens the URL for reading only
+    (:meth:`jobs` and :meth:`job` work; nothing is created, and a missing store raises
+    :class:`~relay.errors.StoreNotFound`).
+    """
+
+    def __init__(
+        self, backend: str | ClaimBackend | LeaseBackend, *, read_only: bool = False
+    ) -> None:
+        self._owns = isinstance(backend, str)
+        if isinstance(backend, str):
+            # A claim URL is opened as it is, so each operation refuses it with UnsupportedOption.
+            read_only = read_only and capability_of(backend) == "lease"
+            backend = open_backend(backend, read_only=read_only)
+        self.backend: ClaimBackend | LeaseBackend = backend
+
+    def __enter__(self) -> Control:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the backend if this object opened it."""
+        if self._owns:
+            self.backend.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def jobs(self) -> list[JobStatus]:
+        """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
+        store = self._lease("jobs")
+        now = store.now()
+        return [self._status(store, info, now) for info in store.jobs()]
+
+    def job(self, name: str) -> JobStatus:
+        """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""
+        store = self._lease("jobs")
+        info = self._known(store, name)
+        return self._status(store, info, store.now())
+
+    # -- changing --------------------------------------------------------------------------
+
+    def pause(self, job: str, reason: str = "", *, by: str | None = None) -> bool:
+        """Pause ``job`` on every instance from its next tick: its slots are recorded
+        ``skipped (paused)``. ``by`` defaults to ``user@host``. ``False`` if already paused."""
+        store = self._lease("pause")
+        self._known(store, job)
+        return store.pause(job, reason, by or _operator())
+
+    def resume(
+        self,
+        job: str,
+        *,
+        missed: Literal["skip", "catch_up"] = "skip",
+        window: float | None = None,
+    ) -> list[str]:
+        """Resume ``job``. Nothing runs because of the resume itself.
+
+        ``missed="skip"`` leaves the slots that passed while paused skipped. ``"catch_up"`` runs
+        those within the job's ``catch_up`` window (or ``window`` seconds), as after downtime:
+        their runs become pending and the instances' next sweep runs them. Returns their ids.
+        """
+        store = self._lease("resume")
+        info = self._known(store, job)
+        if missed == "skip":
+            return store.resume(job)
+        if missed != "catch_up":
+            raise ConfigurationError(f"missed={missed!r} is not known: use 'skip' or 'catch_up'")
+        span = window if window is not None else float(_spec(info).get("catch_up") or 0)
+        if span <= 0:
+            raise ConfigurationError(
+                f"job {job!r} has no catch_up window: pass window= (--window) in seconds to say "
+                "how far back the slots missed while paused should run"
+            )
+        return store.resume(job, catch_up=span)
+
+    def trigger(self, job: str, *, overlap: Literal["allow", "skip"] = "allow") -> RunRecord:
+        """Run ``job`` now, once, as a manual run (id ``job@manual:<time>``): pending until an
+        instance's sweep leases it, then fenced, retried and recorded like any run.
+
+        ``overlap="skip"`` records it skipped instead if another run of the job holds a live lease.
+        """
+        store = self._lease("trigger")
+        self._known(store, job)
+        if overlap not in ("allow", "skip"):
+            raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
+        return store.trigger(job, overlap_skip=overlap == "skip")
+
+    def backfill(
+        self,
+        job: str,
+        start: datetime,
+        end: datetime,
+        *,
+        overlap: Literal["allow", "buffer_all"] = "allow",
+    ) -> list[tuple[datetime, bool]]:
+        """Create the runs of every slot of ``job`` from ``start`` to ``end`` (both included).
+
+        Each goes through the lease: a slot that already has a record (it ran, runs, or was
+        skipped) is not run again (``False``). At most :data:`MAX_BACKFILL` slots; ``end`` may not
+        be in the future. ``overlap="buffer_all"`` runs them one at a time, else side by side.
+        """
+        store = self._lease("backfill")
+        schedule = _schedule(self._known(store, job))
+        if overlap not in ("allow", "buffer_all"):
+            raise ConfigurationError(
+                f"overlap={overlap!r} is not known: use 'allow' or 'buffer_all'"
+            )
+        slots = _backfill_slots(schedule, start, end, store.now())
+        created = store.backfill(job, slots, serial=overlap == "buffer_all")
+        return list(zip(slots, created, strict=True))
+
+    def prune(self, older_than: float) -> int:
+        """Delete the finished runs older than ``older_than`` seconds, in bounded batches; never a
+        live or pending run, nor any job's latest. Returns how many were deleted."""
+        store = self._lease("prune")
+        if older_than < 0:
+            raise ConfigurationError(f"older_than={older_than!r} must be 0 or more seconds")
+        total = 0
+        while (deleted := store.prune(older_than, PRUNE_BATCH)) > 0:
+            total += deleted
+        return total
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _lease(self, operation: str) -> LeaseBackend:
+        backend = self.backend
+        if not is_lease(backend):
+            raise UnsupportedOption(operation, backend.name, LEASE_BACKENDS)
+        return backend
+
+    @staticmethod
+    def _known(store: LeaseBackend, job: str) -> JobInfo:
+        jobs = {info.name: info for info in store.jobs()}
+        if job not in jobs:
+            known = ", ".join(sorted(jobs)) or "none yet: start a scheduler first"
+            raise ConfigurationError(f"no job named {job!r} in {store.name}; known jobs: {known}")
+        return jobs[job]
+
+    @staticmethod
+    def _status(store: LeaseBackend, info: JobInfo, now: datetime) -> JobStatus:
+        spec = _spec(info)
+        runs = store.runs(info.name, limit=20)
+        live = tuple(
+            r for r in runs
+            if r.state is RunState.RUNNING and r.expires_at is not None and r.expires_at > now
+        )  # fmt: skip
+        return JobStatus(
+            name=info.name, schedule=spec.get("schedule"), timezone=spec.get("tz"),
+            next_due=_next_due(info.name, spec, now), last_run=runs[0] if runs else None,
+            live=live, paused_at=info.paused_at, paused_by=info.paused_by,
+            paused_reason=info.paused_reason, spec=spec,
+        )  # fmt: skip
+
+
+def _spec(info: JobInfo) -> dict[str, Any]:
+    try:
+        spec = json.loads(info.spec) if info.spec else {}
+    except ValueError:
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def _schedule(info: JobInfo) -> Schedule:
+    spec = _spec(info)
+    if "cron" not in spec and "every" not in spec:
+        raise ConfigurationError(
+            f"job {info.name!r} has no registered schedule: run a scheduler of this Relay version "
+            "for it once, so the store learns its schedule"
+        )
+    return make_schedule(cron=spec.get("cron"), every=spec.get("every"), tz=spec.get("tz"))
+
+
+def _next_due(job: str, spec: dict[str, Any], now: datetime) -> datetime | None:
+    try:
+        schedule = make_schedule(cron=spec.get("cron"), every=spec.get("every"), tz=spec.get("tz"))
+    except ConfigurationError:
+        return None
+    slot = next(iter(schedule.slots_between(now, now + timedelta(days=400))), None)
+    if slot is None:
+        return None
+    return slot + timedelta(seconds=jitter_delay(job, slot, float(spec.get("jitter") or 0)))
+
+
+def _backfill_slots(
+    schedule: Schedule, start: datetime, end: datetime, now: datetime
+) -> list[datetime]:
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ConfigurationError("backfill start and end need a time zone, e.g. 2026-11-01T00:00Z")
+    if end < start:
+        raise ConfigurationError(f"backfill end {end} is before its start {start}")
+    if end > now:
+        raise ConfigurationError(
+            f"backfill end {end} is in the future (the store's clock says {now}): slots still "
+            "to come run on schedule"
+        )
+    slots = []
+    for slot in schedule.slots_between(start - timedelta(microseconds=1), end):
+        slots.append(slot)
+        if len(slots) > MAX_BACKFILL:
+            raise ConfigurationError(
+                f"the range {start} to {end} holds more than {MAX_BACKFILL} slots: backfill it in "
+                f"parts of at most {MAX_BACKFILL} runs"
+            )
+    return slots
+
+
+def _operator() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

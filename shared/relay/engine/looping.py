@@ -1,0 +1,203 @@
+"""The deciding loop, written once: tick, sweep, back off, and report, in one :meth:`Loop.step`.
+
+The standalone scheduler, Celery beat and the Dramatiq scheduler each call :meth:`Loop.step` when
+it asks to be called, and only map the runs it hands them onto their own lifecycle (a thread, a
+published task, an enqueued message). The loop owns every rule of timing:
+
+* a **tick** decides newly due runs; it is skipped (nothing asked of the store, no schedule
+  computed) until the earliest next slot of any job;
+* on a lease backend a **sweep** takes over expired and handed-over runs every ``sweep_every``;
+* when the store cannot answer, the loop forgets what it knew (the next tick re-reads each job's
+  history), reports :class:`~relay.events.StoreUnavailable` once, and retries after a back-off that
+  doubles up to :data:`MAX_BACKOFF`; the first step that succeeds reports
+  :class:`~relay.events.StoreRecovered`;
+* given a ``role``, a step the store answered also records the instance's own heartbeat
+  (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from relay.contract import is_lease
+from relay.engine.deciding import Decider, Won
+from relay.engine.running import Runner
+from relay.errors import BackendUnavailable
+from relay.events import RunDispatched, StoreRecovered, StoreUnavailable
+from relay.health import InstanceHeartbeat
+
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Loop", "Step"]
+
+log = logging.getLogger("relay.engine")
+
+FIRST_BACKOFF = 1.0
+"""Seconds before the first retry after the store failed to answer (at most the loop interval)."""
+MAX_BACKOFF = 30.0
+"""The longest wait between two retries while the store cannot answer."""
+_HORIZON = timedelta(days=5 * 366)
+
+Send = Callable[[Won], bool]
+"""Hands a won run to its runner; ``False`` if the host kept it (and handed it back itself).
+
+Raising any exception means it could not be handed over: the loop reports it and hands it back.
+"""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one :meth:`Loop.step` did, and when to call it again."""
+
+    won: list[Won] = field(default_factory=list)
+    """The runs won in this step (each one was passed to ``send``)."""
+    next_in: float = 0.0
+    """Seconds until the next step is useful."""
+    healthy: bool = True
+    """``False`` if the store could not answer: the loop is backing off."""
+
+
+class Loop:
+    """Steps one :class:`Decider`: the only place where runs are decided and dispatched.
+
+    ``interval`` is the longest wait between two steps (a host's tick); ``sweep_every`` how often
+    expired runs are looked for on a lease backend (the heartbeat). ``role`` (``"scheduler"``,
+    ``"beat"``, ``"dramatiq-scheduler"``) records the instance's heartbeat for ``relay instances``
+    and ``relay health``. ``monotonic`` times sweeps and back-off; the decider's own clock decides
+    which slots are due. Both exist for tests.
+    """
+
+    def __init__(
+        self,
+        decider: Decider,
+        *,
+        interval: float,
+        sweep_every: float,
+        role: str | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.decider = decider
+        self.interval = interval
+        self.sweep_every = sweep_every
+        self.monotonic = monotonic
+        self.events = decider.events
+        # Only hands back what could not be dispatched: its lease and heartbeat are never used.
+        self.runner = Runner(
+            decider.backend, owner=decider.owner, lease=decider.lease, heartbeat=sweep_every,
+            events=decider.events,
+        )  # fmt: skip
+        self.instance = (
+            None if role is None else InstanceHeartbeat(decider.backend, decider.owner, role)
+        )
+        """This instance's own heartbeat, recorded from the loop (``None``: not recorded)."""
+        self.next_sweep = 0.0
+        """When the next sweep is due, on ``monotonic``: set it to 0 to sweep at the next step."""
+        self._first_backoff = min(interval, FIRST_BACKOFF)
+        self._backoff = self._first_backoff
+        self._retry_at = 0.0
+        self._down_since: float | None = None
+        self._wake: datetime | None = None
+        self._jobs = 0
+
+    def step(self, send: Send, *, force: bool = False) -> Step:
+        """Tick, sweep when due, pass each won run to ``send``, and say when to step again.
+
+        ``force`` ticks and sweeps now, even while backing off or before anything is due.
+        Never raises: ``BackendUnavailable`` is reported as an event, anything else (a bug) is
+        logged with its traceback, and either way the step backs off and says when to retry.
+        """
+        now = self.monotonic()
+        if not force and now < self._retry_at:
+            return Step([], self._retry_at - now, healthy=False)
+        won: list[Won] = []
+        failure: Exception | None = None
+        try:
+            won += self._tick(force)
+            if is_lease(self.decider.backend) and (force or now >= self.next_sweep):
+                self.next_sweep = now + self.sweep_every
+                won += self.decider.sweep()
+        except Exception as exc:  # a host's loop never dies of one step
+            failure = exc
+            if not isinstance(exc, BackendUnavailable):
+                log.exception("a loop step of %s failed; retrying", self.decider.owner)
+        for item in won:  # runs won before a failure are ours: dispatch them all the same
+            self._send(item, send)
+        if failure is not None:
+            return Step(won, self._back_off(failure, now), healthy=False)
+        self._recovered(now)
+        if self.instance is not None:
+            self.instance.maybe_record()
+        return Step(won, self._next_in(now))
+
+    def _tick(self, force: bool) -> list[Won]:
+        """A decider tick, unless no job has a new slot since the last one."""
+        now = datetime.fromtimestamp(self.decider.clock(), timezone.utc)
+        jobs = len(self.decider.jobs)
+        if not force and jobs == self._jobs and self._wake is not None and now < self._wake:
+            return []
+        won = self.decider.tick()
+        self._jobs = jobs
+        self._wake = self._next_slot(now)
+        return won
+
+    def _next_slot(self, now: datetime) -> datetime:
+        # The decider keeps its jobs' next slots in a queue: the earliest costs nothing to read.
+        soonest = self.decider.next_due()
+        return soonest if soonest is not None else now + _HORIZON
+
+    def _next_in(self, now: float) -> float:
+        wait = self.interval
+        if self._wake is not None:
+            clock = datetime.fromtimestamp(self.decider.clock(), timezone.utc)
+            wait = min(wait, (self._wake - clock).total_seconds() + 0.001)
+        if is_lease(self.decider.backend):
+            wait = min(wait, self.next_sweep - now)
+        return max(wait, 0.0)
+
+    def _send(self, won: Won, send: Send) -> None:
+        try:
+            sent = send(won)
+        except Exception:
+            log.exception("could not dispatch %s; handing it back", won.run.id)
+            self.runner.release(won.run)
+            return
+        if sent:
+            run = won.run
+            self.events.emit(
+                RunDispatched(
+                    run.id, run.job, run.scheduled_for, run.attempt, run.token, self.decider.owner
+                )
+            )
+
+    def _back_off(self, exc: Exception, now: float) -> float:
+        """Forget progress, report an outage once, and return the wait before the next try."""
+        self.decider.forget_progress()
+        self._wake = None
+        self.next_sweep = 0.0
+        delay = self._backoff
+        self._backoff = min(delay * 2, MAX_BACKOFF)
+        self._retry_at = now + delay
+        if self._down_since is None and isinstance(exc, BackendUnavailable):
+            self._down_since = now
+            self.events.emit(
+                StoreUnavailable(
+                    backend=self.decider.backend.name,
+                    owner=self.decider.owner,
+                    error=str(exc),
+                    retry_in=delay,
+                )
+            )
+        return delay
+
+    def _recovered(self, now: float) -> None:
+        self._backoff = self._first_backoff
+        self._retry_at = 0.0
+        if self._down_since is not None:
+            down_for, self._down_since = now - self._down_since, None
+            self.events.emit(
+                StoreRecovered(
+                    backend=self.decider.backend.name, owner=self.decider.owner, down_for=down_for
+                )
+            )

@@ -1,0 +1,106 @@
+"""The app's management commands, each in a real ``manage.py`` process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from relay import AcquireRequest, Control, open_backend
+from tests.django_app.support import manage, site_env, spawn_manage
+
+
+def fill(url: str) -> list[str]:
+    """Two jobs' runs: one succeeded, one running."""
+    store = open_backend(url)
+    ids = []
+    for job in ("cleanup", "report"):
+        won = store.acquire(AcquireRequest(job, store.now().replace(microsecond=0), "h:1", 30)).run
+        assert won is not None
+        store.start(won.id, won.token, won.owner, 30)
+        if job == "cleanup":
+            store.finish(won.id, won.token, succeeded=True)
+        ids.append(won.id)
+    store.close()
+    return ids
+
+
+@pytest.mark.slow
+def test_relay_dramatiq_schedules_the_projects_periodic_actors(tmp_path: Path) -> None:
+    """The tasks module of an installed app is found; its actor's runs are won and enqueued."""
+    db = tmp_path / "db.sqlite3"
+    env = site_env(db, RELAY={"BACKEND": "django", "QUEUE_LEASE": 60})
+    proc = spawn_manage(env, "relay_dramatiq", "--tick", "0.2")
+    try:
+        deadline = time.monotonic() + 60
+        runs: list[object] = []
+        while len(runs) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            if db.exists():
+                store = open_backend(f"sqlite:///{db}", read_only=True)
+                assert store.capability == "lease"
+                runs = store.runs("tick", 10)
+                store.close()
+        assert len(runs) >= 2, proc.poll()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+
+
+def test_relay_dramatiq_names_the_fix(tmp_path: Path) -> None:
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": f"sqlite:///{tmp_path}/r.db"})
+    missing = manage(env, "relay_dramatiq", "no_such_module")
+    assert missing.returncode == 1 and "cannot import 'no_such_module'" in missing.stderr
+    none = manage(env, "relay_dramatiq", "tests.django_app.site.urls")
+    assert none.returncode == 1 and "no periodic actor in tests.django_app.site.urls" in none.stderr
+    assert "@relay_dramatiq.periodic" in none.stderr
+
+
+def test_relay_runs_jobs_and_timeline_read_the_settings_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    ids = fill(url)
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": url})
+    runs = manage(env, "relay_runs", "--job", "report", "--json")
+    assert runs.returncode == 0, runs.stderr
+    assert [r["id"] for r in json.loads(runs.stdout)] == [ids[1]]
+    jobs = manage(env, "relay_jobs", "--json")
+    assert jobs.returncode == 0, jobs.stderr
+    listed = {j["job"]: j for j in map(json.loads, jobs.stdout.splitlines())}
+    assert listed["cleanup"]["last_run"]["state"] == "succeeded" and listed["report"]["live"]
+    page = tmp_path / "t.html"
+    drawn = manage(env, "relay_timeline", "--since", "1h", "--html", str(page))
+    assert drawn.returncode == 0 and "2 runs of 2 jobs" in drawn.stdout, drawn.stderr
+    assert all(f'data-run="{i}"' in page.read_text() for i in ids)
+
+
+def test_read_commands_fail_cleanly_and_create_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": url})
+    for command in (["relay_runs"], ["relay_jobs"], ["relay_timeline", "--html", "x.html"]):
+        done = manage(env, *command)
+        assert done.returncode == 1 and "does not exist" in done.stderr, (command, done.stderr)
+    unknown = manage(env, "relay_runs", "--bogus")
+    assert unknown.returncode == 1 and "No such option '--bogus'" in unknown.stderr
+    assert not (tmp_path / "relay.db").exists()
+
+
+def test_relay_pause_resume_and_trigger(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    fill(url)
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": url})
+    paused = manage(env, "relay_pause", "report", "--reason", "disk full")
+    assert paused.returncode == 0, paused.stderr
+    with Control(url) as control:
+        (report,) = [j for j in control.jobs() if j.name == "report"]
+        assert report.paused and report.paused_reason == "disk full"
+        assert manage(env, "relay_resume", "report").returncode == 0
+        assert not control.job("report").paused
+        triggered = manage(env, "relay_trigger", "cleanup")
+        assert triggered.returncode == 0, triggered.stderr
+        assert any("@manual:" in r.id for r in control.backend.runs("cleanup", 10))
+    unknown = manage(env, "relay_pause", "reprot")
+    assert unknown.returncode == 1 and "reprot" in unknown.stderr

@@ -1,0 +1,235 @@
+"""Each event fires exactly once, in real standalone scheduler processes, seen in their JSON logs.
+
+Every instance logs Relay's events as JSON lines to one file (``tests.support.event_log``); the
+tests race, SIGKILL, SIGSTOP and restart real processes and a real store, then count the events.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.backends import open_backend
+from tests.support.backends import LEASE_BACKENDS
+from tests.support.event_log import count, read_events
+from tests.support.redis_server import own_redis
+from tests.test_scheduler_processes import start, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+class Instances:
+    """Scheduler processes sharing one store, one runs log and one events log."""
+
+    def __init__(self, tmp: Path, url: str, **options: Any) -> None:
+        self.url, self.options = url, options
+        self.log, self.path = tmp / "runs.log", tmp / "events.jsonl"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, **options: Any) -> str:
+        """Start an instance; returns its owner name."""
+        proc = start(name, self.url, self.log, events=str(self.path), **self.options, **options)
+        self.procs[name] = proc
+        return f"{name}:{proc.pid}"
+
+    def events(self, kind: str | None = None, **where: Any) -> list[dict[str, Any]]:
+        found = read_events(self.path, kind)
+        return [e for e in found if all(e[f"relay_{k}"] == v for k, v in where.items())]
+
+    def wait(self, what: str, kind: str, timeout: float = 60, **where: Any) -> dict[str, Any]:
+        try:
+            wait_for(lambda: self.events(kind, **where), timeout)
+        except AssertionError:
+            raise AssertionError(f"no {kind} event ({what}): {self.events()}") from None
+        return self.events(kind, **where)[0]
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        proc.wait(timeout=30)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def instances(tmp: Path, url: str, **options: Any) -> Iterator[Instances]:
+    group = Instances(tmp, url, **options)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.fixture(params=[pytest.param("sqlite"), pytest.param("redis", marks=pytest.mark.redis)])
+def race_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    factory, _ = LEASE_BACKENDS[request.param]
+    with factory(tmp_path) as url:
+        yield url
+
+
+def test_racing_instances_report_each_run_won_once_and_lost_by_the_others(
+    race_url: str, tmp_path: Path
+) -> None:
+    with instances(tmp_path, race_url, lease=5, heartbeat=1, every=1, work=0.1) as group:
+        names = ["a", "b", "c"]
+        owners = {group.start(name) for name in names}
+        wait_for(lambda: owners <= {e["relay_owner"] for e in group.events()}, 30)
+        up = time.time()  # every instance is deciding runs
+        time.sleep(5)
+        for name in names:
+            group.stop(name)
+    backend = open_backend(race_url)
+    try:  # the loop also recorded each instance's own heartbeat (relay instances, relay health)
+        assert {(i.owner, i.role) for i in backend.instances()} == {
+            (owner, "scheduler") for owner in owners
+        }
+    finally:
+        backend.close()
+    events = group.events()
+    decided = [e["relay_run_id"] for e in events if e["relay_event"] == "won"]
+    # Runs whose slot came after every instance was up, and that had time to finish.
+    runs = [r for r in decided if up + 1 < _slot(r) < up + 4]
+    assert len(runs) >= 2, events
+    for kind, times in {"won": 1, "dispatched": 1, "started": 1, "succeeded": 1, "lost": 2}.items():
+        counted = count(events, kind)
+        assert [counted[r] for r in runs] == [times] * len(runs), (kind, events)
+
+
+def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with instances(tmp_path, url, lease=2, heartbeat=0.5, every=60, work=20) as group:
+        dead = group.start("dead")
+        started = group.wait("the first attempt", "started", owner=dead)
+        backup = group.start("backup")
+        time.sleep(1.5)  # the backup is up and sees the run held
+        group.stop("dead", signal.SIGKILL)
+        taken = group.wait("the takeover", "taken_over")
+        time.sleep(3)  # several more sweeps: none may take it over again
+        group.stop("backup")
+    assert len(group.events("taken_over")) == 1
+    assert taken["relay_run_id"] == started["relay_run_id"]
+    assert (taken["relay_owner"], taken["relay_previous_owner"]) == (backup, dead)
+    assert (taken["relay_previous_attempt"], taken["relay_attempt"]) == (1, 2)
+    assert taken["relay_token"] > started["relay_token"]
+    assert taken["levelname"] == "WARNING" and taken["name"] == "relay.events.taken_over"
+    # The backup's SIGTERM hands attempt 2 over.
+    [handed] = group.events("handed_over", run_id=started["relay_run_id"])
+    assert (handed["relay_owner"], handed["relay_attempt"]) == (backup, 2)
+
+
+def test_a_sigstopped_runner_is_fenced_off_once_when_it_wakes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with instances(tmp_path, url, lease=2, heartbeat=0.5, every=60, work=8) as group:
+        frozen = group.start("frozen")
+        started = group.wait("the first attempt", "started", owner=frozen)
+        group.start("other")
+        time.sleep(1)
+        group.procs["frozen"].send_signal(signal.SIGSTOP)
+        group.wait("the takeover", "taken_over")
+        group.procs["frozen"].send_signal(signal.SIGCONT)
+        fenced = group.wait("the stale runner's refusal", "fenced_off")
+        group.wait("the new attempt to end", "succeeded", run_id=started["relay_run_id"])
+        time.sleep(1)
+        group.stop("frozen")
+        group.stop("other")
+    assert len(group.events("fenced_off")) == 1
+    assert fenced["relay_owner"] == frozen and fenced["relay_token"] == started["relay_token"]
+    assert fenced["relay_operation"] in ("heartbeat", "finish")
+    succeeded = group.events("succeeded", run_id=started["relay_run_id"])
+    assert [e["relay_attempt"] for e in succeeded] == [2]  # never the stale attempt
+
+
+def test_overlapping_runs_are_reported_skipped_once_each(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    options = {"lease": 5, "heartbeat": 1, "every": 1, "work": 2.5, "overlap": "skip"}
+    with instances(tmp_path, url, **options) as group:
+        group.start("a")
+        group.start("b")
+        wait_for(lambda: len(group.events("skipped")) >= 3, 30)
+        group.stop("a")
+        group.stop("b")
+    skipped = count(group.events(), "skipped")
+    assert set(skipped.values()) == {1}
+    assert {e["relay_reason"] for e in group.events("skipped")} == {"overlap"}
+    assert not set(skipped) & set(count(group.events(), "won"))
+
+
+def test_downtime_is_reported_missed_once_and_old_catch_up_slots_stale_once(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with instances(tmp_path, url, lease=5, heartbeat=1, every=1, work=0) as group:
+        group.start("before")
+        group.wait("a first run", "succeeded")
+        group.stop("before")
+        time.sleep(5)  # every instance is down for five slots and more
+        group.start("a")
+        group.start("b")
+        group.wait("a run after the downtime", "won", timeout=30)
+        time.sleep(2)
+        group.stop("a")
+        group.stop("b")
+    [missed] = group.events("missed")
+    assert missed["relay_job"] == "job" and missed["relay_count"] >= 4
+    assert missed["relay_first"] < missed["relay_last"]
+    assert missed["levelname"] == "WARNING"
+
+    (tmp_path / "stale").mkdir()
+    with instances(
+        tmp_path / "stale", url, lease=5, heartbeat=1, every=1, work=0, catch_up=3600,
+        stale_after=5,
+    ) as group:  # fmt: skip
+        time.sleep(10)  # down again: these slots are caught up, the older ones too old to start
+        group.start("c")
+        group.start("d")
+        group.wait("a run after the downtime", "won", timeout=30)
+        time.sleep(2)
+        group.stop("c")
+        group.stop("d")
+    stale = count(group.events(), "skipped")
+    assert len(stale) >= 3 and set(stale.values()) == {1}
+    assert {e["relay_reason"] for e in group.events("skipped")} == {"stale"}
+
+
+@pytest.mark.redis
+def test_a_store_restart_is_reported_unavailable_then_recovered_once_per_instance(
+    tmp_path: Path,
+) -> None:
+    with own_redis(tmp_path) as server, instances(
+        tmp_path, server.url, lease=5, heartbeat=0.5, every=1, work=0
+    ) as group:  # fmt: skip
+        owners = [group.start("a"), group.start("b")]
+        group.wait("a run", "succeeded")
+        wait_for(lambda: set(owners) <= {e["relay_owner"] for e in group.events()}, 30)
+        server.kill()  # both instances are up and deciding
+        for owner in owners:
+            group.wait("the outage", "store_unavailable", owner=owner)
+        time.sleep(4)  # several retries while it is down
+        server.start()
+        for owner in owners:
+            group.wait("the recovery", "store_recovered", owner=owner)
+        group.stop("a")
+        group.stop("b")
+    for kind in ("store_unavailable", "store_recovered"):
+        assert sorted(e["relay_owner"] for e in group.events(kind)) == sorted(owners)
+    down = group.events("store_unavailable")[0]
+    assert down["levelname"] == "ERROR" and down["relay_backend"].startswith("Redis")
+    assert all(e["relay_down_for"] >= 4 for e in group.events("store_recovered"))
+
+
+def _slot(run_id: str) -> float:
+    from relay.runs import parse_run_id
+
+    return parse_run_id(run_id)[1].timestamp()

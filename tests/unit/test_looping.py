@@ -1,0 +1,238 @@
+"""The engine's loop step, driven by one injected clock: tick, sweep cadence, back-off, reports."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay import BackendUnavailable
+from relay.backends.sqlite import SQLiteLeaseBackend
+from relay.engine import MAX_BACKOFF, Decider, Loop, Won
+from relay.events import (
+    Event,
+    EventBus,
+    RunDispatched,
+    RunHandedOver,
+    RunWon,
+    StoreRecovered,
+    StoreUnavailable,
+)
+from relay.jobs import make_job
+
+T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Store:
+    """A SQLite store that can be switched off, and counts the calls made to it."""
+
+    def __init__(self, inner: SQLiteLeaseBackend) -> None:
+        self.inner, self.down, self.calls = inner, False, 0
+        self.names: list[str] = []
+        self.capability = inner.capability
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            self.names.append(name)
+            if self.down:
+                raise BackendUnavailable("store is down (test)")
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> Iterator[Store]:
+    inner = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
+    yield Store(inner)
+    inner.close()
+
+
+def loop(store: Store, clock: Clock, seen: list[Event], every: float = 60) -> Loop:
+    bus = EventBus(log=False)
+    bus.on(Event, seen.append)
+    decider = Decider(store, owner="me", lease=30, clock=clock, events=bus)  # type: ignore[arg-type]
+    decider.add(make_job(store, name="job", every=every))  # type: ignore[arg-type]
+    return Loop(decider, interval=5, sweep_every=10, monotonic=clock)
+
+
+def sent(into: list[Won]) -> Any:
+    def send(won: Won) -> bool:
+        into.append(won)
+        return True
+
+    return send
+
+
+def test_a_step_decides_dispatches_and_reports(store: Store, clock: Clock) -> None:
+    seen: list[Event] = []
+    dispatched: list[Won] = []
+    step = loop(store, clock, seen).step(sent(dispatched))
+    assert [w.run.id for w in step.won] == ["job@2026-11-29T12:00:00Z"]
+    assert dispatched == step.won and step.healthy
+    assert [type(e) for e in seen] == [RunWon, RunDispatched]
+    assert step.next_in == 5  # the interval: the next slot is a minute away, the sweep 10 s
+
+
+def test_steps_ask_the_store_nothing_until_a_slot_or_a_sweep_is_due(
+    store: Store, clock: Clock
+) -> None:
+    seen: list[Event] = []
+    looped = loop(store, clock, seen)
+    [won] = looped.step(sent([])).won
+    store.inner.finish(won.run.id, won.run.token, succeeded=True)
+    calls = store.calls
+    for _ in range(9):
+        clock.advance(1)
+        assert looped.step(sent([])).won == []
+    assert store.calls == calls  # 9 s: no slot, no sweep
+    clock.advance(1)
+    looped.step(sent([]))
+    assert store.calls == calls + 1  # the sweep, every 10 s (reclaimable)
+    clock.advance(45)
+    step = looped.step(sent([]))  # 12:00:55: the next slot is 5 s away, the next sweep 5 s
+    assert store.calls == calls + 2
+    assert step.next_in == pytest.approx(5, abs=0.01)
+    clock.advance(5)
+    assert [w.run.id for w in looped.step(sent([])).won] == ["job@2026-11-29T12:01:00Z"]
+
+
+def test_next_in_is_the_next_slot_when_it_comes_before_the_interval(
+    store: Store, clock: Clock
+) -> None:
+    looped = loop(store, clock, [], every=2)
+    clock.advance(0.5)
+    assert looped.step(sent([])).next_in == pytest.approx(1.5, abs=0.01)
+
+
+def test_back_off_doubles_up_to_the_maximum_and_reports_the_outage_once(
+    store: Store, clock: Clock
+) -> None:
+    seen: list[Event] = []
+    looped = loop(store, clock, seen)
+    store.down = True
+    delays = []
+    for _ in range(9):
+        step = looped.step(sent([]))
+        assert not step.healthy and step.won == []
+        delays.append(step.next_in)
+        clock.advance(step.next_in)
+    assert delays == [1, 2, 4, 8, 16, MAX_BACKOFF, MAX_BACKOFF, MAX_BACKOFF, MAX_BACKOFF]
+    [down] = [e for e in seen if isinstance(e, StoreUnavailable)]
+    assert (down.owner, down.retry_in, down.error) == ("me", 1, "store is down (test)")
+    store.down = False
+    step = looped.step(sent([]))
+    assert step.healthy and len(step.won) == 1
+    [up] = [e for e in seen if isinstance(e, StoreRecovered)]
+    assert up.down_for == pytest.approx(sum(delays))
+    assert [type(e) for e in seen].count(StoreUnavailable) == 1
+
+
+def test_a_step_called_early_while_backing_off_asks_the_store_nothing(
+    store: Store, clock: Clock
+) -> None:
+    looped = loop(store, clock, [])
+    store.down = True
+    looped.step(sent([]))
+    calls = store.calls
+    clock.advance(0.5)
+    step = looped.step(sent([]))
+    assert store.calls == calls and step.next_in == pytest.approx(0.5)
+    assert not step.healthy
+    assert looped.step(sent([]), force=True).healthy is False  # force tries at once
+    assert store.calls > calls
+
+
+def test_after_an_outage_the_loop_rereads_history_and_sweeps_at_once(
+    store: Store, clock: Clock
+) -> None:
+    seen: list[Event] = []
+    looped = loop(store, clock, seen)
+    looped.step(sent([]))
+    store.down = True
+    clock.advance(10)
+    assert not looped.step(sent([])).healthy  # the sweep found the store down
+    store.down = False
+    clock.advance(1)
+    calls = len(store.names)
+    looped.step(sent([]))
+    # History forgotten: read again; the jobs registered again (the store may have lost them);
+    # and the sweep comes at once.
+    assert store.names[calls:] == ["last_slots", "register_jobs", "reclaimable"]
+
+
+def test_a_run_that_cannot_be_dispatched_is_handed_back_not_reported_dispatched(
+    store: Store, clock: Clock
+) -> None:
+    seen: list[Event] = []
+
+    def broken(won: Won) -> bool:
+        raise ConnectionError("broker went away")
+
+    step = loop(store, clock, seen).step(broken)
+    assert len(step.won) == 1
+    assert [type(e) for e in seen] == [RunWon, RunHandedOver]
+    [record] = store.inner.runs("job")
+    assert record.reason == "released"
+
+
+def test_a_run_the_host_kept_is_not_reported_dispatched(store: Store, clock: Clock) -> None:
+    seen: list[Event] = []
+    loop(store, clock, seen).step(lambda won: False)
+    assert [type(e) for e in seen] == [RunWon]
+
+
+def test_a_loop_with_a_role_records_the_instances_own_heartbeat(store: Store, clock: Clock) -> None:
+    looped = loop(store, clock, [])
+    looped.step(sent([]))
+    assert store.inner.instances() == []  # no role: nothing recorded
+    with_role = Loop(looped.decider, interval=5, sweep_every=10, role="beat", monotonic=clock)
+    store.down = True
+    with_role.step(sent([]))
+    assert store.inner.instances() == []  # the store did not answer: no beat either
+    store.down = False
+    with_role.step(sent([]), force=True)
+    [instance] = store.inner.instances()
+    assert (instance.owner, instance.role) == ("me", "beat")
+
+
+def test_an_unexpected_error_is_logged_and_backed_off_never_raised(
+    store: Store, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[Event] = []
+    looped = loop(store, clock, seen)
+
+    def broken() -> list[Won]:
+        raise KeyError("a bug")
+
+    looped.decider.tick = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="relay.engine"):
+        step = looped.step(sent([]))
+    assert not step.healthy and step.next_in == 1
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [KeyError]
+    assert seen == []  # not a store outage: no StoreUnavailable
