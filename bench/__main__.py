@@ -38,7 +38,22 @@ BENCHES = [
     "scale",
     "soak",
     "redbeat",
+    "events",
+    "metrics",
+    "retention",
+    "timeline",
+    "rabbitmq_consumer",
+    "rabbitmq_lost_runs",
 ]
+QUICK_ARGS = {
+    "events": ["-n", "500"],
+    "metrics": ["--runs", "500", "--repeat", "1"],
+    "retention": ["--seconds", "10"],
+    "timeline": ["--runs", "2000"],
+    "rabbitmq_consumer": ["-n", "100"],
+    "rabbitmq_lost_runs": ["--kills", "5"],
+}
+"""Arguments for ``--quick`` of benchmarks that print their own figures (no ``rows()`` yet)."""
 
 
 def main() -> None:
@@ -54,6 +69,7 @@ def main() -> None:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {BENCHES}")
     rows: list[Row] = []
     failed: list[str] = []
+    printed: list[str] = []
     started = time.monotonic()
     for name in names:
         print(f"== {name}", file=sys.stderr, flush=True)
@@ -61,7 +77,11 @@ def main() -> None:
         try:
             module = importlib.import_module(f"bench.bench_{name}")
             with contextlib.redirect_stdout(sys.stderr):  # progress lines; the table is stdout
-                rows += module.rows(quick=args.quick)
+                if hasattr(module, "rows"):
+                    rows += module.rows(quick=args.quick)
+                else:
+                    run_main(module, QUICK_ARGS.get(name, []) if args.quick else [])
+                    printed.append(name)
         except Exception:
             traceback.print_exc()
             failed.append(name)
@@ -73,10 +93,22 @@ def main() -> None:
     header += f"{time.monotonic() - started:.0f} s; machine: {host}"
     print(header)
     print(table)
+    if printed:
+        print(f"also ran, figures printed above (no table rows yet): {', '.join(printed)}")
     if failed:
         print(f"not measured (see the errors above): {', '.join(failed)}")
     if args.write:
         write(args.write, header, table, failed)
+
+
+def run_main(module: object, argv: list[str]) -> None:
+    """Run a benchmark module's own ``main()`` with ``argv``, as its script would."""
+    saved = sys.argv
+    sys.argv = [str(getattr(module, "__file__", "bench")), *argv]
+    try:
+        module.main()  # type: ignore[attr-defined]
+    finally:
+        sys.argv = saved
 
 
 def write(path: Path, header: str, table: str, failed: list[str]) -> None:
