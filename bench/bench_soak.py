@@ -1,10 +1,10 @@
 """Soak: a job every 0.1 s plus 10,000 idle jobs; store size and instance memory over time.
 
 One standalone instance runs on a SQLite file and, separately, on a PostgreSQL schema. Every
-``--every`` seconds the benchmark samples the instance's resident memory and the store's size
-(SQLite: the database's pages as a reader sees them, write-ahead log included; PostgreSQL: the runs table with its indexes), and the number of
-runs recorded. Targets (issue 17): both flat once retention applies. Retention (``retention=`` on
-the scheduler) comes with branch ``control``; without it the growth per hour is reported.
+``--every`` seconds the benchmark samples the instance's resident memory, the store's size (SQLite:
+its pages as a reader sees them, write-ahead log included; PostgreSQL: the runs table with its
+indexes) and the number of runs recorded. Targets (issue 17): both flat once retention applies
+(``retention=`` on the scheduler, when this Relay has it; otherwise the growth per hour).
 
     python bench/bench_soak.py [--seconds 300] [--every 30] [--idle 10000] [--retention 60]
 
