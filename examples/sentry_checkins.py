@@ -2,7 +2,8 @@
 
 Every attempt of a run sends ``in_progress`` when it starts, then ``ok`` or ``error`` with its
 duration; a run whose last attempt died without finishing sends ``error``. The monitor's slug is the
-job's name. ``pip install sentry-sdk``, then, where the code that *runs* the jobs is set up::
+job's name. ``pip install 'relay-scheduler' sentry-sdk``, then, where the code that *runs* the
+jobs is set up::
 
     import sentry_sdk
     sentry_sdk.init(dsn="https://…@….ingest.sentry.io/…")
