@@ -107,6 +107,14 @@ def check_test() -> None:
     import pytest  # noqa: F401
 
 
+def check_bench() -> None:
+    """The benchmarks' own dependency: celery-redbeat, beside Celery and the stores' drivers."""
+    import redbeat  # noqa: F401
+
+    check_celery()
+    check_redis()
+
+
 def expand(extras: list[str]) -> list[str]:
     """``all`` and ``dev`` stand for the extras they pull in."""
     found: set[str] = set()
