@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,15 +25,19 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
-from celery.beat import Scheduler
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
-from relay.backends import open_backend
-from relay.contract import AcquireRequest, is_lease
-from relay.runs import HEADER, run_to_headers
-from relay_celery import RelayScheduler, install
-from relay_celery.config import CelerySettings
-from relay_celery.worker import RunHooks
+from celery import Celery  # noqa: E402
+from celery.beat import Scheduler  # noqa: E402
+
+from bench.table import Row  # noqa: E402
+from relay.backends import open_backend  # noqa: E402
+from relay.contract import AcquireRequest, is_lease  # noqa: E402
+from relay.runs import HEADER, run_to_headers  # noqa: E402
+from relay_celery import RelayScheduler, install  # noqa: E402
+from relay_celery.config import CelerySettings  # noqa: E402
+from relay_celery.worker import RunHooks  # noqa: E402
 
 UTC = timezone.utc
 _APPS = itertools.count()
@@ -70,7 +75,7 @@ def make_app(name: str) -> Celery:
     return app
 
 
-def bench_worker(n: int, backend_url: str) -> None:
+def bench_worker(n: int, backend_url: str) -> dict[str, float]:
     print(f"worker hooks, {n} tasks each, store {backend_url}")
     plain = make_app("plain").tasks["plain.noop"]
     baseline = per_call(lambda: plain.apply(), n)
@@ -97,16 +102,18 @@ def bench_worker(n: int, backend_url: str) -> None:
     report("no run header (pass-through)", passing, baseline)
     report("with a run (start, heartbeat thread, finish)", with_run, baseline)
     print(f"  overhead per run: {(with_run - baseline) * 1e3:.2f} ms (two store writes, a thread)")
+    return {"plain": baseline, "pass-through": passing, "with run": with_run}
 
 
-def bench_beat(entries: int, backend_url: str) -> None:
+def bench_beat(entries: int, backend_url: str) -> dict[str, float]:
     print(f"beat, {entries} entries, broker memory://, store {backend_url}")
     idle = {f"e{i}": {"task": "noop", "schedule": 3600.0} for i in range(entries)}
     stock = stock_scheduler(idle)
     relay = relay_scheduler(idle, backend_url)
     stock.tick()
     relay.tick()
-    report("one tick, nothing due", per_call(relay.tick, 2000), per_call(stock.tick, 2000))
+    idle_relay, idle_stock = per_call(relay.tick, 2000), per_call(stock.tick, 2000)
+    report("one tick, nothing due", idle_relay, idle_stock)
     relay.close()
 
     due = {f"d{i}": {"task": "noop", "schedule": 60.0} for i in range(entries)}
@@ -124,6 +131,8 @@ def bench_beat(entries: int, backend_url: str) -> None:
     relay_due = time.perf_counter() - start
     relay.close()
     report(f"publish one run of each of {entries} entries", relay_due, stock_due, unit="ms")
+    return {"idle stock": idle_stock, "idle relay": idle_relay, "due stock": stock_due,
+            "due relay": relay_due}  # fmt: skip
 
 
 def stock_scheduler(schedule: dict[str, Any]) -> Scheduler:
@@ -137,6 +146,23 @@ def relay_scheduler(schedule: dict[str, Any], backend_url: str) -> RelaySchedule
     app.conf.update({"beat_schedule": schedule, "relay_backend": backend_url})
     install(app)  # RelayScheduler refuses an app without Relay's worker hooks
     return RelayScheduler(app)
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table rows: worker hooks against the plain task, beat ticks against stock beat."""
+    entries = 1000
+    with tempfile.TemporaryDirectory() as tmp:
+        worker = bench_worker(500 if quick else 2000, f"sqlite:///{Path(tmp) / 'relay.db'}")
+        beat = bench_beat(entries, f"sqlite:///{Path(tmp) / 'beat.db'}")
+    plain = worker["plain"] * 1e6
+    return [
+        Row("celery", "task, no run header", worker["pass-through"] * 1e6, "µs", plain, "plain"),
+        Row("celery", "task with a run (SQLite)", worker["with run"] * 1e6, "µs", plain, "plain"),
+        Row("celery", f"beat tick, {entries} entries, none due", beat["idle relay"] * 1e6, "µs",
+            beat["idle stock"] * 1e6, "stock beat"),
+        Row("celery", f"beat: one run of each of {entries} entries", beat["due relay"] * 1e3,
+            "ms", beat["due stock"] * 1e3, "stock beat"),
+    ]  # fmt: skip
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
+from bench.table import Row  # noqa: E402
 from relay import open_backend  # noqa: E402
 
 REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -253,6 +254,22 @@ def report(name: str, rows: list[tuple[str, Figures]]) -> None:
     for label, (rate, p50, p99) in rows:
         latency = f"p50 {p50:7.3f} ms  p99 {p99:7.3f} ms" if p50 else " " * 33
         print(f"  {label:<30} {rate:9.0f}/s  {latency}  x{rate / base:5.2f} of raw")
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table rows: Relay's claims per second against the raw primitive (first row)."""
+    n, rounds = (300, 1) if quick else (2000, 3)
+    out = []
+    for name, (url, bench) in BENCHES.items():
+        if not answers(url):
+            print(f"claims {name}: no server at {url}, skipped", file=sys.stderr)
+            continue
+        measured = bench(n, rounds)
+        raw_label, (raw_rate, _, _) = measured[0]
+        for label, (rate, _, _) in measured[1:]:
+            figure = f"{name}: {label}, claims/s"
+            out.append(Row("claims", figure, rate, "/s", raw_rate, raw_label))
+    return out
 
 
 def main() -> None:

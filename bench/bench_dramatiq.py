@@ -30,6 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 import dramatiq  # noqa: E402
 from dramatiq.brokers.stub import StubBroker  # noqa: E402
 
+from bench.table import Row  # noqa: E402
 from relay.backends import open_backend  # noqa: E402
 from relay.contract import AcquireRequest  # noqa: E402
 from relay.runs import HEADER, run_to_headers  # noqa: E402
@@ -100,6 +101,24 @@ def with_relay(kind: str, backend_url: str, n: int) -> float:
     return per_message
 
 
+def measure(kind: str, url: str, n: int) -> tuple[float, float]:
+    """Seconds per message without and with Relay, medians of interleaved rounds."""
+    plain, relay = [], []
+    for _ in range(ROUNDS):
+        plain.append(baseline(kind, n))
+        relay.append(with_relay(kind, url, n))
+    open_backend(url).close()
+    return statistics.median(plain), statistics.median(relay)
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table row: a run message through the middleware against a plain message (stub broker)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        p, r = measure("stub", f"sqlite:///{tmp}/bench.db", 100 if quick else 500)
+    figure = "message with a run (SQLite store, stub broker)"
+    return [Row("dramatiq", figure, r * 1e3, "ms", p * 1e3, "plain message")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--broker", choices=["stub", "redis"], default="stub")
@@ -108,12 +127,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         url = args.backend or f"sqlite:///{tmp}/bench.db"
-        plain, relay = [], []
-        for _ in range(ROUNDS):
-            plain.append(baseline(args.broker, args.n))
-            relay.append(with_relay(args.broker, url, args.n))
-        open_backend(url).close()
-    p, r = statistics.median(plain), statistics.median(relay)
+        p, r = measure(args.broker, url, args.n)
     print(f"broker={args.broker} backend={args.backend or 'sqlite (temp file)'} n={args.n}")
     print(f"  without Relay: {p * 1e3:8.3f} ms/message")
     print(f"  with Relay:    {r * 1e3:8.3f} ms/message")

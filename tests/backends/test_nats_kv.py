@@ -253,3 +253,54 @@ def test_deleted_bucket_gives_backend_unavailable(backend: NatsLeaseBackend, nat
     delete_bucket(nats_url.split("?")[0], backend.bucket)
     with pytest.raises(BackendUnavailable, match="was it deleted"):
         backend.acquire(req(0))
+
+
+# -- what a backend remembers between steps (the key it last wrote, the server's clock) ----------
+
+
+@pytest.mark.nats_kv
+def test_a_remembered_key_another_instance_changed_is_read_again(
+    backend: NatsLeaseBackend, nats_url: str
+) -> None:
+    with closing(open_backend(nats_url)) as other:
+        assert isinstance(other, NatsLeaseBackend)
+        run = backend.acquire(req(0)).run  # backend remembers the key it wrote
+        assert run is not None
+        other.finish(run.id, run.token, succeeded=True)
+        # A step that writes: its swap on the remembered revision loses, the key is read again.
+        with pytest.raises(LeaseLost, match="succeeded"):
+            backend.heartbeat(run.id, run.token, 30)
+        second = backend.acquire(req(1)).run
+        assert second is not None
+        other.release(second.id, second.token)
+        # A step that would write nothing on the remembered value (held by us) reads it again.
+        again = backend.acquire(req(1, owner="b"))
+    assert again.outcome is Outcome.WON and again.run is not None
+    assert again.run.owner == "b" and again.run.token > second.token
+
+
+def test_the_server_clock_is_read_at_most_once_a_second_and_never_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relay.backends import _nats_clock
+
+    reads: list[int] = []
+    monotonic = [100.0]
+
+    async def read() -> int:
+        reads.append(1)
+        return 5_000 + 1000 * len(reads)
+
+    monkeypatch.setattr(_nats_clock.time, "monotonic", lambda: monotonic[0])
+    clock = _nats_clock.ServerClock(read)
+    assert asyncio.run(clock.now_ms()) == 6_000
+    monotonic[0] += 0.5
+    estimate = asyncio.run(clock.now_ms())
+    assert len(reads) == 1
+    assert 6_000 < estimate <= 6_500  # what elapsed locally, scaled down: a lower bound
+    monotonic[0] += _nats_clock.RESYNC
+    assert asyncio.run(clock.now_ms()) == 7_000 and len(reads) == 2
+    clock.forget()
+    assert asyncio.run(clock.now_ms()) == 8_000 and len(reads) == 3
+    monotonic[0] -= 10  # a monotonic clock never goes back, but if it did: read again
+    assert asyncio.run(clock.now_ms()) == 9_000 and len(reads) == 4

@@ -12,7 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-EVERYTHING = {"redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django"}
+EVERYTHING = {
+    "redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django", "metrics", "otel"
+}  # fmt: skip
 REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 POSTGRES = os.environ.get("RELAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -105,6 +107,41 @@ def check_docs() -> None:
 def check_test() -> None:
     import hypothesis  # noqa: F401
     import pytest  # noqa: F401
+
+
+def check_metrics() -> None:
+    """Metrics counted from a real scheduler's events and exposed over HTTP (text format)."""
+    import urllib.request
+
+    import relay
+    import relay.metrics
+
+    scheduler = relay.Scheduler(f"sqlite:///{TMP / 'metrics.db'}")
+    relay.metrics.instrument(scheduler)
+    server = relay.metrics.serve(0, addr="127.0.0.1")
+    port = server.server_address[1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        assert b"relay_runs_total" in answer.read()
+    server.shutdown()
+    scheduler.backend.close()
+
+
+def check_otel() -> None:
+    """Tracing needs only the OpenTelemetry API (a no-op tracer until an SDK is configured)."""
+    import relay
+    import relay.tracing
+
+    scheduler = relay.Scheduler(f"sqlite:///{TMP / 'otel.db'}")
+    relay.tracing.instrument(scheduler)
+    scheduler.backend.close()
+
+
+def check_bench() -> None:
+    """The benchmarks' own dependency: celery-redbeat, beside Celery and the stores' drivers."""
+    import redbeat  # noqa: F401
+
+    check_celery()
+    check_redis()
 
 
 def expand(extras: list[str]) -> list[str]:

@@ -304,3 +304,65 @@ def test_run_closes_only_a_backend_it_opened(tmp_path: Path, store: SQLiteLeaseB
     threading.Timer(0.2, given.stop).start()
     given.run()
     assert store.runs() == []  # still open: the caller owns it
+
+
+class CountingSchedule:
+    """A job's schedule that counts how often the decider computes it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        self.calls += 1
+        return self.inner.latest_slot(at)  # type: ignore[no-any-return]
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        self.calls += 1
+        return self.inner.slots_between(after, until)  # type: ignore[no-any-return]
+
+    def describe(self) -> str:
+        return str(self.inner.describe())
+
+
+def test_an_idle_tick_computes_no_schedule_whatever_the_number_of_jobs(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    import dataclasses
+
+    d = Decider(store, owner="a", lease=30, clock=clock)
+    schedules = []
+    for i in range(200):
+        job = make_job(store, name=f"job{i}", every=60 if i == 0 else 3600)
+        schedules.append(CountingSchedule(job.schedule))
+        d.add(dataclasses.replace(job, schedule=schedules[-1]))
+    assert slots(d.tick()) == ["2026-11-29T12:00:00Z", *["2026-11-29T12:00:00Z"] * 199]
+    assert d.next_due() == datetime(2026, 11, 29, 12, 1, tzinfo=UTC)
+    before = [s.calls for s in schedules]
+    for _ in range(59):
+        clock.advance(1)
+        assert d.tick() == []
+    assert [s.calls for s in schedules] == before  # no job was looked at
+    clock.advance(1)
+    assert slots(d.tick()) == ["2026-11-29T12:01:00Z"]
+    assert [s.calls for s in schedules][1:] == before[1:]  # only the job that was due
+    assert d.next_due() == datetime(2026, 11, 29, 12, 2, tzinfo=UTC)
+
+
+def test_jobs_due_in_a_tick_the_store_refused_are_decided_at_the_next(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    d = decider(store, clock)
+    assert slots(d.tick()) == ["2026-11-29T12:00:00Z"]
+    clock.advance(60)
+    real = store.acquire_many
+
+    def down(requests: Any) -> Any:
+        raise BackendUnavailable("down for a moment")
+
+    store.acquire_many = down  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable):
+        d.tick()
+    store.acquire_many = real  # type: ignore[method-assign]
+    clock.advance(1)
+    assert slots(d.tick()) == ["2026-11-29T12:01:00Z"]

@@ -134,6 +134,25 @@ def test_sweeps_prune_past_retention_at_most_every_prune_every(
     assert len(store.runs("job")) == 1
 
 
+def test_a_full_prune_batch_prunes_again_at_the_next_sweep(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    d = decider(store, clock)
+    d.retention, d.prune_every, d.prune_batch = 300, 3600, 2
+    for _ in range(6):
+        for won in d.tick():
+            store.finish(won.run.id, won.run.token, succeeded=True)
+        clock.advance(60)
+    clock.advance(600)
+    counts = []
+    for _ in range(5):
+        d.sweep()
+        counts.append(len(store.runs("job")))
+    # 6 runs: full batches of 2 at once, then a short batch of 1 (the latest run is kept), then
+    # nothing until prune_every has passed.
+    assert counts == [4, 2, 1, 1, 1]
+
+
 def test_options_are_checked_where_the_job_is_made(tmp_path: Path) -> None:
     lease = SQLiteLeaseBackend(tmp_path / "l.db")
     claim = SQLiteClaimBackend(tmp_path / "c.db")

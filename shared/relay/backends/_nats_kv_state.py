@@ -38,8 +38,11 @@ def key_id(job: str, key: int) -> str:
     return run_id(job, from_ms(abs(key)), manual=key < 0)
 
 
-KEEP_FINISHED = 32
-"""Finished runs a job's key keeps before older ones are archived to keys of their own."""
+KEEP_FINISHED = 8
+"""Finished runs a job's key keeps before older ones are archived to keys of their own. Every
+lease step decodes and re-encodes the whole key, so it stays small (was 32: a third of a step's
+time went to JSON; see docs/performance.md)."""
+_FINAL = frozenset(state.value for state in RunState if state.final)
 FORMAT = 1
 
 
@@ -127,11 +130,14 @@ class JobState:
         return slot not in self.runs and self.last_slot is not None and slot <= self.last_slot
 
     def to_archive(self) -> dict[int, RunFields]:
-        """Finished runs beyond the newest ``KEEP_FINISHED``: write them to their own keys
-        first, then drop them from this key (:meth:`drop`)."""
+        """Finished runs beyond the newest ``KEEP_FINISHED``, once there are ``KEEP_FINISHED``
+        more (so they move in batches, written at once): write them to their own keys first, then
+        drop them from this key (:meth:`drop`)."""
         finished = sorted(
-            (s for s, f in self.runs.items() if f.run_state.final), key=abs, reverse=True
+            (s for s, f in self.runs.items() if f.state in _FINAL), key=abs, reverse=True
         )
+        if len(finished) < 2 * KEEP_FINISHED:
+            return {}
         return {slot: self.runs[slot] for slot in finished[KEEP_FINISHED:]}
 
     def drop(self, slots: list[int]) -> None:

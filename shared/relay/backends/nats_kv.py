@@ -7,8 +7,10 @@ read (``create`` when the key is new). A conflict means another instance wrote f
 reads again and decides again, so it may now find the run held.
 
 The server's clock decides expiry. A step first reads the server's time from the ``ts`` field of
-the bucket's stream info (sent by NATS 2.10 and newer), then compares it with expiry times that
-were themselves computed from that field. Older servers are refused when the backend is opened.
+the bucket's stream info (sent by NATS 2.10 and newer; at most once a second, a lower bound in
+between: :mod:`relay.backends._nats_clock`), then compares it with expiry times that were
+themselves computed from that field. A step on a key this instance wrote last swaps on the
+remembered revision without reading it first. Older servers are refused when the backend is opened.
 See ``docs/backends/nats.md`` for the layout, the clock and the storage settings.
 """
 
@@ -21,6 +23,7 @@ import json
 import logging
 import random
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
@@ -33,6 +36,7 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
 
 from relay.backends._ms import instance_from_fields, ms
+from relay.backends._nats_clock import ServerClock
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
@@ -64,6 +68,9 @@ T = TypeVar("T")
 MIN_SERVER_VERSION = (2, 10, 0)
 """The oldest server whose stream info reports its clock (``ts``)."""
 CAS_TRIES = 64
+KNOWN_KEYS = 256
+"""Job keys whose last value this process wrote are remembered (most recent first), so the next
+step on the job swaps on that revision without reading it first; a lost swap reads it again."""
 INSTANCES_MAX_AGE = 86400.0
 """Seconds the server keeps an instance's last heartbeat (its bucket's ``max_age``)."""
 _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
@@ -108,6 +115,8 @@ class NatsLeaseBackend:
         self._storage, self._replicas = storage, replicas
         self._timeout = timeout
         self._loop = LoopThread(f"relay-nats-{bucket}")
+        self._clock = ServerClock(self._read_clock)
+        self._known: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
         try:
             self._nc, self._js = self._call(
                 self._open(servers, storage, replicas, history, read_only), timeout * 3
@@ -195,9 +204,9 @@ class NatsLeaseBackend:
         self._call(self._step(job, [], lambda s, now, _: s.release(slot, token)))
 
     def skip(self, job: str, slot: datetime, reason: str) -> bool:
-        ms = slot_ms(slot)
+        key = slot_ms(slot)
         return self._call(
-            self._step(job, [ms], lambda s, now, old: s.skip(ms, reason, now, old.get(ms)))
+            self._step(job, [key], lambda s, now, old: s.skip(key, reason, now, old.get(key)))
         )
 
     def skip_many(self, runs: Sequence[tuple[str, datetime]], reason: str) -> list[bool]:
@@ -322,24 +331,53 @@ class NatsLeaseBackend:
         """
         key = _job_key(job)
         for attempt in range(CAS_TRIES):
-            # Clock and key are read at once; the clock is read before the write, so a lease seen
-            # expired then is still expired when the swap lands.
-            now_ms, (data, revision) = await asyncio.gather(self._now_ms(), self._get(key))
+            # The clock is read before the write, so a lease seen expired then is still expired
+            # when the swap lands. The key: the value this process last wrote, if it remembers
+            # one, else read at once with the clock.
+            known = self._known.pop(key, None)
+            data: bytes | None
+            if known is not None:
+                now_ms, (data, revision) = await self._clock.now_ms(), known
+            else:
+                clock, read = self._clock.now_ms(), self._get(key)
+                now_ms, (data, revision) = await asyncio.gather(clock, read)
             state = JobState.decode(job, data)
             archived = await self._archived(state, probe)
-            result = change(state, now_ms, archived)
+            # A decision that writes nothing (or refuses the step) must rest on a fresh read: only
+            # a won swap shows the remembered value was still current.
+            try:
+                result = change(state, now_ms, archived)
+            except Exception:
+                if known is not None:
+                    continue
+                raise
             if not state.changed:
+                if known is not None:
+                    continue
                 return result
             old = state.to_archive()
-            for slot, fields in old.items():  # written before the key forgets them
-                await self._js.publish(self._prefix + _run_key(job, slot), fields.encode())
+            if old:  # written before the key forgets them
+                await asyncio.gather(
+                    *(self._js.publish(self._prefix + _run_key(job, slot), fields.encode())
+                      for slot, fields in old.items())
+                )  # fmt: skip
             state.drop(list(old))
-            if await self._swap(key, state.encode(), revision):
+            value = state.encode()
+            written = await self._swap(key, value, revision)
+            if written:
+                self._remember(key, value, written)
                 return result
-            await asyncio.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+            if known is None:
+                await asyncio.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
         raise BackendUnavailable(
             f"{CAS_TRIES} writes to job {job!r} in a row lost to other instances' writes"
         )
+
+    def _remember(self, key: str, value: bytes, revision: int) -> None:
+        """Keep the value this process wrote to ``key`` and its revision, for the next step."""
+        self._known[key] = (value, revision)
+        if len(self._known) > KNOWN_KEYS:
+            self._known.popitem(last=False)
 
     async def _archived(self, state: JobState, probe: Sequence[int]) -> dict[int, RunFields]:
         found = {}
@@ -360,18 +398,27 @@ class NatsLeaseBackend:
             return None, msg.seq or 0
         return msg.data, msg.seq or 0
 
-    async def _swap(self, key: str, value: bytes, revision: int) -> bool:
-        """Write ``value`` if the key is still at ``revision`` (0: absent); ``False`` if not."""
+    async def _swap(self, key: str, value: bytes, revision: int) -> int:
+        """Write ``value`` if the key is still at ``revision`` (0: absent): the new revision, or
+        0 if the key had moved on."""
         headers = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(revision)}
         try:
-            await self._js.publish(self._prefix + key, value, headers=headers)
+            ack = await self._js.publish(self._prefix + key, value, headers=headers)
         except nats.js.errors.APIError as exc:
             if exc.err_code in _WRONG_LAST_SEQUENCE:
-                return False
+                return 0
             raise
-        return True
+        except nats.js.errors.NoStreamResponseError:
+            self._clock.forget()
+            await self._read_clock()  # explains a missing bucket
+            raise
+        return int(ack.seq)
 
     async def _now_ms(self) -> int:
+        """The server's clock: a lower bound, read from the server at most once a second."""
+        return await self._clock.now_ms()
+
+    async def _read_clock(self) -> int:
         """The server's clock, from the ``ts`` field of the bucket's stream info."""
         reply = await self._nc.request(
             f"$JS.API.STREAM.INFO.{self._stream}", b"", timeout=self._timeout
@@ -507,6 +554,12 @@ class NatsLeaseBackend:
             errors.append(exc)
             log.debug("NATS at %s: %r", self._where, exc)
 
+        async def on_disconnect() -> None:
+            # A server back from a crash may have lost its last writes and reuse their revisions:
+            # a remembered revision could then match another value. Read everything afresh.
+            self._known.clear()
+            self._clock.forget()
+
         nc = Client()
         try:
             # Reconnect for ever once connected; never buffer writes while disconnected (a
@@ -515,6 +568,7 @@ class NatsLeaseBackend:
                 nc.connect(
                     servers,
                     error_cb=on_error,
+                    disconnected_cb=on_disconnect,
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=1,
                     pending_size=0,

@@ -8,6 +8,7 @@ picked up, and the slots recorded missed.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +32,9 @@ ON_TIME_GRACE = 60.0
 """Seconds after its slot that a job's latest run is still attempted when catch_up is off."""
 MISSED_WINDOW = timedelta(days=1)
 """How far before the catch-up window missed runs are still recorded as skipped."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_HORIZON = timedelta(days=400)
+"""How far ahead a job's next slot is looked for; a job with none is looked at again then."""
 PRUNE_EVERY = 60.0
 """Seconds between two prunes by one instance."""
 PRUNE_BATCH = 500
@@ -84,8 +88,15 @@ class Decider:
         """Finished runs older than this are pruned by :meth:`sweep` (``None``: never)."""
         self.jobs: dict[str, Job] = {}
         self._decided: dict[str, datetime] = {}
+        # A tick plans only the jobs whose next slot has come (a heap of (next slot, name)) and
+        # those not decided yet, so an idle tick costs nothing per job.
+        self._next: list[tuple[datetime, str]] = []
+        self._undecided: set[str] = set()
+        self._order: dict[str, int] = {}
         self.prune_every = PRUNE_EVERY
-        """Seconds between two prunes by this instance."""
+        """Seconds between two prunes by this instance (while its batches come back short)."""
+        self.prune_batch = PRUNE_BATCH
+        """Runs one prune deletes at most."""
         self._next_prune = 0.0
         self._registered = False
 
@@ -94,12 +105,24 @@ class Decider:
         if job.name in self.jobs:
             raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
+        self._undecided.add(job.name)
+        self._order[job.name] = len(self._order)
         self._registered = False
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
+        self._next.clear()
+        self._undecided = set(self.jobs)
         self._registered = False
+
+    def next_due(self) -> datetime | None:
+        """When the next tick has something to plan: the earliest next slot of any job (once its
+        jitter delay has passed), the epoch while some job is not decided yet, ``None`` if no job
+        has a slot."""
+        if self._undecided:
+            return _EPOCH
+        return self._next[0][0] if self._next else None
 
     def tick(self) -> list[Won]:
         """Decide every newly due run; return those this instance won.
@@ -108,8 +131,21 @@ class Decider:
         so the next tick tries again.
         """
         now = _utc(self.clock())
-        recorded = self._recorded_history()
-        plans = [(job, self._plan(job, now, recorded)) for job in self.jobs.values()]
+        # A fresh set each tick: an emptied set keeps its size, and walking it would cost O(jobs).
+        names, self._undecided = self._undecided, set()
+        while self._next and self._next[0][0] <= now:
+            names.add(heapq.heappop(self._next)[1])
+        try:
+            order = sorted(names, key=self._order.__getitem__)  # the order jobs were added in
+            won = self._decide(now, [self.jobs[name] for name in order])
+        except BaseException:
+            self._undecided |= names  # planned again at the next tick
+            raise
+        return won
+
+    def _decide(self, now: datetime, jobs: list[Job]) -> list[Won]:
+        recorded = self._recorded_history(jobs)
+        plans = [(job, self._plan(job, now, recorded)) for job in jobs]
         due = [(job, slot) for job, plan in plans for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
@@ -124,6 +160,12 @@ class Decider:
         for job, plan in plans:
             if plan.decided_until is not None:
                 self._decided[job.name] = plan.decided_until
+            if job.name in self._decided:
+                heapq.heappush(
+                    self._next, (_next_check(job, self._decided[job.name], now), job.name)
+                )
+            else:
+                self._undecided.add(job.name)
         return won
 
     def sweep(self) -> list[Won]:
@@ -143,11 +185,16 @@ class Decider:
         return won
 
     def _prune(self, backend: LeaseBackend) -> None:
-        """Delete one batch of runs past ``retention``, at most every ``prune_every`` seconds."""
+        """Delete one batch of runs past ``retention``: every ``prune_every`` seconds, or at each
+        sweep while batches come back full."""
         if self.retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + self.prune_every
-        pruned = backend.prune(self.retention, PRUNE_BATCH)
+        pruned = backend.prune(self.retention, self.prune_batch)
+        if pruned >= self.prune_batch:
+            # A full batch: more may be waiting, so the next sweep prunes again. A store gaining
+            # runs faster than one batch per prune_every (a job every 0.1 s) then stays flat.
+            self._next_prune = 0.0
         if pruned:
             log.info("pruned %d runs finished more than %gs ago", pruned, self.retention)
 
@@ -212,10 +259,10 @@ class Decider:
             limit = min(limit, max(backend.remembers_for - TICK_SPREAD, 0.0))
         return 0.0, limit
 
-    def _recorded_history(self) -> dict[str, datetime | None]:
-        """The latest recorded slot of each job not decided yet, in one call to the store."""
+    def _recorded_history(self, jobs: list[Job]) -> dict[str, datetime | None]:
+        """The latest recorded slot of each of ``jobs`` not decided yet, in one store call."""
         backend = self.backend
-        unknown = [name for name in self.jobs if name not in self._decided]
+        unknown = [job.name for job in jobs if job.name not in self._decided]
         if not unknown or not is_lease(backend):
             return {}
         return backend.last_slots(unknown)
@@ -268,6 +315,21 @@ class Decider:
             if run is not None:
                 won.append(Won(run, job))
         return won
+
+
+def _next_check(job: Job, decided: datetime, now: datetime) -> datetime:
+    """When ``job`` next needs planning: its first slot after ``decided`` (every slot up to it is
+    decided), once that slot's jitter delay has passed; or, if it has no slot within
+    :data:`_HORIZON`, the moment to look again."""
+    try:
+        slot = next(iter(job.schedule.slots_between(decided, decided + _HORIZON)), None)
+    except ValueError:  # a cron expression with no date left (croniter's CroniterBadDateError)
+        slot = None
+    if slot is None:
+        return max(decided, now) + _HORIZON
+    if job.jitter:
+        return slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter))
+    return slot
 
 
 def _utc(timestamp: float) -> datetime:
