@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -159,3 +163,68 @@ def test_an_existing_sqlite_file_is_not_written(tmp_path: Path) -> None:
     assert path.read_bytes() == before
     wal = path.with_name("relay.db-wal")  # SQLite's own journal: a reader may make it, empty
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+def _store_with_three_runs(path: Path) -> tuple[str, list[str]]:
+    """Runs of ``hourly`` 3 h, 30 min and 1 min ago: succeeded, failed, running."""
+    url = f"sqlite:///{path}"
+    backend = open_backend(url)
+    assert backend.capability == "lease"
+    now = backend.now().replace(microsecond=0)
+    ids = []
+    for ago, outcome in ((10_800, True), (1_800, False), (60, None)):
+        won = backend.acquire(AcquireRequest("hourly", now - timedelta(seconds=ago), "a", 60)).run
+        assert won is not None
+        ids.append(won.id)
+        if outcome is not None:
+            backend.finish(won.id, won.token, succeeded=outcome, error=None if outcome else "boom")
+    backend.close()
+    return url, ids
+
+
+def _ids(output: str) -> list[str]:
+    return [record["id"] for record in json.loads(output)]
+
+
+def test_runs_filters_by_state_and_age(tmp_path: Path) -> None:
+    url, (old, failed, running) = _store_with_three_runs(tmp_path / "relay.db")
+
+    def shown(*options: str) -> list[str]:
+        result = CliRunner().invoke(main, ["runs", "--backend", url, "--json", *options])
+        assert result.exit_code == 0, result.output
+        return _ids(result.output)
+
+    assert shown() == [running, failed, old]
+    assert shown("--state", "failed") == [failed]
+    assert shown("--state", "running", "--state", "succeeded") == [running, old]
+    assert shown("--since", "1h") == [running, failed]
+    assert shown("--since", "1h", "--state", "succeeded") == []
+    assert shown("--limit", "1", "--state", "succeeded") == [old]
+    bad = CliRunner().invoke(main, ["runs", "--backend", url, "--state", "done"])
+    assert bad.exit_code == 2 and "'done' is not one of" in bad.output
+
+
+def test_runs_follow_prints_runs_as_they_appear_and_change(tmp_path: Path) -> None:
+    url, (old, failed, running) = _store_with_three_runs(tmp_path / "relay.db")
+    command = [sys.executable, "-m", "relay.cli", "runs", "--backend", url, "--follow", "--json"]
+    follower = subprocess.Popen(
+        [*command, "--interval", "0.1"], stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+    assert follower.stdout is not None
+    try:
+        lines = [json.loads(follower.stdout.readline()) for _ in range(3)]
+        assert [(r["id"], r["state"]) for r in lines] == [
+            (old, "succeeded"), (failed, "failed"), (running, "running")
+        ]  # fmt: skip
+        backend = open_backend(url)
+        assert backend.capability == "lease"
+        (live,) = [r for r in backend.runs("hourly") if r.id == running]
+        backend.finish(running, live.token, succeeded=True)
+        backend.close()
+        changed = json.loads(follower.stdout.readline())
+        assert (changed["id"], changed["state"]) == (running, "succeeded")
+    finally:
+        follower.send_signal(signal.SIGINT)
+        code = follower.wait(timeout=10)
+        follower.stdout.close()
+    assert code == 0
