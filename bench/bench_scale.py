@@ -157,10 +157,12 @@ def memory(names: list[str], count: int, trace: bool) -> None:
         with store(name) as url:
             args = [sys.executable, __file__, "memory", url, str(count), str(int(trace))]
             report = json.loads(subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout)
-        traced = f", {report['traced'] / count:,.0f} B traced" if trace else ""
         took = f"built in {report['built']:.1f} s, first tick {report['first_tick']:.1f} s"
-        per_job = report["memory"] / count
-        print(f"{name}: {count:,} jobs: {per_job:,.0f} B/job resident{traced} ({took})")
+        if trace:  # tracemalloc's own bookkeeping is resident too: report only what it saw
+            held = f"{report['traced'] / count:,.0f} B/job held by Python objects"
+        else:
+            held = f"{report['memory'] / count:,.0f} B/job resident"
+        print(f"{name}: {count:,} jobs: {held} ({took})")
         for where, size, objects in report.get("top", []):
             print(f"  {size / count:7.1f} B/job {objects:8,} objects  {where}")
 
