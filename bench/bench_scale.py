@@ -16,6 +16,10 @@ once the interpreter, Relay and the driver are loaded (target <= 1 KiB). Idle CP
 second plus one sweep every 10 s (the defaults: tick 1 s, lease 30 s).
 
     python bench/bench_scale.py [--jobs 100000] [--only postgres redis]
+    python bench/bench_scale.py --memory [--trace] [--only sqlite postgres redis]
+
+``--memory`` measures only the memory, quickly: one instance's start-up (the jobs built, the
+first tick) in a fresh process per store, no race; ``--trace`` adds what tracemalloc sees.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,18 +73,23 @@ def rss() -> int:
     return 0
 
 
-def instance(url: str, count: int, t0: float, start_at: float) -> None:
-    """One instance: build the jobs, a first tick, the raced tick, then idle ticks and sweeps."""
-    import gc
+def start(backend: Any, count: int, t0: float, trace: bool = False) -> dict[str, Any]:
+    """Build ``count`` jobs on a decider and tick once at ``t0``: what an instance's start-up costs.
 
-    from relay.backends import open_backend
+    ``memory``: resident bytes above the process once the backend is connected (what the first
+    tick left behind included); ``traced``, with ``trace``: the bytes Python objects still hold
+    (tracemalloc), and ``top``, the lines that allocated the most of them.
+    """
+    import gc
+    import tracemalloc
+
     from relay.engine import Decider
     from relay.jobs import make_job
 
-    backend = open_backend(url)
-    backend.now()  # connected before anything is measured
     gc.collect()
     base = rss()
+    if trace:
+        tracemalloc.start()
     moment = [t0]
     decider = Decider(backend, owner=secrets.token_hex(4), lease=300, clock=lambda: moment[0])
     began = time.perf_counter()
@@ -90,7 +100,25 @@ def instance(url: str, count: int, t0: float, start_at: float) -> None:
     first = decider.tick()
     first_tick = time.perf_counter() - began
     gc.collect()
-    memory = rss() - base
+    report = {"decider": decider, "moment": moment, "first": first, "built": built,
+              "first_tick": first_tick, "memory": rss() - base}  # fmt: skip
+    if trace:
+        snapshot = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        stats = snapshot.statistics("lineno")
+        report["traced"] = sum(stat.size for stat in stats)
+        report["top"] = [(str(stat.traceback[0]), stat.size, stat.count) for stat in stats[:15]]
+    return report
+
+
+def instance(url: str, count: int, t0: float, start_at: float) -> None:
+    """One instance: build the jobs, a first tick, the raced tick, then idle ticks and sweeps."""
+    from relay.backends import open_backend
+
+    backend = open_backend(url)
+    backend.now()  # connected before anything is measured
+    started = start(backend, count, t0)
+    decider, moment, first = started["decider"], started["moment"], started["first"]
     moment[0] = t0 + 60
     while time.time() < start_at:
         time.sleep(0.0005)
@@ -102,12 +130,41 @@ def instance(url: str, count: int, t0: float, start_at: float) -> None:
     idle, idle_cpu = timed(decider.tick, moment, 50)  # 25 s: the next every=60 slot is 30 s on
     sweep, sweep_cpu = timed(decider.sweep, None, 5)
     report = {
-        "built": built, "first_tick": first_tick, "first_won": len(first), "memory": memory,
-        "began": began_at, "ended": ended_at, "won": [w.run.id for w in won],
+        "built": started["built"], "first_tick": started["first_tick"], "first_won": len(first),
+        "memory": started["memory"], "began": began_at, "ended": ended_at,
+        "won": [w.run.id for w in won],
         "idle": idle, "idle_cpu": idle_cpu, "sweep": sweep, "sweep_cpu": sweep_cpu,
     }  # fmt: skip
     print(json.dumps(report))
     backend.close()
+
+
+def memory_instance(url: str, count: int, trace: bool) -> None:
+    """One instance's start-up alone (``--memory``): its memory per job, as JSON."""
+    from relay.backends import open_backend
+
+    backend = open_backend(url)
+    backend.now()
+    started = start(backend, count, (time.time() // 3600 - 2) * 3600 + 630, trace)
+    keys = ("built", "first_tick", "memory", "traced", "top")
+    print(json.dumps({key: started[key] for key in keys if key in started}))
+    backend.close()
+
+
+def memory(names: list[str], count: int, trace: bool) -> None:
+    """``--memory``: each store's start-up memory per job, one fresh process each (no race)."""
+    for name in names:
+        with store(name) as url:
+            args = [sys.executable, __file__, "memory", url, str(count), str(int(trace))]
+            report = json.loads(subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout)
+        took = f"built in {report['built']:.1f} s, first tick {report['first_tick']:.1f} s"
+        if trace:  # tracemalloc's own bookkeeping is resident too: report only what it saw
+            held = f"{report['traced'] / count:,.0f} B/job held by Python objects"
+        else:
+            held = f"{report['memory'] / count:,.0f} B/job resident"
+        print(f"{name}: {count:,} jobs: {held} ({took})")
+        for where, size, objects in report.get("top", []):
+            print(f"  {size / count:7.1f} B/job {objects:8,} objects  {where}")
 
 
 def timed(fn: Any, moment: list[float] | None, times: int) -> tuple[float, float]:
@@ -137,9 +194,12 @@ def race(url: str, count: int, processes: int) -> list[dict[str, Any]]:
 
 @contextmanager
 def store(name: str) -> Iterator[str]:
-    """A fresh PostgreSQL schema or Redis prefix, removed afterwards; yields its URL."""
+    """A fresh SQLite file, PostgreSQL schema or Redis prefix, removed afterwards; its URL."""
     tag = f"relay_bench_{secrets.token_hex(4)}"
-    if name == "postgres":
+    if name == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            yield f"sqlite:///{folder}/{tag}.db"
+    elif name == "postgres":
         import psycopg
 
         try:
@@ -207,9 +267,22 @@ def main() -> None:
     """Run the chosen backends and print the rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--only", nargs="*", choices=["postgres", "redis"],
+    parser.add_argument("--only", nargs="*", choices=["sqlite", "postgres", "redis"],
                         default=["postgres", "redis"])  # fmt: skip
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="only one instance's start-up memory per job (quick, no race)",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="with --memory: also the bytes Python objects hold, by line",
+    )
     args = parser.parse_args()
+    if args.memory:
+        memory(args.only, args.jobs, args.trace)
+        return
     for name in args.only:
         measure(name, args.jobs)
 
@@ -218,5 +291,8 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["instance"]:
         url, count, t0, start_at = sys.argv[2:]
         instance(url, int(count), float(t0), float(start_at))
+    elif sys.argv[1:2] == ["memory"]:
+        url, count, trace = sys.argv[2:]
+        memory_instance(url, int(count), trace == "1")
     else:
         main()

@@ -349,6 +349,49 @@ def test_an_idle_tick_computes_no_schedule_whatever_the_number_of_jobs(
     assert d.next_due() == datetime(2026, 11, 29, 12, 2, tzinfo=UTC)
 
 
+class LatestCounting(CountingSchedule):
+    """Counts only how often the latest slot is asked for."""
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        self.calls += 1
+        return self.inner.latest_slot(at)  # type: ignore[no-any-return]
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        return self.inner.slots_between(after, until)  # type: ignore[no-any-return]
+
+
+def test_jobs_sharing_a_schedule_compute_it_once_a_tick_and_keep_their_own_jitter(
+    store: SQLiteLeaseBackend, clock: Clock
+) -> None:
+    import dataclasses
+
+    from relay.jobs import jitter_delay
+
+    d = Decider(store, owner="a", lease=30, clock=clock)
+    shared = LatestCounting(make_job(store, name="x", every=60).schedule)
+    plain = make_job(store, name="plain", every=60)
+    # The jittered job first: the next slot it waits for must not become the others'.
+    d.add(dataclasses.replace(plain, name="jittered", schedule=shared, jitter=50.0))
+    for name in ("plain", "other"):
+        d.add(dataclasses.replace(plain, name=name, schedule=shared))
+    clock.advance(50)  # every delay (< 50 s) of the 12:00 slot has passed: all decide 12:00
+    assert sorted(w.run.id for w in d.tick()) == [
+        "jittered@2026-11-29T12:00:00Z",
+        "other@2026-11-29T12:00:00Z",
+        "plain@2026-11-29T12:00:00Z",
+    ]
+    assert shared.calls == 1  # once for the tick, not once a job
+    clock.advance(10)
+    assert sorted(w.run.id for w in d.tick()) == [
+        "other@2026-11-29T12:01:00Z",
+        "plain@2026-11-29T12:01:00Z",
+    ]
+    delay = jitter_delay("jittered", datetime(2026, 11, 29, 12, 1, tzinfo=UTC), 50.0)
+    assert delay > 0
+    clock.advance(delay + 0.01)
+    assert [w.run.id for w in d.tick()] == ["jittered@2026-11-29T12:01:00Z"]
+
+
 def test_jobs_due_in_a_tick_the_store_refused_are_decided_at_the_next(
     store: SQLiteLeaseBackend, clock: Clock
 ) -> None:

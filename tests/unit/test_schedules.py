@@ -118,3 +118,31 @@ def test_run_ids_are_exact_and_round_trip() -> None:
     assert parse_run_id("a@b@2026-11-29T21:30:00.250Z") == ("a@b", at("2026-11-29T21:30:00.250"))
     paris = slot.astimezone(ZoneInfo("Europe/Paris"))
     assert run_id("refresh", paris) == run_id("refresh", slot)
+
+
+def test_jobs_with_the_same_schedule_share_one() -> None:
+    """100,000 jobs with a few schedules keep a few schedule objects, not 100,000."""
+    paris = make_schedule(cron="*/5 * * * *", every=None, tz="Europe/Paris", job="a")
+    assert make_schedule(cron="*/5 * * * *", every=None, tz=ZoneInfo("Europe/Paris"), job="b") is (
+        paris
+    )
+    assert make_schedule(cron="*/5 * * * *", every=None, tz="Asia/Tokyo", job="a") is not paris
+    assert make_schedule(cron="*/10 * * * *", every=None, tz="Europe/Paris", job="a") is not paris
+    minute = make_schedule(cron=None, every=60, tz=None, job="a")
+    assert make_schedule(cron=None, every=timedelta(minutes=1), tz=None, job="b") is minute
+    assert make_schedule(cron=None, every=61, tz=None, job="a") is not minute
+    make_schedule(cron=None, every=1, tz=None)
+    with pytest.raises(InvalidSchedule, match="number of seconds"):
+        make_schedule(cron=None, every=True, tz=None)  # not the schedule of every=1 (True == 1)
+
+
+def test_jobs_using_H_keep_their_own_hashed_slots() -> None:
+    """H hashes on each job's name: jobs sharing such an expression do not share a schedule."""
+    at = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+    mine = make_schedule(cron="H H * * *", every=None, tz=None, job="nightly-report")
+    theirs = make_schedule(cron="H H * * *", every=None, tz=None, job="nightly-backup")
+    assert mine is not theirs
+    assert mine is make_schedule(cron="H H * * *", every=None, tz=None, job="nightly-report")
+    assert mine.latest_slot(at) == CronSchedule("H H * * *", job="nightly-report").latest_slot(at)
+    assert theirs.latest_slot(at) == CronSchedule("H H * * *", job="nightly-backup").latest_slot(at)
+    assert mine.latest_slot(at) != theirs.latest_slot(at)
