@@ -211,5 +211,21 @@ def test_a_store_written_before_the_index_is_read_in_full_once(
     upgraded.close()
 
 
+def test_a_store_that_lost_its_keys_is_read_in_full_again(
+    backend: RedisLeaseBackend, client: redis.Redis
+) -> None:
+    two_live_runs(backend)
+    backend.reclaimable()
+    client.delete(*client.scan_iter(match=f"{backend.prefix}*"))  # a restart without persistence
+    run = backend.acquire(req("again")).run
+    assert run is not None
+    backend.release(run.id, run.token)
+    assert [r.id for r in backend.reclaimable()] == [run.id]
+    assert client.get(f"{backend.prefix}live:version") == "1"
+    with jobs_touched(backend.prefix) as touched:
+        assert [r.id for r in backend.reclaimable()] == [run.id]
+    assert touched == {"again"}
+
+
 def _slot(moment: datetime) -> str:
     return f"{moment:%Y-%m-%dT%H:%M:%SZ}"

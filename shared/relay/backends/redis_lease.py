@@ -133,8 +133,6 @@ class RedisLeaseBackend:
         self._read_only = read_only
         self._live: list[str] = [] if isinstance(client, RedisCluster) else [f"{prefix}live"]
         """The key after a job's keys in every script call: the index of live runs, if kept."""
-        self._indexed = False
-        """The index of live runs was seen complete (its version key set)."""
         with self._errors():
             self._load_scripts()
             if read_only:
@@ -445,11 +443,10 @@ class RedisLeaseBackend:
         with self._errors():
             keys = self._scripts["live"](
                 [*self._live, self._version_key(), self._jobs_key()],
-                [_SWEEP_READS, self._read_tail[1]],
+                [_SWEEP_READS, self._read_tail[1], _LIVE_VERSION],
             )
         if keys is None:
             return None
-        self._indexed = True
         listed: dict[str, list[str]] = {}
         for key in keys:
             base, member = split_run_key(self.prefix, key)
@@ -466,10 +463,9 @@ class RedisLeaseBackend:
 
     def _mark_indexed(self) -> None:
         """After a read of every job: the index of live runs holds them all from now on."""
-        if self._live and not self._read_only and not self._indexed:
+        if self._live and not self._read_only:
             with self._errors():
                 self._redis.set(self._version_key(), _LIVE_VERSION)
-            self._indexed = True
 
     def _version_key(self) -> str:
         return f"{self.prefix}live:version"

@@ -1,6 +1,6 @@
 -- live: the runs another instance may lease now, from the index of live runs (not on Cluster).
--- KEYS: <prefix>live, <prefix>live:version, <prefix>jobs. ARGV: the most members to return, then
--- 'ro' to write nothing (else 'rw').
+-- KEYS: <prefix>live, <prefix>live:version, <prefix>jobs. ARGV: the most members to return,
+-- 'ro' to write nothing (else 'rw'), the index's version.
 -- Returns the keys of runs whose index score (0 for pending, else the lease's expiry) is now or
 -- earlier, pending first; or nil if the index was never built for this store (its version key is
 -- missing, as in a store written before the index existed): the caller then reads every job once,
@@ -11,6 +11,6 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   if ARGV[2] == 'ro' or redis.call('EXISTS', KEYS[3]) == 1 then
     return false
   end
-  redis.call('SET', KEYS[2], '1')
+  redis.call('SET', KEYS[2], ARGV[3])
 end
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
