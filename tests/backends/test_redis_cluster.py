@@ -52,3 +52,17 @@ def test_jobs_land_on_every_node_and_one_tick_decides_them(lease_url: str, tmp_p
     assert len(holding) == 3  # the jobs' keys are spread over the three primaries
     client.close()
     backend.close()
+
+
+def test_a_cluster_keeps_no_index_of_live_runs_and_sweeps_every_job(lease_url: str) -> None:
+    # <prefix>live would sit in another slot than a job's keys, which one script cannot touch.
+    backend = open_backend(lease_url)
+    assert isinstance(backend, RedisLeaseBackend)
+    runs = [backend.acquire(AcquireRequest(f"job-{n}", slot(0), "a", 30)).run for n in range(5)]
+    assert all(run is not None for run in runs)
+    backend.release(runs[0].id, runs[0].token)  # type: ignore[union-attr]
+    assert [r.id for r in backend.reclaimable()] == [runs[0].id]  # type: ignore[union-attr]
+    client = redis.cluster.RedisCluster.from_url(lease_url.split("?")[0])
+    assert not client.exists(f"{backend.prefix}live", f"{backend.prefix}live:version")
+    client.close()
+    backend.close()

@@ -9,7 +9,14 @@ import pytest
 from relay.backends._amqp import pika_parameters
 from relay.backends._lost import is_held, lease_lost, started_elsewhere
 from relay.backends._ms import instance_from_fields, ms, optional_from_ms, positive_ms
-from relay.backends._redis import check_prefix, driver_url, job_base, time_ms
+from relay.backends._redis import (
+    check_prefix,
+    driver_url,
+    job_base,
+    job_name,
+    split_run_key,
+    time_ms,
+)
 from relay.backends._url import BackendURL
 from relay.errors import ConfigurationError, LeaseLost
 
@@ -102,6 +109,15 @@ def test_started_elsewhere_names_the_other_runner() -> None:
 )
 def test_job_base_keeps_each_job_in_its_own_hash_tag(prefix: str, job: str, base: str) -> None:
     assert job_base(prefix, job) == base
+
+
+@pytest.mark.parametrize("job", ["nightly", "x{y}z", "50%", "%7B", "}:run:{", "a:b", ""])
+@pytest.mark.parametrize("prefix", ["relay:", "", "p:run:"])
+def test_a_run_key_gives_back_its_job_and_member(prefix: str, job: str) -> None:
+    base = job_base(prefix, job)
+    member = "manual:2026-11-30T10:00:00.123Z"
+    assert split_run_key(prefix, f"{base}run:{member}") == (base, member)
+    assert job_name(prefix, base) == job
 
 
 @pytest.mark.parametrize("prefix", ["relay{", "}relay", "{a}:"])

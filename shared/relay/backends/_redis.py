@@ -7,6 +7,7 @@ lease key does). Changing :func:`job_base` would orphan every store already writ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -19,6 +20,7 @@ from relay.errors import BackendUnavailable, ConfigurationError
 DEFAULT_PREFIX = "relay:"
 """The start of every key unless the URL's ``prefix`` says otherwise."""
 _SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
+_UNESCAPED = {"25": "%", "7B": "{", "7D": "}"}
 
 
 def check_prefix(prefix: str) -> None:
@@ -35,6 +37,19 @@ def job_base(prefix: str, job: str) -> str:
     # Escape braces so a job's name can never end its hash tag early.
     tag = job.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
     return f"{prefix}{{{tag}}}:"
+
+
+def job_name(prefix: str, base: str) -> str:
+    """The job whose base key (:func:`job_base`) is ``base``."""
+    tag = base[len(prefix) + 1 : -2]
+    return re.sub(r"%(25|7B|7D)", lambda m: _UNESCAPED[m.group(1)], tag)
+
+
+def split_run_key(prefix: str, key: str) -> tuple[str, str]:
+    """A run's key, ``<base>run:<member>``, as its job's base key and the member."""
+    # The tag holds no '}' (job_base escapes it), so the first '}:' after the prefix ends it.
+    end = key.index("}:", len(prefix)) + 2
+    return key[:end], key[end + len("run:") :]
 
 
 def driver_url(parsed: BackendURL, ours: Sequence[str]) -> str:

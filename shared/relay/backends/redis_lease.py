@@ -4,8 +4,11 @@ Every step is one Lua script (``redis_lease_*.lua`` next to this module), loaded
 its hash. Each script reads ``TIME``, so the server's clock decides expiry; Redis 7 and Valkey
 replicate a script's effects, which allows that. The keys of one job share the hash tag
 ``{job}``; with ``?cluster=yes`` each script decides one job, so it touches one Cluster slot.
-Reading across jobs (``runs()``, ``reclaimable()``) goes through a set of job names and costs one
-script call per job. See ``docs/backends/redis.md``.
+Reading across jobs (``runs()``) goes through a set of job names and costs one script call per job.
+On a single server the scripts also keep an index of live runs across jobs, ``<prefix>live``, so
+``reclaimable()`` (the sweep) reads only runs another instance may lease; on Redis Cluster that
+index would sit in another slot than the job's keys, so the sweep reads every job there. See
+``docs/backends/redis.md``.
 
 Tokens are ``max(last + 1, server time in µs)``: they grow strictly and stay above every token
 handed out before a restart that lost the keys. Records expire ``retention`` seconds after their
@@ -36,6 +39,8 @@ from relay.backends._redis import (
     check_prefix,
     driver_url,
     job_base,
+    job_name,
+    split_run_key,
     time_ms,
     translated,
 )
@@ -68,7 +73,12 @@ _DRIVER_OPTIONS = (
 )  # fmt: skip
 _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
+    "live",
 )  # fmt: skip
+_LIVE_VERSION = "1"
+"""The value of ``<prefix>live:version`` once every live run of the store is in the index."""
+_SWEEP_READS = 1000
+"""The most index entries one sweep reads (pending runs first, then the oldest expired leases)."""
 
 
 def _script_text(step: str) -> str:
@@ -118,6 +128,9 @@ class RedisLeaseBackend:
         }
         self._read_tail: tuple[Any, ...] = (self.retention_ms, "ro" if read_only else "rw")
         """The read script's last arguments: retention, and whether it may trim indexes."""
+        self._read_only = read_only
+        self._live: list[str] = [] if isinstance(client, RedisCluster) else [f"{prefix}live"]
+        """The key after a job's keys in every script call: the index of live runs, if kept."""
         with self._errors():
             self._load_scripts()
             if read_only:
@@ -156,7 +169,7 @@ class RedisLeaseBackend:
             return self.acquire_many([request])[0]
         member = _member(request)
         args = [self.retention_ms, request.owner, _request_line(request, member)]
-        (reply,) = self._call_many("acquire", [([self._base(job)], args)])
+        (reply,) = self._call_many("acquire", [(self._keys(job), args)])
         words = reply.split(" ")
         if words[0] == "1":
             self._list_again([job])
@@ -226,7 +239,7 @@ class RedisLeaseBackend:
         if not runs:
             return []
         calls = [
-            ([self._base(job)], [format_slot(slot), slot_ms(slot), reason, self.retention_ms])
+            (self._keys(job), [format_slot(slot), slot_ms(slot), reason, self.retention_ms])
             for job, slot in runs
         ]
         jobs = list(dict.fromkeys(job for job, _ in runs))
@@ -236,7 +249,7 @@ class RedisLeaseBackend:
         return self.last_slots([job])[job]
 
     def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
-        calls = [([self._base(job)], ["last", 1, *self._read_tail]) for job in jobs]
+        calls = [(self._keys(job), ["last", 1, *self._read_tail]) for job in jobs]
         replies = self._call_many("read", calls) if calls else []
         return {
             job: from_ms(int(float(reply[0]))) if reply else None
@@ -244,7 +257,10 @@ class RedisLeaseBackend:
         }
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
-        records = self._read_all("reclaimable", limit)
+        records = self._read_live(limit)
+        if records is None:  # no index (Redis Cluster), or not built yet: read every job
+            records = self._read_all("reclaimable", limit)
+            self._mark_indexed()
         return sorted(records, key=lambda r: r.scheduled_for)[:limit]
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
@@ -252,7 +268,7 @@ class RedisLeaseBackend:
             records = self._read_all("newest", limit)
         else:
             (reply,) = self._call_many(
-                "read", [([self._base(job)], ["newest", limit, *self._read_tail])]
+                "read", [(self._keys(job), ["newest", limit, *self._read_tail])]
             )
             records = [_record(job, item) for item in reply]
         records.sort(key=lambda r: (-slot_ms(r.scheduled_for), r.id))
@@ -285,15 +301,14 @@ class RedisLeaseBackend:
 
     def register_jobs(self, specs: dict[str, str]) -> None:
         calls = [
-            ([self._base(job)], ["register", self.retention_ms, spec])
-            for job, spec in specs.items()
+            (self._keys(job), ["register", self.retention_ms, spec]) for job, spec in specs.items()
         ]
         self._call_jobs("control", list(specs), calls)
 
     def jobs(self) -> list[JobInfo]:
         with self._errors():
             names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
-        calls = [([self._base(job)], ["info", self.retention_ms]) for job in names]
+        calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
         replies = self._call_many("control", calls) if calls else []
         return [
             JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
@@ -332,7 +347,7 @@ class RedisLeaseBackend:
         for at in range(0, len(names), 100):  # one round trip per hundred jobs
             chunk = names[at : at + 100]
             calls = [
-                ([self._base(job)], ["prune", self.retention_ms, ms(older_than), limit])
+                (self._keys(job), ["prune", self.retention_ms, ms(older_than), limit])
                 for job in chunk
             ]
             for job, (count, empty) in zip(chunk, self._call_many("control", calls), strict=True):
@@ -351,7 +366,7 @@ class RedisLeaseBackend:
         """One control step on ``job`` (see redis_lease_control.lua), listing the job first."""
         op, *rest = args
         return self._call_jobs(
-            "control", [job], [([self._base(job)], [op, self.retention_ms, *rest])]
+            "control", [job], [(self._keys(job), [op, self.retention_ms, *rest])]
         )
 
     def close(self) -> None:
@@ -365,6 +380,10 @@ class RedisLeaseBackend:
         Made at each use (well under a microsecond): kept, it cost 100,000 jobs 13 MB.
         """
         return job_base(self.prefix, job)
+
+    def _keys(self, job: str) -> list[str]:
+        """A script call's keys for one job: its base key, then the index of live runs if kept."""
+        return [self._base(job), *self._live]
 
     def _jobs_key(self) -> str:
         return f"{self.prefix}jobs"
@@ -408,13 +427,52 @@ class RedisLeaseBackend:
             keys.append(self._base(group[1]))
             lines = [_request_line(requests[i], members[i]) for i in indexes[group]]
             args.append("\n".join(lines))
+        keys += self._live
         return keys, args
+
+    def _read_live(self, limit: int) -> list[RunRecord] | None:
+        """Reclaimable runs found through the index of live runs; None if it is not kept or built.
+
+        Each job the index names is read by the read script, which confirms its runs and makes the
+        index agree with them: O(reclaimable runs), whatever the number of jobs.
+        """
+        if not self._live:
+            return None
+        with self._errors():
+            keys = self._scripts["live"](
+                [*self._live, self._version_key(), self._jobs_key()],
+                [_SWEEP_READS, self._read_tail[1], _LIVE_VERSION],
+            )
+        if keys is None:
+            return None
+        listed: dict[str, list[str]] = {}
+        for key in keys:
+            base, member = split_run_key(self.prefix, key)
+            listed.setdefault(base, []).append(member)
+        if not listed:
+            return []
+        calls = [
+            ([base, *self._live], ["reclaimable", limit, *self._read_tail, *members])
+            for base, members in listed.items()
+        ]
+        replies = self._call_many("read", calls)
+        jobs = [job_name(self.prefix, base) for base in listed]
+        return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
+
+    def _mark_indexed(self) -> None:
+        """After a read of every job: the index of live runs holds them all from now on."""
+        if self._live and not self._read_only:
+            with self._errors():
+                self._redis.set(self._version_key(), _LIVE_VERSION)
+
+    def _version_key(self) -> str:
+        return f"{self.prefix}live:version"
 
     def _read_all(self, mode: str, limit: int) -> list[RunRecord]:
         with self._errors():
             jobs = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
         replies = self._call_many(
-            "read", [([self._base(job)], [mode, limit, *self._read_tail]) for job in jobs]
+            "read", [(self._keys(job), [mode, limit, *self._read_tail]) for job in jobs]
         )
         return [_record(j, item) for j, reply in zip(jobs, replies, strict=True) for item in reply]
 
@@ -422,7 +480,7 @@ class RedisLeaseBackend:
 
     def _call_one(self, step: str, job: str, args: list[Any]) -> Any:
         with self._errors():
-            return self._scripts[step]([self._base(job)], [*args, self.retention_ms])
+            return self._scripts[step](self._keys(job), [*args, self.retention_ms])
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]

@@ -1,5 +1,6 @@
 -- acquire: decide runs in order, one step per call (the rules of relay.lease_rules).
--- KEYS: one base key per job (one job on Redis Cluster, where a script stays in one slot).
+-- KEYS: one base key per job (one job on Redis Cluster, where a script stays in one slot), then
+-- <prefix>live unless on Redis Cluster.
 -- ARGV: retention_ms, the owner, then per job one block of lines, one line per request:
 -- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap> <stale_after_ms or ->", where overlap
 -- is 0 (allow), 1 (skip) or 2 (buffer_one); a manual run's member is 'manual:<time>'.
@@ -12,6 +13,8 @@
 -- Old runs are trimmed from the indexes by the other steps (finish, skip, read), not here.
 
 local retention, owner = tonumber(ARGV[1]), ARGV[2]
+local jobs = #ARGV - 2
+local live = KEYS[jobs + 1]
 local now, now_us = clock()
 local results = {}
 
@@ -47,6 +50,7 @@ local function buffer(job, run, member, slot, max_attempts)
   redis.call('PEXPIRE', run, retention)
   redis.call('ZADD', job.base .. 'active', slot, member)
   redis.call('ZADD', job.base .. 'slots', slot, member)
+  index(live, run, 0)
 end
 
 local function skip(base, run, member, slot, reason)
@@ -81,6 +85,7 @@ local function lease(job, run, member, slot, lease_ms, failures, attempt, max_at
       'max_attempts', max_attempts)
   end
   redis.call('PEXPIRE', run, retention + lease_ms)
+  index(live, run, now + lease_ms)
   return 'won ' .. (attempt + 1) .. ' ' .. token
 end
 
@@ -132,6 +137,7 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
       'finished_ms', now, 'expires_ms', '')
     redis.call('PEXPIRE', run, retention)
     redis.call('ZREM', base .. 'active', member)
+    index(live, run, nil)
     return 'exhausted 0 0'
   end
   return lease(job, run, member, slot, lease_ms, failures, attempt, limit, true)
@@ -167,7 +173,7 @@ local function decide_job(base, block)
   end
 end
 
-for i, base in ipairs(KEYS) do
-  decide_job(base, ARGV[i + 2])
+for i = 1, jobs do
+  decide_job(KEYS[i], ARGV[i + 2])
 end
 return table.concat(results, ' ')

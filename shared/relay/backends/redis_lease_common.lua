@@ -9,6 +9,12 @@
 --
 -- active: the runs that are not final (running or pending), score = slot.
 -- slots:  every run with a record, score = slot.
+--
+-- One key is not a job's: <prefix>live, the runs that are live in every job (pending: score 0;
+-- running: score = its lease's expiry), member = the run's key. It makes a sweep read only the
+-- runs another instance may lease. A script is given it after the job's keys and keeps it in the
+-- same step as the run; on Redis Cluster it would sit in another slot, so it is not given (nil)
+-- and not kept.
 
 local function clock()
   local t = redis.call('TIME')
@@ -23,15 +29,28 @@ local function renew(key, ttl)
   end
 end
 
+-- Record in the index of live runs (if kept) that the run is live from `score`, or (nil) not live.
+local function index(live, run, score)
+  if not live then
+    return
+  end
+  if score then
+    redis.call('ZADD', live, score, run)
+  else
+    redis.call('ZREM', live, run)
+  end
+end
+
 -- Drop from the indexes old runs whose records have expired, two per call. A record lives
 -- `retention` after its last write, which comes after its slot: only runs whose slot is older than
 -- that can be gone, and usually there are none, so this costs one read.
-local function trim(base, now, retention)
+local function trim(base, now, retention, live)
   local old = redis.call('ZRANGEBYSCORE', base .. 'slots', '-inf', now - retention, 'LIMIT', 0, 2)
   for _, member in ipairs(old) do
     if redis.call('EXISTS', base .. 'run:' .. member) == 0 then
       redis.call('ZREM', base .. 'slots', member)
       redis.call('ZREM', base .. 'active', member)
+      index(live, base .. 'run:' .. member, nil)
     end
   end
 end

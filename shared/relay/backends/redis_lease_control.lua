@@ -1,10 +1,10 @@
 -- control: the control plane's steps on one job (relay.contract.LeaseBackend: pause, resume,
 -- trigger, backfill, prune, register_jobs, jobs).
--- KEYS: the job's base key. ARGV: op, retention_ms, then the op's arguments (below).
+-- KEYS: the job's base key, <prefix>live (not on Redis Cluster). ARGV: op, retention_ms, then the op's arguments (below).
 -- The job's control hash, <base>control, holds its registered spec and, while it is paused,
 -- paused_ms, paused_by and paused_reason. It has no TTL: a pause lasts until a resume.
 
-local base, op, retention = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local base, live, op, retention = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 local control = base .. 'control'
 local now = clock()
 
@@ -25,6 +25,7 @@ local function insert_pending(member, slot, reason)
   redis.call('PEXPIRE', run, retention)
   redis.call('ZADD', base .. 'active', slot, member)
   redis.call('ZADD', base .. 'slots', slot, member)
+  index(live, run, 0)
   return true
 end
 
@@ -60,6 +61,7 @@ elseif op == 'resume' then -- ARGV[3]: the catch-up window in ms, or '-'
         'failures', 0, 'finished_ms', '')
       redis.call('PEXPIRE', run, retention)
       redis.call('ZADD', base .. 'active', members[i + 1], members[i])
+      index(live, run, 0)
       table.insert(back, members[i])
     end
   end
@@ -100,6 +102,7 @@ elseif op == 'prune' then -- ARGV[3]: older_than_ms, ARGV[4]: limit
       redis.call('DEL', run)
       redis.call('ZREM', base .. 'slots', member)
       redis.call('ZREM', base .. 'active', member)
+      index(live, run, nil)
       deleted = deleted + 1
     end
   end

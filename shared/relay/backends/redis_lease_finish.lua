@@ -1,5 +1,5 @@
 -- finish: record the outcome of the attempt holding the token.
--- KEYS: the job's base key. ARGV: member, token, succeeded ('1'/'0'), error ('' for none),
+-- KEYS: the job's base key, <prefix>live (not on Redis Cluster). ARGV: member, token, succeeded ('1'/'0'), error ('' for none),
 -- retention_ms.
 -- Returns {'ok', new state} or {'lost', why, detail}.
 
@@ -21,6 +21,7 @@ redis.call('PEXPIRE', run, retention)
 if state ~= 'pending' then
   redis.call('ZREM', KEYS[1] .. 'active', member)
 end
+index(KEYS[2], run, state == 'pending' and 0 or nil)
 renew(KEYS[1] .. 'slots', retention)
-trim(KEYS[1], now, retention)
+trim(KEYS[1], now, retention, KEYS[2])
 return {'ok', state}

@@ -1,5 +1,5 @@
 -- heartbeat: extend the lease to now + lease on the server's clock.
--- KEYS: the job's base key. ARGV: member, token, lease_ms, retention_ms.
+-- KEYS: the job's base key, <prefix>live (not on Redis Cluster). ARGV: member, token, lease_ms, retention_ms.
 -- Returns {'ok'} or {'lost', why, detail}.
 
 local lease = tonumber(ARGV[3])
@@ -10,6 +10,7 @@ if not f then
   return lost
 end
 redis.call('HSET', run, 'expires_ms', now + lease)
+index(KEYS[2], run, now + lease)
 renew(run, tonumber(ARGV[4]) + lease)
 renew(KEYS[1] .. 'active', tonumber(ARGV[4]) + lease)
 return {'ok'}

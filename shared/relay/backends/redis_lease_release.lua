@@ -1,5 +1,5 @@
 -- release: hand the run over; any instance may lease it at once. Not a failure.
--- KEYS: the job's base key. ARGV: member, token, retention_ms.
+-- KEYS: the job's base key, <prefix>live (not on Redis Cluster). ARGV: member, token, retention_ms.
 -- Returns {'ok'} or {'lost', why, detail}.
 
 local run = KEYS[1] .. 'run:' .. ARGV[1]
@@ -9,6 +9,7 @@ if not f then
   return lost
 end
 redis.call('HSET', run, 'state', 'pending', 'reason', 'released', 'expires_ms', '')
+index(KEYS[2], run, 0)
 redis.call('PEXPIRE', run, retention)
 renew(KEYS[1] .. 'slots', retention)
 renew(KEYS[1] .. 'active', retention)
