@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from relay.backends import open_backend
+from relay.backends import Backend, open_backend
 from relay.cli_control import COMMANDS
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
@@ -300,15 +300,13 @@ class _RunsReader(Protocol):
 
 
 @contextmanager
-def _read_runs(url: str) -> Iterator[_RunsReader]:
-    """Like :func:`_read_only`, also for a claim backend that records outcomes it can read."""
+def _opened(url: str) -> Iterator[Backend]:
+    """The store a URL names, opened read-only and closed after; a Relay error exits with 1."""
     try:
         backend = open_backend(url, read_only=True)
     except RelayError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        if not isinstance(backend, _RunsReader):
-            raise click.ClickException(f"{backend.name} is a claim backend: it records no runs")
         yield backend
     except RelayError as exc:
         raise click.ClickException(str(exc)) from None
@@ -317,20 +315,21 @@ def _read_runs(url: str) -> Iterator[_RunsReader]:
 
 
 @contextmanager
+def _read_runs(url: str) -> Iterator[_RunsReader]:
+    """Like :func:`_read_only`, also for a claim backend that records outcomes it can read."""
+    with _opened(url) as backend:
+        if not isinstance(backend, _RunsReader):
+            raise click.ClickException(f"{backend.name} is a claim backend: it records no runs")
+        yield backend
+
+
+@contextmanager
 def _read_only(url: str) -> Iterator[LeaseBackend]:
     """The lease store a URL names, opened read-only; any Relay error exits with status 1."""
-    try:
-        backend = open_backend(url, read_only=True)
-    except RelayError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
+    with _opened(url) as backend:
         if not is_lease(backend):  # open_backend refuses them; this tells mypy
             raise click.ClickException(f"{backend.name} is a claim backend: it records no runs")
         yield backend
-    except RelayError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        backend.close()
 
 
 def _console() -> Console:
