@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -284,3 +285,18 @@ def test_a_version_4_file_is_migrated_to_the_control_plane_and_keeps_its_runs(
         again.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM relay_meta").fetchone() == (str(SCHEMA_VERSION),)
+
+
+def test_a_new_file_held_by_another_opener_is_waited_for_not_refused(tmp_path: Path) -> None:
+    """Switching a new file to WAL while another process holds it fails at once in SQLite, without
+    its busy handler: instances started together on a new file must wait, not fail to start."""
+    path = tmp_path / "relay.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        SQLiteLeaseBackend(path, busy_timeout=10).close()
+    finally:
+        release.join()
+        holder.close()

@@ -139,7 +139,7 @@ class SQLiteLeaseBackend:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(self._conn, busy_timeout)
             self._create_schema()
             self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
@@ -851,3 +851,21 @@ def _instance(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
     )  # fmt: skip
+
+
+def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch ``conn``'s database to WAL, waiting up to ``timeout`` seconds for other openers.
+
+    SQLite answers "database is locked" at once, without its busy handler, when another process
+    holds the file while the journal mode changes: instances started together on a new file would
+    otherwise fail to start.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from relay.backends._url import BackendURL
+from relay.backends.sqlite import enable_wal
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import run_id
 
@@ -32,7 +33,7 @@ class SQLiteClaimBackend:
             self._conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(self._conn, busy_timeout)
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS relay_claims (run_id TEXT PRIMARY KEY, job TEXT)"
             )
