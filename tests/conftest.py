@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,18 @@ import pytest
 
 from tests.support import services
 from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS, params
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the default): twice the cores, 4 to 8 workers.
+
+    The suite waits on real processes and servers far more than it computes (a serial run keeps
+    the load under 1 on two cores), so more workers than cores is what makes it fast.
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides; ``-n 0`` runs in one process.
+    """
+    if wanted := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(wanted)
+    return min(8, max(4, 2 * (os.cpu_count() or 1)))
 
 
 @pytest.fixture(autouse=True)

@@ -107,6 +107,7 @@ def check_docs() -> None:
 def check_test() -> None:
     import hypothesis  # noqa: F401
     import pytest  # noqa: F401
+    import xdist  # noqa: F401  (the suite runs with -n auto)
 
 
 def check_metrics() -> None:
