@@ -93,8 +93,10 @@ class Cluster:
             if any(proc.poll() not in (None, -signal.SIGKILL, 0) for proc in self.procs.values()):
                 break
             time.sleep(0.005)
+        codes = {pid: proc.poll() for pid, proc in self.procs.items()}
         raise RuntimeError(
-            f"timed out or an instance failed; its errors:\n{self.errors.read_text()[-3000:]}"
+            f"timed out or an instance failed (exit codes by pid, None: running: {codes}); "
+            f"their errors:\n{self.errors.read_text()[-3000:]}"
         )
 
     def round(self, sig: signal.Signals) -> float:

@@ -15,7 +15,12 @@ so about 1x with 100 times the jobs). Memory: resident size per job above the pr
 once the interpreter, Relay and the driver are loaded (target <= 1 KiB). Idle CPU: one idle tick a
 second plus one sweep every 10 s (the defaults: tick 1 s, lease 30 s).
 
-    python bench/bench_scale.py [--jobs 100000] [--only postgres redis]
+Celery beat (``--host beat``): the same race, each instance a :class:`relay_celery.RelayScheduler`
+built from a Celery app of 100,000 ``beat_schedule`` entries (the same mix; Celery's crontab reads
+the app's one zone, UTC), whose raced tick also publishes every run it won (broker ``memory://``).
+Its memory is compared with stock Celery's own ``beat.Scheduler`` holding the same entries.
+
+    python bench/bench_scale.py [--jobs 100000] [--only postgres redis] [--host standalone beat]
     python bench/bench_scale.py --memory [--trace] [--only sqlite postgres redis]
 
 ``--memory`` measures only the memory, quickly: one instance's start-up (the jobs built, the
@@ -73,7 +78,14 @@ def rss() -> int:
     return 0
 
 
-def start(backend: Any, count: int, t0: float, trace: bool = False) -> dict[str, Any]:
+def start(
+    backend: Any,
+    count: int,
+    t0: float,
+    trace: bool = False,
+    host: str = "standalone",
+    url: str = "",
+) -> dict[str, Any]:
     """Build ``count`` jobs on a decider and tick once at ``t0``: what an instance's start-up costs.
 
     ``memory``: resident bytes above the process once the backend is connected (what the first
@@ -86,22 +98,53 @@ def start(backend: Any, count: int, t0: float, trace: bool = False) -> dict[str,
     from relay.engine import Decider
     from relay.jobs import make_job
 
+    if host == "beat":
+        import relay_celery  # noqa: F401  (imported before the baseline, like Relay itself)
+
     gc.collect()
     base = rss()
     if trace:
         tracemalloc.start()
     moment = [t0]
-    decider = Decider(backend, owner=secrets.token_hex(4), lease=300, clock=lambda: moment[0])
     began = time.perf_counter()
-    for spec in job_specs(count):
-        decider.add(make_job(backend, **spec))
-    built = time.perf_counter() - began
-    began = time.perf_counter()
-    first = decider.tick()
+    if host == "beat":
+        scheduler = beat_scheduler(url, count)
+        decider = scheduler.decider
+        decider.clock = lambda: moment[0]
+
+        publishing: dict[str, float] = {}
+
+        def publish(won: Any) -> bool:
+            began = time.time()
+            publishing.setdefault("began", began)  # the runs are all decided by then
+            try:
+                return bool(scheduler._publish(won))
+            finally:
+                publishing["took"] = publishing.get("took", 0.0) + time.time() - began
+
+        def step() -> list[Any]:
+            """One step of beat's loop, as its ``tick()`` makes: it publishes each run won."""
+            publishing.clear()
+            return list(scheduler.loop.step(publish).won)
+
+        built = time.perf_counter() - began
+        began = time.perf_counter()
+        first = step()
+        scheduler.loop.next_sweep = float("inf")  # the raced step times the tick, not a sweep
+    else:
+        decider = Decider(backend, owner=secrets.token_hex(4), lease=300, clock=lambda: moment[0])
+        for spec in job_specs(count):
+            decider.add(make_job(backend, **spec))
+        built = time.perf_counter() - began
+        began = time.perf_counter()
+        first = decider.tick()
+        step = None  # type: ignore[assignment]
     first_tick = time.perf_counter() - began
     gc.collect()
     report = {"decider": decider, "moment": moment, "first": first, "built": built,
-              "first_tick": first_tick, "memory": rss() - base}  # fmt: skip
+              "first_tick": first_tick, "memory": rss() - base, "step": step}  # fmt: skip
+    if host == "beat":
+        report["publishing"] = publishing
     if trace:
         snapshot = tracemalloc.take_snapshot()
         tracemalloc.stop()
@@ -111,20 +154,73 @@ def start(backend: Any, count: int, t0: float, trace: bool = False) -> dict[str,
     return report
 
 
-def instance(url: str, count: int, t0: float, start_at: float) -> None:
+def beat_app(count: int, **conf: Any) -> Any:
+    """A Celery app (broker ``memory://``) with the :func:`job_specs` as beat entries."""
+    from celery import Celery
+    from celery.schedules import crontab
+
+    app = Celery(f"bench_scale_{secrets.token_hex(2)}", broker="memory://")
+
+    @app.task(name="bench.noop", shared=False)
+    def noop() -> None:
+        pass
+
+    entries = {}
+    for spec in job_specs(count):
+        if "every" in spec:
+            schedule: Any = float(spec["every"])
+        else:
+            minute, hour, _, _, day_of_week = spec["cron"].split()
+            schedule = crontab(minute=minute, hour=hour, day_of_week=day_of_week)
+        entries[spec["name"]] = {"task": "bench.noop", "schedule": schedule}
+    app.conf.update(beat_schedule=entries, timezone="UTC", **conf)
+    return app
+
+
+def beat_scheduler(url: str, count: int) -> Any:
+    """Relay's beat scheduler for ``count`` entries on the store at ``url``."""
+    from relay_celery import RelayScheduler, install
+
+    app = beat_app(count, relay_backend=url, relay_queue_lease=300)
+    install(app)
+    return RelayScheduler(app)
+
+
+def stock_beat_memory(count: int) -> None:
+    """Stock Celery's in-memory beat scheduler with the same entries: its bytes per entry."""
+    import gc
+
+    from celery.beat import Scheduler
+
+    gc.collect()
+    base = rss()
+    began = time.perf_counter()
+    scheduler = Scheduler(beat_app(count))
+    scheduler.tick()
+    took = time.perf_counter() - began
+    gc.collect()
+    print(json.dumps({"memory": rss() - base, "start-up": took}))
+
+
+def instance(url: str, count: int, t0: float, start_at: float, host: str = "standalone") -> None:
     """One instance: build the jobs, a first tick, the raced tick, then idle ticks and sweeps."""
     from relay.backends import open_backend
 
     backend = open_backend(url)
     backend.now()  # connected before anything is measured
-    started = start(backend, count, t0)
+    started = start(backend, count, t0, host=host, url=url)
     decider, moment, first = started["decider"], started["moment"], started["first"]
+    step = started["step"]
     moment[0] = t0 + 60
     while time.time() < start_at:
         time.sleep(0.0005)
     began_at = time.time()
-    won = decider.tick()
+    won = decider.tick() if step is None else step()
     ended_at = time.time()
+    # Beat: the runs were all decided when the first was published; then the winners publish.
+    publishing = started.get("publishing", {})
+    decided_at = publishing.get("began", ended_at)
+    published = publishing.get("took", 0.0)
     for item in [*first, *won]:  # the runs end: the sweep then finds no live run
         backend.finish(item.run.id, item.run.token, succeeded=True)
     decider.sweep()  # the first sweep's one-off work (register the jobs, prune) is not measured
@@ -135,6 +231,7 @@ def instance(url: str, count: int, t0: float, start_at: float) -> None:
     report = {
         "built": started["built"], "first_tick": started["first_tick"], "first_won": len(first),
         "memory": started["memory"], "began": began_at, "ended": ended_at,
+        "decided": decided_at, "published": published,
         "won": [w.run.id for w in won],
         "idle": idle, "idle_cpu": idle_cpu, "sweep": sweep, "sweep_cpu": sweep_cpu,
     }  # fmt: skip
@@ -142,23 +239,26 @@ def instance(url: str, count: int, t0: float, start_at: float) -> None:
     backend.close()
 
 
-def memory_instance(url: str, count: int, trace: bool) -> None:
+def memory_instance(url: str, count: int, trace: bool, host: str = "standalone") -> None:
     """One instance's start-up alone (``--memory``): its memory per job, as JSON."""
     from relay.backends import open_backend
 
     backend = open_backend(url)
     backend.now()
-    started = start(backend, count, (time.time() // 3600 - 2) * 3600 + 630, trace)
+    started = start(backend, count, (time.time() // 3600 - 2) * 3600 + 630, trace, host, url)
     keys = ("built", "first_tick", "memory", "traced", "top")
     print(json.dumps({key: started[key] for key in keys if key in started}))
     backend.close()
 
 
-def memory(names: list[str], count: int, trace: bool) -> None:
+def memory(names: list[str], count: int, trace: bool, host: str = "standalone") -> None:
     """``--memory``: each store's start-up memory per job, one fresh process each (no race)."""
+    if host == "beat":
+        stock = stock_beat(count)["memory"] / count
+        print(f"stock celery beat: {count:,} entries: {stock:,.0f} B/entry resident")
     for name in names:
         with store(name) as url:
-            args = [sys.executable, __file__, "memory", url, str(count), str(int(trace))]
+            args = [sys.executable, __file__, "memory", url, str(count), str(int(trace)), host]
             report = json.loads(subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout)
         took = f"built in {report['built']:.1f} s, first tick {report['first_tick']:.1f} s"
         if trace:  # tracemalloc's own bookkeeping is resident too: report only what it saw
@@ -183,11 +283,13 @@ def timed(fn: Any, moment: list[float] | None, times: int) -> tuple[float, float
     return statistics.median(walls), statistics.median(cpus)
 
 
-def race(url: str, count: int, processes: int) -> list[dict[str, Any]]:
-    """Start ``processes`` instances on ``url``; their reports."""
+def race(url: str, count: int, processes: int, host: str) -> list[dict[str, Any]]:
+    """Start ``processes`` instances (``host``: standalone or beat) on ``url``; their reports."""
     hour = (time.time() // 3600 - 2) * 3600
     start_at = time.time() + 20 + count / 2000  # time to build and tick once, on a busy machine
-    args = [url, str(count), str(hour + 630), str(start_at)]
+    if host == "beat":
+        start_at += count / 4000  # Celery's entries take longer to build
+    args = [url, str(count), str(hour + 630), str(start_at), host]
     procs = [
         subprocess.Popen([sys.executable, __file__, "instance", *args], stdout=subprocess.PIPE)
         for _ in range(processes)
@@ -222,13 +324,13 @@ def store(name: str) -> Iterator[str]:
                     client.delete(*keys[i : i + 5000])
 
 
-def measure(name: str, count: int) -> list[Row]:
+def measure(name: str, count: int, host: str = "standalone") -> list[Row]:
     """The rows of one backend: the full race, against one instance with 1 % of the jobs."""
     small = max(count // 100, 100)
     with store(name) as url:
-        (base,) = race(url, small, 1)
+        (base,) = race(url, small, 1, host)
     with store(name) as url:
-        reports = race(url, count, INSTANCES)
+        reports = race(url, count, INSTANCES, host)
     ids = [run for report in reports for run in report["won"]]
     once = len(ids) == len(set(ids)) == count // 10
     wall = max(r["ended"] for r in reports) - min(r["began"] for r in reports)
@@ -237,6 +339,10 @@ def measure(name: str, count: int) -> list[Row]:
     b = f"{small:,} jobs"
     idle_cpu = worst["idle_cpu"] + worst["sweep_cpu"] / 10
     base_cpu = base["idle_cpu"] + base["sweep_cpu"] / 10
+    if host == "beat":
+        name = f"{name} beat"
+        n = f"{count:,} entries"
+        b = f"{small:,} entries"
     rows = [
         Row(name, f"start-up: {n} built + first tick (slowest of {INSTANCES})",
             worst["built"] + worst["first_tick"], "s", base["built"] + base["first_tick"], b),
@@ -254,16 +360,59 @@ def measure(name: str, count: int) -> list[Row]:
         Row(name, f"memory per job above the baseline process, {n}", worst["memory"] / count,
             "B", base["memory"] / small, b, "<= 1024 B", at_most(1024)),
     ]  # fmt: skip
+    if host == "beat":
+        rows[0:2] = beat_rows(name, count, reports, once)
+        stock = stock_beat(count)["memory"] / count
+        rows[-1] = Row(
+            name,
+            f"memory per entry above the baseline process, {n}",
+            worst["memory"] / count,
+            "B",
+            stock,
+            "stock celery beat, same entries",
+        )
+        rows.append(Row(name, f"memory per entry above stock celery beat's, {n}",
+                        worst["memory"] / count - stock, "B", None, "", "<= 1024 B",
+                        at_most(1024)))  # fmt: skip
     for row in rows:
         print(f"{row.bench}: {row.figure}: {row.value:.4g} {row.unit} (baseline {row.baseline})",
               file=sys.stderr, flush=True)  # fmt: skip
     return rows
 
 
+def beat_rows(name: str, count: int, reports: list[dict[str, Any]], once: bool) -> list[Row]:
+    """Beat's start-up against stock beat's, and its raced tick: deciding, then publishing."""
+    stock = stock_beat(count)
+    began = min(r["began"] for r in reports)
+    decided = max(r["decided"] for r in reports) - began
+    start_up = max(r["built"] + r["first_tick"] for r in reports)
+    return [
+        Row(name, f"start-up: {count:,} entries built + first tick (slowest of {INSTANCES})",
+            start_up, "s", stock["start-up"], "stock celery beat, same entries, alone"),
+        Row(name, f"tick with 10 % due ({count // 10:,} runs), {INSTANCES} processes: every run "
+            f"decided, wall (each won once: {once})", decided if once else float("inf"), "s",
+            None, "", "<= 1 s", at_most(1.0)),
+        Row(name, "the same tick, every run also published by its winner (memory://), wall",
+            max(r["ended"] for r in reports) - began, "s"),
+    ]  # fmt: skip
+
+
+def stock_beat(count: int) -> dict[str, float]:
+    """Stock Celery beat holding ``count`` entries, in a fresh process: its resident bytes and
+    its start-up (the entries built and a first tick), alone."""
+    args = [sys.executable, __file__, "stock", str(count)]
+    return json.loads(subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout)
+
+
 def rows(quick: bool = False) -> list[Row]:
-    """Rows for PostgreSQL and Redis (``quick``: 20,000 jobs instead of 100,000)."""
+    """Rows for PostgreSQL and Redis, standalone and Celery beat (``quick``: 20,000 jobs)."""
     count = 20_000 if quick else 100_000
-    return measure("postgres", count) + measure("redis", count)
+    return [
+        row
+        for host in ("standalone", "beat")
+        for name in ("postgres", "redis")
+        for row in measure(name, count, host)
+    ]
 
 
 def main() -> None:
@@ -272,6 +421,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--only", nargs="*", choices=["sqlite", "postgres", "redis"],
                         default=["postgres", "redis"])  # fmt: skip
+    parser.add_argument("--host", nargs="*", choices=["standalone", "beat"],
+                        default=["standalone"])  # fmt: skip
     parser.add_argument(
         "--memory",
         action="store_true",
@@ -284,18 +435,22 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.memory:
-        memory(args.only, args.jobs, args.trace)
+        for host in args.host:
+            memory(args.only, args.jobs, args.trace, host)
         return
-    for name in args.only:
-        measure(name, args.jobs)
+    for host in args.host:
+        for name in args.only:
+            measure(name, args.jobs, host)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["instance"]:
-        url, count, t0, start_at = sys.argv[2:]
-        instance(url, int(count), float(t0), float(start_at))
+        url, count, t0, start_at, host = sys.argv[2:]
+        instance(url, int(count), float(t0), float(start_at), host)
+    elif sys.argv[1:2] == ["stock"]:
+        stock_beat_memory(int(sys.argv[2]))
     elif sys.argv[1:2] == ["memory"]:
-        url, count, trace = sys.argv[2:]
-        memory_instance(url, int(count), trace == "1")
+        url, count, trace, host = sys.argv[2:]
+        memory_instance(url, int(count), trace == "1", host)
     else:
         main()

@@ -41,6 +41,7 @@ def main(args: dict[str, Any]) -> None:
 
     write(f"ready {os.getpid()}")
     scheduler.run()
+    write(f"stopped {os.getpid()}")  # run() returned: the hand-over was written
 
 
 if __name__ == "__main__":

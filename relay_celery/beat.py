@@ -87,7 +87,11 @@ class RelayScheduler(Scheduler):
         entries = {}
         for name, values in b.items():
             values = dict(values)
-            self._relay_options[name] = entry_options(name, values.pop("relay", None))
+            options = entry_options(name, values.pop("relay", None))
+            if options:
+                self._relay_options[name] = options
+            else:  # most entries have none: no empty dict kept per entry
+                self._relay_options.pop(name, None)
             entries[name] = values
         super().merge_inplace(cast("dict[str, Any]", entries))
 
