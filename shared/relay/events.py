@@ -286,8 +286,9 @@ class RunsMissed(Event):
         if self.count > 1:
             window += f" .. {format_slot(self.last)}"
         return (
-            f"missed {self.count} run(s) of {self.job} ({window}): no instance was up to run "
-            "them and they are older than the job's catch_up window; recorded skipped (missed)"
+            f"missed {self.count} run(s) of {self.job} ({window}): no instance ran them in time "
+            "(none was up, or every tick came too late) and they are older than the job's "
+            "catch_up window; recorded skipped (missed). A larger catch_up runs such slots late"
         )
 
 
