@@ -136,6 +136,8 @@ class Decider:
         names, self._undecided = self._undecided, set()
         while self._next and self._next[0][0] <= now:
             names.add(heapq.heappop(self._next)[1])
+        if not names:  # the idle tick: nothing came due
+            return []
         try:
             order = sorted(names, key=self._order.__getitem__)  # the order jobs were added in
             won = self._decide(now, [self.jobs[name] for name in order])
