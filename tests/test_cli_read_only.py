@@ -208,7 +208,13 @@ def test_runs_follow_prints_runs_as_they_appear_and_change(tmp_path: Path) -> No
     url, (old, failed, running) = _store_with_three_runs(tmp_path / "relay.db")
     command = [sys.executable, "-m", "relay.cli", "runs", "--backend", url, "--follow", "--json"]
     follower = subprocess.Popen(
-        [*command, "--interval", "0.1"], stdout=subprocess.PIPE, text=True, bufsize=1
+        [*command, "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        # Ctrl-C reaches it even when this test runs with SIGINT ignored (a shell's background
+        # job): Python turns SIGINT into KeyboardInterrupt only if it starts with the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert follower.stdout is not None
     try:
@@ -225,6 +231,11 @@ def test_runs_follow_prints_runs_as_they_appear_and_change(tmp_path: Path) -> No
         assert (changed["id"], changed["state"]) == (running, "succeeded")
     finally:
         follower.send_signal(signal.SIGINT)
-        code = follower.wait(timeout=10)
-        follower.stdout.close()
+        try:
+            code = follower.wait(timeout=10)
+        finally:  # never leave it running for the next test to trip over
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+            follower.stdout.close()
     assert code == 0

@@ -210,7 +210,9 @@ def test_overlapping_runs_are_skipped(deploy: Any) -> None:
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_missed_runs_are_caught_up_after_downtime(deploy: Any) -> None:
-    d: Deployment = deploy({"catchup": {"every": 1, "catch_up": 5}})
+    # catch_up well past the 3 s down: the second scheduler's start-up (seconds on a loaded
+    # machine) must not push the first missed slots out of the window.
+    d: Deployment = deploy({"catchup": {"every": 1, "catch_up": 30}})
     worker = d.worker("worker", threads=4)
     first = d.scheduler("scheduler1")
     d.wait_for("a first run", lambda: d.events("done"))
