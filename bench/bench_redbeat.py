@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import secrets
 import statistics
 import sys
@@ -24,9 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
+from bench.stores import REDIS, delete_prefix  # noqa: E402
 from bench.table import Row  # noqa: E402
 
-REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 _APPS = itertools.count()
 
 
@@ -83,16 +82,6 @@ def idle_tick(scheduler: Any, times: int = 200) -> float:
     return statistics.median(samples)
 
 
-def clean(prefix: str) -> None:
-    """Delete the keys under ``prefix``."""
-    import redis
-
-    with redis.Redis.from_url(REDIS) as client:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=5000))
-        for i in range(0, len(keys), 5000):
-            client.delete(*keys[i : i + 5000])
-
-
 def measure(entries: int) -> dict[str, float]:
     """Start-up and idle tick of both schedulers (and a restart: the entries already stored)."""
     found: dict[str, float] = {}
@@ -107,7 +96,7 @@ def measure(entries: int) -> dict[str, float]:
             if hasattr(scheduler, "close"):
                 scheduler.close()
         finally:
-            clean(prefix)
+            delete_prefix(prefix)
     return found
 
 

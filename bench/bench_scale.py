@@ -32,25 +32,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
+from bench.stores import store  # noqa: E402
 from bench.table import Row, at_most, ratio_at_most  # noqa: E402
 
-POSTGRES = os.environ.get("RELAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ZONES = ["UTC", "Europe/Paris", "America/New_York", "Asia/Tokyo"]
 # None of these has a slot between hh:10:30 and hh:11:30 in any of the zones above.
 CRONS = ["*/30 * * * *", "0 3 * * *", "15 */2 * * *", "45 9 * * 1-5"]
@@ -296,33 +292,6 @@ def race(url: str, count: int, processes: int, host: str) -> list[dict[str, Any]
         for _ in range(processes)
     ]
     return [json.loads(p.communicate(timeout=1800)[0]) for p in procs]
-
-
-@contextmanager
-def store(name: str) -> Iterator[str]:
-    """A fresh SQLite file, PostgreSQL schema or Redis prefix, removed afterwards; its URL."""
-    tag = f"relay_bench_{secrets.token_hex(4)}"
-    if name == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{folder}/{tag}.db"
-    elif name == "postgres":
-        import psycopg
-
-        try:
-            yield f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}schema={tag}"
-        finally:
-            with psycopg.connect(POSTGRES, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
-    else:
-        import redis
-
-        try:
-            yield f"{REDIS}?prefix={tag}:"
-        finally:
-            with redis.Redis.from_url(REDIS) as client:
-                keys = list(client.scan_iter(match=f"{tag}:*", count=5000))
-                for i in range(0, len(keys), 5000):
-                    client.delete(*keys[i : i + 5000])
 
 
 def measure(name: str, count: int, host: str = "standalone") -> list[Row]:
