@@ -104,44 +104,36 @@ def start(
         tracemalloc.start()
     moment = [t0]
     began = time.perf_counter()
+    decided: dict[str, float] = {}  # beat: when its raced step had decided every run
     if host == "beat":
         scheduler = beat_scheduler(url, count)
         decider = scheduler.decider
         decider.clock = lambda: moment[0]
 
-        publishing: dict[str, float] = {}
-
         def publish(won: Any) -> bool:
-            began = time.time()
-            publishing.setdefault("began", began)  # the runs are all decided by then
-            try:
-                return bool(scheduler._publish(won))
-            finally:
-                publishing["took"] = publishing.get("took", 0.0) + time.time() - began
+            decided.setdefault("at", time.time())  # every run is decided before one is sent
+            return bool(scheduler._publish(won))
 
         def step() -> list[Any]:
             """One step of beat's loop, as its ``tick()`` makes: it publishes each run won."""
-            publishing.clear()
+            decided.clear()
             return list(scheduler.loop.step(publish).won)
 
-        built = time.perf_counter() - began
-        began = time.perf_counter()
-        first = step()
-        scheduler.loop.next_sweep = float("inf")  # the raced step times the tick, not a sweep
     else:
         decider = Decider(backend, owner=secrets.token_hex(4), lease=300, clock=lambda: moment[0])
         for spec in job_specs(count):
             decider.add(make_job(backend, **spec))
-        built = time.perf_counter() - began
-        began = time.perf_counter()
-        first = decider.tick()
-        step = None  # type: ignore[assignment]
+        step = decider.tick
+    built = time.perf_counter() - began
+    began = time.perf_counter()
+    first = step()
     first_tick = time.perf_counter() - began
-    gc.collect()
-    report = {"decider": decider, "moment": moment, "first": first, "built": built,
-              "first_tick": first_tick, "memory": rss() - base, "step": step}  # fmt: skip
     if host == "beat":
-        report["publishing"] = publishing
+        scheduler.loop.next_sweep = float("inf")  # the raced step times the tick, not a sweep
+    gc.collect()
+    report = {"decider": decider, "step": step, "decided": decided, "moment": moment,
+              "first": first, "built": built, "first_tick": first_tick,
+              "memory": rss() - base}  # fmt: skip
     if trace:
         snapshot = tracemalloc.take_snapshot()
         tracemalloc.stop()
@@ -207,17 +199,14 @@ def instance(url: str, count: int, t0: float, start_at: float, host: str = "stan
     backend.now()  # connected before anything is measured
     started = start(backend, count, t0, host=host, url=url)
     decider, moment, first = started["decider"], started["moment"], started["first"]
-    step = started["step"]
     moment[0] = t0 + 60
     while time.time() < start_at:
         time.sleep(0.0005)
     began_at = time.time()
-    won = decider.tick() if step is None else step()
+    won = started["step"]()
     ended_at = time.time()
     # Beat: the runs were all decided when the first was published; then the winners publish.
-    publishing = started.get("publishing", {})
-    decided_at = publishing.get("began", ended_at)
-    published = publishing.get("took", 0.0)
+    decided_at = started["decided"].get("at", ended_at)
     for item in [*first, *won]:  # the runs end: the sweep then finds no live run
         backend.finish(item.run.id, item.run.token, succeeded=True)
     decider.sweep()  # the first sweep's one-off work (register the jobs, prune) is not measured
@@ -228,7 +217,7 @@ def instance(url: str, count: int, t0: float, start_at: float, host: str = "stan
     report = {
         "built": started["built"], "first_tick": started["first_tick"], "first_won": len(first),
         "memory": started["memory"], "began": began_at, "ended": ended_at,
-        "decided": decided_at, "published": published,
+        "decided": decided_at,
         "won": [w.run.id for w in won],
         "idle": idle, "idle_cpu": idle_cpu, "sweep": sweep, "sweep_cpu": sweep_cpu,
     }  # fmt: skip
