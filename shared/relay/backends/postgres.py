@@ -236,13 +236,12 @@ class PostgresLeaseBackend:
         return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
-        with self._connection() as conn:
-            # Finished runs leave dead entries in the partial index of live runs until vacuum.
-            # A bitmap scan (what stale statistics choose) walks them all at every sweep (20,000
-            # after a burst: 2 ms); a plain index scan marks them dead once, then skips them.
-            # One round trip: the client binds the limit, the server runs both statements in
-            # one transaction, and SET LOCAL ends with it.
-            cursor = psycopg.ClientCursor(conn)
+        # Finished runs leave dead entries in the partial index of live runs until vacuum. A
+        # bitmap scan (what stale statistics choose) walks them all at every sweep (20,000 after
+        # a burst: 2 ms); a plain index scan marks them dead once, then skips them. One round
+        # trip: the client binds the limit, the server runs both statements in one transaction,
+        # and SET LOCAL ends with it.
+        with self._connection() as conn, psycopg.ClientCursor(conn) as cursor:
             cursor.execute(_NO_BITMAP + self._queries["reclaimable"], (limit,))
             cursor.nextset()
             rows = cursor.fetchall()
