@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -300,3 +303,55 @@ def test_a_new_file_held_by_another_opener_is_waited_for_not_refused(tmp_path: P
     finally:
         release.join()
         holder.close()
+
+
+def _acquire_in_child(path: Path, slot: datetime) -> int:
+    """Fork; the child opens ``path`` and leases a run (exit 0), or reports why not (exit 1,
+    or killed by its alarm if it hangs). The child's exit status."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        code = 1
+        try:
+            signal.alarm(20)
+            child = SQLiteLeaseBackend(path, busy_timeout=10)
+            won = child.acquire(request("child", slot)).outcome is Outcome.WON
+            child.close()
+            code = 0 if won else 1
+        except BaseException as exc:  # the parent's assertion shows the exit status
+            sys.stderr.write(f"child: {exc!r}\n")
+        finally:
+            os._exit(code)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_while_another_thread_is_inside_a_step_can_use_the_store(
+    tmp_path: Path,
+) -> None:
+    # Celery forks its pool's children and an embedded beat (worker --beat) from a worker whose
+    # heartbeat thread writes to the store: a child forked in the middle of such a write inherited
+    # SQLite's lock state and failed to open the file ("database is locked", "locking
+    # protocol") or hung. The fork now waits for the step and the connection to close.
+    path = tmp_path / "relay.db"
+    inside, leave = threading.Event(), threading.Event()
+
+    def clock() -> float:  # read inside each write transaction, with SQLite's write lock held
+        if threading.current_thread().name == "writer":
+            inside.set()
+            leave.wait(10)
+        return time.time()
+
+    backend = SQLiteLeaseBackend(path, clock=clock)
+    writer = threading.Thread(
+        target=lambda: backend.acquire(request("parent", SLOT)), name="writer"
+    )
+    writer.start()
+    assert inside.wait(10)
+    threading.Timer(0.3, leave.set).start()  # the step ends a moment after the fork began
+    statuses = [_acquire_in_child(path, SLOT + timedelta(minutes=n)) for n in range(3)]
+    writer.join(10)
+    assert statuses == [0, 0, 0]
+    # The parent goes on with a connection of its own, reopened after the forks.
+    assert backend.acquire(request("parent", SLOT + timedelta(minutes=1))).outcome is Outcome.WON
+    assert backend.runs("child", limit=10)[0].state is RunState.RUNNING
+    backend.close()

@@ -58,10 +58,15 @@ class Cluster:
         """Start a ``celery beat`` with ``scheduler`` (``None``: the one the app configures)."""
         return self._start("beat", ["beat", *(["-S", scheduler] if scheduler else [])])
 
-    def worker(self, pool: str = "threads", concurrency: int = 2) -> subprocess.Popen[bytes]:
-        """Start a ``celery worker`` (gossip, mingle and remote control off: nothing shared)."""
+    def worker(
+        self, pool: str = "threads", concurrency: int = 2, beat: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Start a ``celery worker`` (gossip, mingle and remote control off: nothing shared);
+        ``beat``: with an embedded beat (``--beat``), forked from the worker's main process."""
         name = f"w{len(self.processes)}_{self.queue}@localhost"
         args = ["worker", "-P", pool, "-c", str(concurrency), "-n", name]
+        if beat:
+            args += ["--beat", "-s", str(self.tmp / f"beat-schedule-{len(self.processes)}")]
         return self._start("worker", [*args, "--without-gossip", "--without-mingle"])
 
     def _start(self, kind: str, args: list[str]) -> subprocess.Popen[bytes]:

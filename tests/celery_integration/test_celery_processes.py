@@ -254,6 +254,22 @@ def test_catch_up_runs_the_slots_missed_while_every_beat_was_down(tmp_path: Path
     assert len(missed) >= 2, "the oldest slots of the downtime were run"
 
 
+def test_a_worker_with_an_embedded_beat_runs_every_slot_once_on_sqlite(tmp_path: Path) -> None:
+    # `celery worker --beat` (the Celery example's command) forks its beat from the worker's main
+    # process while the worker's heartbeat thread writes to the store: the beat could not open
+    # the SQLite file ("locking protocol") until connections were closed across forks.
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    with cluster(
+        tmp_path, redis_broker(), url, {"tick": {"every": 1, "relay": TOLERATE_STALLS}}
+    ) as c:
+        c.worker(pool="prefork", concurrency=2, beat=True)
+        c.wait_for("5 runs", lambda: len(c.events("end")) >= 5)
+        logs = c.logs(tail=None)
+        events = c.events()
+    assert "BackendUnavailable" not in logs and "Traceback" not in logs, logs
+    assert_every_second_once(events)
+
+
 def test_heartbeats_keep_a_long_task_and_a_warm_shutdown_lets_it_finish(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
     schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep": 5}}}

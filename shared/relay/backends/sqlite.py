@@ -17,7 +17,6 @@ out twice.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from typing import Any, Literal, cast
 from relay.backends._lost import is_held, lease_lost, started_elsewhere
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
+from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
@@ -129,17 +129,22 @@ class SQLiteLeaseBackend:
     ) -> None:
         self.path = Path(path)
         self._clock = clock
-        self._lock = threading.Lock()
         self._durable = DURABILITY[_checked_durability(durability)]
-        self._synchronous = ""
+        self._synchronous: tuple[sqlite3.Connection | None, str] = (None, "")
         if read_only:
-            self._conn, self._version = self._open_read_only(busy_timeout)
+            self._version = self._check_read_only(busy_timeout)
+            self._shared = SharedConnection(lambda: self._open_read_only(busy_timeout))
             return
-        try:
-            self._conn = sqlite3.connect(
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-            enable_wal(self._conn, busy_timeout)
+            enable_wal(conn, busy_timeout)
+            return conn
+
+        try:
+            self._shared = SharedConnection(connect)
             self._create_schema()
             self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
@@ -175,33 +180,38 @@ class SQLiteLeaseBackend:
     def name(self) -> str:
         return f"SQLite ({self.path})"
 
-    def _open_read_only(self, busy_timeout: float) -> tuple[sqlite3.Connection, int]:
-        """A connection that cannot write (``mode=ro``), to a file that must hold Relay's schema."""
+    def _open_read_only(self, busy_timeout: float) -> sqlite3.Connection:
+        """A connection that cannot write (``mode=ro``)."""
+        return sqlite3.connect(
+            f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=busy_timeout,
+            isolation_level=None, check_same_thread=False,
+        )  # fmt: skip
+
+    def _check_read_only(self, busy_timeout: float) -> int:
+        """The schema version of the file to read, which must exist and hold Relay's schema."""
         if not self.path.is_file():
             raise StoreNotFound(
                 f"SQLite database {str(self.path)!r} does not exist (resolved to "
                 f"{str(self.path.absolute())!r}); check the path in the URL"
             )
         try:
-            conn = sqlite3.connect(
-                f"{self.path.absolute().as_uri()}?mode=ro", uri=True, timeout=busy_timeout,
-                isolation_level=None, check_same_thread=False,
-            )  # fmt: skip
-            version = _installed_version(conn)
+            conn = self._open_read_only(busy_timeout)
+            try:
+                version = _installed_version(conn)
+            finally:
+                conn.close()
         except sqlite3.Error as exc:
             raise BackendUnavailable(
                 f"cannot read SQLite database {str(self.path)!r}: {exc}"
             ) from exc
         if version is None:
-            conn.close()
             raise StoreNotFound(f"SQLite file {str(self.path)!r} holds no Relay schema")
         if version > SCHEMA_VERSION:
-            conn.close()
             raise ConfigurationError(
                 f"SQLite database {self.path} has Relay schema version {version}, newer than "
                 f"this Relay's ({SCHEMA_VERSION}): upgrade Relay"
             )
-        return conn, version
+        return version
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -443,8 +453,7 @@ class SQLiteLeaseBackend:
         return deleted
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._shared.close()
 
     # -- inside a transaction ----------------------------------------------------------------
 
@@ -577,40 +586,41 @@ class SQLiteLeaseBackend:
     @contextmanager
     def _write(self, *, durable: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
         """One ``BEGIN IMMEDIATE`` transaction; ``durable=False`` never waits for the disk."""
-        with self._lock:
+        with self._shared.lock:
             try:
-                self._set_synchronous(self._durable if durable else "NORMAL")
-                self._conn.execute("BEGIN IMMEDIATE")
+                conn = self._shared.get()
+                self._set_synchronous(conn, self._durable if durable else "NORMAL")
+                conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise BackendUnavailable(
                     f"SQLite database {self.path} is unavailable: {exc}"
                 ) from exc
             try:
                 # Read the clock only once the write lock is held, so steps are ordered by it.
-                yield self._conn, self._now_ms()
+                yield conn, self._now_ms()
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
             try:
-                self._conn.execute("COMMIT")
+                conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._shared.lock:
             try:
-                yield self._conn
+                yield self._shared.get()
             except sqlite3.Error as exc:
                 raise BackendUnavailable(
                     f"SQLite database {self.path} is unavailable: {exc}"
                 ) from exc
 
-    def _set_synchronous(self, value: str) -> None:
-        """Set ``synchronous`` for the next transactions (it may change between transactions)."""
-        if value != self._synchronous:
-            self._conn.execute(f"PRAGMA synchronous={value}")
-            self._synchronous = value
+    def _set_synchronous(self, conn: sqlite3.Connection, value: str) -> None:
+        """Set ``synchronous`` for ``conn``'s next transactions (it may change between them)."""
+        if (conn, value) != self._synchronous:
+            conn.execute(f"PRAGMA synchronous={value}")
+            self._synchronous = (conn, value)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

@@ -7,12 +7,12 @@ production claims use Redis, RabbitMQ or NATS, and for anything more a lease bac
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._url import BackendURL
 from relay.backends.sqlite import enable_wal
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -28,15 +28,20 @@ class SQLiteClaimBackend:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
-        try:
-            self._conn = sqlite3.connect(
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-            enable_wal(self._conn, busy_timeout)
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS relay_claims (run_id TEXT PRIMARY KEY, job TEXT)"
-            )
+            enable_wal(conn, busy_timeout)
+            return conn
+
+        try:
+            self._shared = SharedConnection(connect)
+            with self._shared.lock:
+                self._shared.get().execute(
+                    "CREATE TABLE IF NOT EXISTS relay_claims (run_id TEXT PRIMARY KEY, job TEXT)"
+                )
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
 
@@ -63,11 +68,13 @@ class SQLiteClaimBackend:
 
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         rows = [(run_id(job, slot), job) for job, slot in runs]  # bad input fails before BEGIN
-        with self._lock:
+        with self._shared.lock:
+            conn: sqlite3.Connection | None = None
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                conn = self._shared.get()
+                conn.execute("BEGIN IMMEDIATE")
                 won = [
-                    self._conn.execute(
+                    conn.execute(
                         "INSERT INTO relay_claims (run_id, job) VALUES (?, ?) "
                         "ON CONFLICT (run_id) DO NOTHING",
                         row,
@@ -75,13 +82,12 @@ class SQLiteClaimBackend:
                     == 1
                     for row in rows
                 ]
-                self._conn.execute("COMMIT")
+                conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                if conn is not None and conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise BackendUnavailable(f"SQLite {self.path} is unavailable: {exc}") from exc
         return won
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._shared.close()
