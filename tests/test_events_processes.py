@@ -233,3 +233,30 @@ def _slot(run_id: str) -> float:
     from relay.runs import parse_run_id
 
     return parse_run_id(run_id)[1].timestamp()
+
+
+@pytest.mark.redis
+def test_a_run_whose_end_the_store_could_not_record_is_reported_abandoned_and_runs_again(
+    tmp_path: Path,
+) -> None:
+    durable = ("--appendonly", "yes", "--appendfsync", "always")  # the run's record survives
+    with own_redis(tmp_path, *durable) as server, instances(
+        tmp_path, server.url, lease=4, heartbeat=0.5, every=60, work=2
+    ) as group:  # fmt: skip
+        runner = group.start("a")
+        started = group.wait("the run", "started", owner=runner)
+        group.start("b")
+        server.kill()  # while the handler works: its finish finds no store
+        abandoned = group.wait("the give-up", "abandoned", owner=runner)
+        server.start()
+        again = group.wait("the run again", "succeeded", run_id=started["relay_run_id"])
+        group.stop("a")
+        group.stop("b")
+    assert len(group.events("abandoned")) == 1
+    assert abandoned["levelname"] == "ERROR"
+    assert (abandoned["relay_operation"], abandoned["relay_outcome"]) == ("finish", "succeeded")
+    assert abandoned["relay_token"] == started["relay_token"]
+    # Nothing was recorded: the lease ran out and the run was taken over, and ran again.
+    assert again["relay_attempt"] == 2
+    taken = group.events("taken_over", run_id=started["relay_run_id"])
+    assert len(taken) == 1 and taken[0]["relay_previous_owner"] == runner

@@ -22,6 +22,7 @@ from relay.errors import MissingDependency
 from relay.events import (
     Event,
     FencedOff,
+    RunAbandoned,
     RunExhausted,
     RunFailed,
     RunHandedOver,
@@ -54,7 +55,7 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
 """Seconds: periodic jobs last from milliseconds to an hour."""
 COUNTED: frozenset[type[Event]] = frozenset(
     {RunStarted, RunSucceeded, RunFailed, RunExhausted, RunSkipped, RunsMissed, RunTakenOver,
-     RunHandedOver, FencedOff, StoreUnavailable}
+     RunHandedOver, FencedOff, RunAbandoned, StoreUnavailable}
 )  # fmt: skip
 """The event types that move a metric; the others are not even queued."""
 
@@ -85,6 +86,10 @@ class MetricSet:
         self.fenced = counter(
             "fenced_off", "Stale runners' operations the store refused", ["job", "operation"], **kw
         )
+        self.abandoned = counter(
+            "runs_abandoned", "Runs whose end the store could not record", ["job", "operation"],
+            **kw,
+        )  # fmt: skip
         self.store_down = counter("store_unavailable", "Times the store could not answer", **kw)
         self.start_delay = histogram(
             "run_start_delay_seconds", "Seconds from a run's slot to its start", ["job"],
@@ -253,6 +258,11 @@ def _handlers(m: MetricSet) -> dict[type[Event], Callable[[Any], None]]:
         m.ended((e.run_id, e.token))
         m.child(m.fenced, e.job, e.operation or "unknown").inc()
 
+    def abandoned(e: RunAbandoned) -> None:
+        # This process holds the run no more: its lease runs out and another instance takes it.
+        m.ended((e.run_id, e.token))
+        m.child(m.abandoned, e.job, e.operation or "unknown").inc()
+
     return {
         RunStarted: started,
         RunSucceeded: succeeded,
@@ -263,5 +273,6 @@ def _handlers(m: MetricSet) -> dict[type[Event], Callable[[Any], None]]:
         RunTakenOver: lambda e: m.child(m.takeovers, e.job).inc(),
         RunHandedOver: lambda e: m.ended((e.run_id, e.token)),
         FencedOff: fenced,
+        RunAbandoned: abandoned,
         StoreUnavailable: lambda e: m.store_down.inc(),
     }

@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "EventBus",
     "FencedOff",
+    "RunAbandoned",
     "RunBuffered",
     "RunDispatched",
     "RunEvent",
@@ -230,6 +231,39 @@ class RunHandedOver(RunEvent):
 
     def message(self) -> str:
         return f"handed over {self.run_id} (attempt {self.attempt}, token {self.token})"
+
+
+@dataclass(frozen=True)
+class RunAbandoned(RunEvent):
+    """This runner gave up recording what became of the run: the store did not answer its
+    ``operation`` (``finish``, after a few tries, or ``release``). ``outcome`` is what the attempt
+    came to (``succeeded``, ``failed``; empty for a release). The lease runs out within ``lease``
+    seconds and another instance takes the run over: an attempt that did its work runs again."""
+
+    type: ClassVar[str] = "abandoned"
+    level: ClassVar[int] = logging.ERROR
+    operation: str = ""
+    outcome: str = ""
+    error: str = ""
+    lease: float = 0.0
+
+    def message(self) -> str:
+        if self.operation == "release":
+            what = f"could not hand over {self.run_id} (attempt {self.attempt})"
+            then = "another instance takes it over then"
+        else:
+            what = (
+                f"could not record that {self.run_id} {self.outcome} "
+                f"(attempt {self.attempt}, token {self.token})"
+            )
+            then = (
+                "another instance takes it over then and runs it again: keep the job idempotent, "
+                "or fence its writes with run.token"
+            )
+        return (
+            f"{what}: the store did not answer ({self.error}); its lease runs out within "
+            f"{self.lease:g}s and {then}"
+        )
 
 
 @dataclass(frozen=True)

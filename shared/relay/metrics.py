@@ -23,6 +23,8 @@ Metrics (every name starts with ``namespace``, ``relay`` by default):
 ``relay_takeovers_total``           counter     runs this instance took over from a dead runner
 ``relay_fenced_off_total``          counter     operations of stale runners the store refused, by
                                                 ``job`` and ``operation``
+``relay_runs_abandoned_total``      counter     runs whose end the store could not record, by
+                                                ``job`` and ``operation`` (``finish``, ``release``)
 ``relay_store_unavailable_total``   counter     times the store could not be reached
 ``relay_run_start_delay_seconds``   histogram   from a run's slot to its start, by ``job``
 ``relay_run_duration_seconds``      histogram   from an attempt's start to its end, by ``job``

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from relay.errors import MissingDependency
 from relay.events import (
     FencedOff,
+    RunAbandoned,
     RunDispatched,
     RunEvent,
     RunExhausted,
@@ -193,6 +194,7 @@ class RunTracer:
             RunFailed: lambda e: self.ended(e, e.error or "failed"),
             RunHandedOver: self._handed_over,
             FencedOff: self._fenced_off,
+            RunAbandoned: lambda e: self.ended(e, e.message()),
             RunSkipped: lambda e: self.note(e, e.message()),
             RunExhausted: lambda e: self.note(e, e.message()),
         }

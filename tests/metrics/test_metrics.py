@@ -14,6 +14,7 @@ from relay.errors import MissingDependency
 from relay.events import (
     EventBus,
     FencedOff,
+    RunAbandoned,
     RunExhausted,
     RunFailed,
     RunHandedOver,
@@ -121,6 +122,16 @@ def test_live_leases_follow_only_runs_started_in_this_process(
     bus.emit(event(FencedOff, token=2, operation="finish"))  # the same lease: nothing more
     bus.emit(event(RunHandedOver, job="other", token=3))
     assert value(registry, "relay_live_leases") == 0
+
+
+def test_a_run_whose_end_the_store_could_not_record_is_counted_and_held_no_more(
+    bus: EventBus, registry: CollectorRegistry
+) -> None:
+    bus.emit(event(RunStarted, token=1))
+    bus.emit(event(RunAbandoned, token=1, operation="finish", outcome="succeeded", lease=30.0))
+    assert value(registry, "relay_live_leases") == 0
+    assert value(registry, "relay_runs_abandoned_total", job="refresh", operation="finish") == 1
+    assert value(registry, "relay_runs_total", job="refresh", outcome="succeeded") == 0
 
 
 def test_instrumenting_twice_shares_the_metrics_and_detach_stops_counting(

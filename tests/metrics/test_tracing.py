@@ -18,6 +18,7 @@ from relay.errors import MissingDependency
 from relay.events import (
     EventBus,
     FencedOff,
+    RunAbandoned,
     RunDispatched,
     RunFailed,
     RunHandedOver,
@@ -106,6 +107,19 @@ def test_a_run_handed_back_unpublished_ends_its_span_in_error(
     bus.emit(event(RunHandedOver))
     (publish,) = exporter.get_finished_spans()
     assert publish.status.status_code is StatusCode.ERROR
+
+
+def test_a_run_whose_end_the_store_could_not_record_ends_its_span_in_error(
+    exporter: InMemorySpanExporter,
+) -> None:
+    bus = EventBus()
+    tracing.instrument(bus, provider(exporter))
+    bus.emit(event(RunStarted))
+    bus.emit(event(RunAbandoned, operation="finish", outcome="succeeded", error="down"))
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert "could not record" in (span.status.description or "")
+    assert not trace.get_current_span().get_span_context().is_valid
 
 
 def test_without_tracing_the_header_is_the_plain_run_header() -> None:

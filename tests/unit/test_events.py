@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +20,7 @@ from relay.events import (
     Event,
     EventBus,
     FencedOff,
+    RunAbandoned,
     RunExhausted,
     RunFailed,
     RunHandedOver,
@@ -324,6 +327,33 @@ def test_a_handover_the_store_refuses_is_reported_fenced_off(
     runner(store, clock, seen, "a").release(won.run)
     assert seen.one(FencedOff).operation == "release"
     assert seen.of(RunHandedOver) == []
+
+
+def test_a_result_the_store_cannot_record_is_reported_abandoned_then_taken_over(
+    tmp_path: Path, clock: Clock, seen: Seen
+) -> None:
+    path = tmp_path / "relay.db"
+    store = SQLiteLeaseBackend(path, clock=clock, busy_timeout=0.05)
+    [won] = decider(store, clock, seen, "a").tick()
+    active = runner(store, clock, seen, "a:w").begin(won.run)
+    assert active is not None
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN EXCLUSIVE")  # the store answers no write: "database is locked"
+        assert active.succeed() is None
+        runner(store, clock, seen, "a:w").release(won.run)
+        other.execute("ROLLBACK")
+    finish, release = seen.of(RunAbandoned)
+    assert (finish.operation, finish.outcome) == ("finish", "succeeded")
+    assert finish.token == won.run.token
+    assert (release.operation, release.outcome) == ("release", "")
+    assert "locked" in finish.error and finish.lease == 30
+    assert "runs it again" in finish.message() and "run.token" in finish.message()
+    assert seen.of(RunSucceeded) == [] and seen.of(RunHandedOver) == []
+    # Nothing was recorded: once the lease runs out, another instance takes the run over.
+    clock.advance(31)
+    decider(store, clock, seen, "b").sweep()
+    assert seen.types()[-1] == "taken_over"
+    store.close()
 
 
 def test_events_are_emitted_from_the_engine_only() -> None:

@@ -2,7 +2,7 @@
 
 The standalone scheduler, the Celery worker hooks and the Dramatiq middleware all run runs through
 a :class:`Runner`, so none of them has rules of its own, and none reports anything itself: the
-runner emits started, succeeded, failed, handed over and fenced off on its
+runner emits started, succeeded, failed, handed over, fenced off and abandoned on its
 :class:`~relay.events.EventBus`.
 """
 
@@ -17,7 +17,15 @@ from typing import Any
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.errors import BackendUnavailable, LeaseLost
-from relay.events import EventBus, FencedOff, RunFailed, RunHandedOver, RunStarted, RunSucceeded
+from relay.events import (
+    EventBus,
+    FencedOff,
+    RunAbandoned,
+    RunFailed,
+    RunHandedOver,
+    RunStarted,
+    RunSucceeded,
+)
 from relay.runs import Run, RunState
 
 __all__ = [
@@ -138,9 +146,18 @@ class Runner:
             ActiveRun(self, run).fenced_off("release", str(exc))
             return
         except BackendUnavailable as exc:
-            log.warning("could not hand over %s, its lease will expire instead: %s", run.id, exc)
+            self.abandoned(run, "release", "", str(exc))
             return
         self.events.emit(RunHandedOver(*_values(run, self.owner)))
+
+    def abandoned(self, run: Run, operation: str, outcome: str, error: str) -> None:
+        """Report that the store did not answer ``operation`` of ``run``: its lease will run out
+        and another instance will take it over."""
+        event = RunAbandoned(
+            *_values(run, self.owner), operation=operation, outcome=outcome, error=error,
+            lease=self.lease,
+        )  # fmt: skip
+        self.events.emit(event)
 
 
 class ActiveRun:
@@ -243,17 +260,22 @@ class ActiveRun:
             return RunState.SUCCEEDED if succeeded else RunState.FAILED
         if self.lost:  # refused already (and reported): a newer attempt owns the run
             return None
+        unavailable = ""
         for attempt in range(FINISH_TRIES):
+            if attempt:
+                time.sleep(0.5 * 2 ** (attempt - 1))
             try:
                 return backend.finish(self.run.id, self.run.token, succeeded=succeeded, error=error)
             except LeaseLost as exc:
                 self.fenced_off("finish", str(exc))
                 return None
             except BackendUnavailable as exc:
-                log.warning("could not record the result of %s: %s", self.run.id, exc)
-                time.sleep(0.5 * 2**attempt)
-        # The lease will expire and another instance will take the run over: nothing is lost.
-        log.error("gave up recording the result of %s", self.run.id)
+                unavailable = str(exc)
+                log.warning("could not record the result of %s, will retry: %s", self.run.id, exc)
+        # The lease will expire and another instance will take the run over: nothing is lost,
+        # but what this attempt did may be done again.
+        outcome = "succeeded" if succeeded else "failed"
+        self.runner.abandoned(self.run, "finish", outcome, unavailable)
         return None
 
     def _beat(self) -> None:
