@@ -78,7 +78,7 @@ def serve(middleware: RelayMiddleware[Any]) -> None:
         if item.middleware is middleware
     ]
     if jobs:
-        backend.serve(jobs, middleware.owner)
+        backend.serve(jobs, middleware.owner, middleware.events)
 
 
 def stop_serving(middleware: RelayMiddleware[Any]) -> None:

@@ -261,7 +261,7 @@ class Scheduler(Generic[BackendT]):
         restore = self._install_signal_handlers()
         try:
             if self._dispatcher is not None:
-                self._dispatcher.serve(list(self.jobs.values()), self.owner)
+                self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
             self._loop()
         finally:
             self.shutdown()

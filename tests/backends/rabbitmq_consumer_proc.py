@@ -7,7 +7,8 @@ run, its attempt, its token and this process's pid — sleeps ``args["sleep"]`` 
 a fenced write keyed by the run into that SQLite file (``end`` says whether it was applied); a
 ``ready`` line says its consumers are subscribed. ``args["max_attempts"]`` is the job's own. With
 ``args["every"]`` the job is due every that many seconds (the gate decides who publishes each
-run); without, it is never due and the process only consumes what tests publish.
+run); without, it is never due and the process only consumes what tests publish. Every Relay event
+its ``Scheduler.on`` hooks receive is a ``relay`` line with its type and run id.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from relay import Run, Scheduler
+from relay.events import Event
 from relay.fencing import SQLFence
 
 
@@ -34,6 +36,11 @@ def main(args: dict[str, Any]) -> None:
                 **extra}  # fmt: skip
         with open(args["log"], "a") as log:
             log.write(json.dumps(line) + "\n")
+
+    def hook(event: Event) -> None:
+        note("relay", type=event.type, run_id=getattr(event, "run_id", None))
+
+    scheduler.on(Event, hook)
 
     def say_ready() -> None:
         if scheduler.backend.wait_subscribed(60):  # type: ignore[union-attr]

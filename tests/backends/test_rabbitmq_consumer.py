@@ -216,6 +216,24 @@ def test_schedulers_race_through_the_gate_and_each_run_runs_once(url: str, tmp_p
     assert len(ends) == len(set(ends))
 
 
+def test_a_run_s_events_reach_the_scheduler_s_hooks_in_consumer_mode(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    worker = spawn(url, log)
+    try:
+        ready(worker, log)
+        run = a_run()
+        backend.publish(run)
+        wait_for(lambda: events(log, "end"), "the run")
+        # The runner's events are emitted after the handler returns.
+        wait_for(lambda: {"succeeded"} <= {e["type"] for e in events(log, "relay")}, "its events")
+    finally:
+        stop(worker)
+    seen = [e["type"] for e in events(log, "relay") if e["run_id"] == run.id]
+    assert seen == ["started", "succeeded"]
+
+
 def test_a_queue_declared_with_other_attempts_is_refused_naming_the_fix(
     url: str, backend: RabbitMQConsumerBackend
 ) -> None:

@@ -2,7 +2,8 @@
 
 From the environment: RELAY_T_BROKER_URL, RELAY_T_BACKEND, RELAY_T_QUEUE (the actors' Dramatiq
 queue), RELAY_T_OUT (JSON lines) and RELAY_T_JOBS (actor name -> periodic options plus
-``sleep_first``, the seconds attempt 1 sleeps, and ``fail``).
+``sleep_first``, the seconds attempt 1 sleeps, and ``fail``). Every Relay event the middleware's
+hooks receive is a ``relay`` line with its type and run id.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 import relay_dramatiq
+from relay.events import Event
 
 broker = RabbitmqBroker(url=os.environ["RELAY_T_BROKER_URL"])
-broker.add_middleware(relay_dramatiq.RelayMiddleware(os.environ["RELAY_T_BACKEND"], tick=0.2))
+middleware = relay_dramatiq.RelayMiddleware(os.environ["RELAY_T_BACKEND"], tick=0.2)
+broker.add_middleware(middleware)
 dramatiq.set_broker(broker)
 
 
@@ -30,6 +33,14 @@ def emit(**values: Any) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def hook(event: Event) -> None:
+    """Report each event the middleware's hooks receive."""
+    emit(event="relay", type=event.type, run=getattr(event, "run_id", None))
+
+
+middleware.on(Event, hook)
 
 
 def declare(name: str, options: dict[str, Any]) -> None:

@@ -88,6 +88,26 @@ def test_a_killed_worker_s_run_is_redelivered_to_another_and_completed(
     assert end["pid"] != start["pid"] and second.poll() is None
 
 
+def test_a_run_s_events_reach_the_middleware_s_hooks_in_the_worker(
+    deployment: ConsumerDeployment,
+) -> None:
+    deployment.jobs = {"dq_hooked": {"every": 5}}
+    deployment.worker("worker0")
+    deployment.consuming("worker0")
+    deployment.scheduler("scheduler0")
+    end = deployment.wait_for("a run", lambda: deployment.events("end"), 60)[0]
+
+    def hooked() -> list[str]:
+        return [
+            e["type"]
+            for e in deployment.events("relay")
+            if e["run"] == end["run"] and e["pid"] == end["pid"]
+        ]
+
+    deployment.wait_for("its events in the worker", lambda: "succeeded" in hooked(), 30)
+    assert hooked() == ["started", "succeeded"]
+
+
 def test_a_failing_run_is_dead_lettered_after_its_job_s_own_limit(
     deployment: ConsumerDeployment,
 ) -> None:

@@ -29,6 +29,7 @@ from relay.backends._rabbitmq_outcomes import HANDED_OVER
 from relay.engine.looping import MAX_BACKOFF
 from relay.engine.running import Runner
 from relay.errors import RelayError
+from relay.events import EventBus
 from relay.jobs import Job
 from relay.runs import HEADER, Run, RunState, run_from_headers
 
@@ -75,13 +76,14 @@ class JobConsumers:
         queues: RunQueues,
         jobs: Sequence[Job],
         owner: str,
+        events: EventBus | None = None,
     ) -> None:
         self._backend = backend
         self._parameters = parameters
         self._queues = queues
         self._jobs = [job for job in jobs if job.handler is not None]
         self._owner = owner
-        self._runner = Runner(backend, owner=owner, lease=0.0, heartbeat=0.0)
+        self._runner = Runner(backend, owner=owner, lease=0.0, heartbeat=0.0, events=events)
         self._stopping = threading.Event()
         self.subscribed = threading.Event()
         """Set while the consumers are subscribed to every run queue."""

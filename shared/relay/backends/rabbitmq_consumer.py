@@ -56,6 +56,7 @@ from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend
 from relay.engine.deciding import Won
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
+from relay.events import EventBus
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
 from relay.runs import HEADER, Run, RunRecord, RunState, parse_run_id, run_to_headers, slot_ms
 
@@ -221,10 +222,10 @@ class RabbitMQConsumerBackend:
 
     # -- serving: consume the run queues -----------------------------------------------------
 
-    def serve(self, jobs: Sequence[Job], owner: str) -> None:
+    def serve(self, jobs: Sequence[Job], owner: str, events: EventBus | None = None) -> None:
         if self._consumers is None:
             self.check_jobs(jobs)
-            self._consumers = JobConsumers(self, self._parameters, self.queues, jobs, owner)
+            self._consumers = JobConsumers(self, self._parameters, self.queues, jobs, owner, events)
             self._consumers.start()
 
     def stop_serving(self, timeout: float) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from relay.engine.deciding import Won
+from relay.events import EventBus
 from relay.jobs import Job
 
 __all__ = ["Dispatcher"]
@@ -24,8 +25,9 @@ class Dispatcher(Protocol):
         """Hand a won run over; raise ``BackendUnavailable`` if it could not be handed over."""
         ...
 
-    def serve(self, jobs: Sequence[Job], owner: str) -> None:
-        """Start running the runs of ``jobs`` handed out to this process, as ``owner``."""
+    def serve(self, jobs: Sequence[Job], owner: str, events: EventBus | None = None) -> None:
+        """Start running the runs of ``jobs`` handed out to this process, as ``owner``; the
+        runs' events (started, succeeded…) are emitted on ``events``."""
         ...
 
     def stop_serving(self, timeout: float) -> None:
