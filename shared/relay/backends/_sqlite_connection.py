@@ -37,16 +37,16 @@ class SharedConnection:
         self.lock = threading.Lock()
         self._connect = connect
         self._conn: sqlite3.Connection | None = connect()
-        self.opened = 1
-        """How many times a connection was opened (1, plus one per reopening after a fork)."""
+        self._closed = False
         with _OPEN_LOCK:
             _OPEN.add(self)
 
     def get(self) -> sqlite3.Connection:
         """The open connection, reopened first if a fork closed it (call with :attr:`lock`)."""
+        if self._closed:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         if self._conn is None:
             self._conn = self._connect()
-            self.opened += 1
         return self._conn
 
     def close(self) -> None:
@@ -54,6 +54,7 @@ class SharedConnection:
         with _OPEN_LOCK:
             _OPEN.discard(self)
         with self.lock:
+            self._closed = True
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
