@@ -52,11 +52,18 @@ class RedisServer:
             pytest.skip("redis-server is not installed")
         self.binary = binary
         self.workdir = workdir
-        self.args = args
-        self.port = _free_port(cluster="--cluster-enabled" in args)
+        self._args = args
+        self._cluster = "--cluster-enabled" in args
+        self.port = _free_port(self._cluster)
         self.process: subprocess.Popen[bytes] | None = None
-        if "--cluster-enabled" in args:
-            self.args = (*args, "--cluster-config-file", f"nodes-{self.port}.conf")
+        self._served = False  # once it has answered, a restart keeps the port (URLs name it)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """The server's own arguments (a Cluster node's config file is named by its port)."""
+        if self._cluster:
+            return (*self._args, "--cluster-config-file", f"nodes-{self.port}.conf")
+        return self._args
 
     @property
     def url(self) -> str:
@@ -64,8 +71,25 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start the server and wait until it answers (or refuses a password: it is up)."""
-        self.process = subprocess.Popen(
+        """Start the server and wait until it answers (or refuses a password: it is up).
+
+        A port found free can be taken before the server binds it (another test's server, on
+        this or another pytest worker): the server then exits, and the port answers for
+        another process. On its first start the server then tries other ports; a restart keeps
+        its port.
+        """
+        for _ in range(5):
+            if self._launch():
+                self._served = True
+                return
+            if self._served:
+                break
+            self.port = _free_port(self._cluster)
+        raise AssertionError(f"redis-server on port {self.port} did not start")
+
+    def _launch(self) -> bool:
+        """Start the process; True once it answers, False if it exited (its port was taken)."""
+        process = self.process = subprocess.Popen(
             [
                 self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(self.workdir), *self.args,
@@ -75,14 +99,20 @@ class RedisServer:
         )  # fmt: skip
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return False
             try:
                 with redis.Redis(port=self.port, socket_connect_timeout=1) as client:
-                    client.ping()
-                return
+                    pid = client.info("server")["process_id"]
+                if pid == process.pid:
+                    return True
             except redis.AuthenticationError:
-                return
+                time.sleep(0.2)  # cannot ask who answered: long enough to see ours exit
+                if process.poll() is None:
+                    return True
             except redis.ConnectionError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise AssertionError(f"redis-server on port {self.port} did not start")
 
     def kill(self) -> None:
