@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 
 from relay.backends.sqlite import SCHEMA_VERSION, SQLiteLeaseBackend
 from relay.contract import AcquireRequest, Outcome
-from relay.errors import ConfigurationError, LeaseLost
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
 from relay.runs import RunState
 from tests.support.backends import sqlite_live_counts
 
@@ -355,3 +356,25 @@ def test_a_process_forked_while_another_thread_is_inside_a_step_can_use_the_stor
     assert backend.acquire(request("parent", SLOT + timedelta(minutes=1))).outcome is Outcome.WON
     assert backend.runs("child", limit=10)[0].state is RunState.RUNNING
     backend.close()
+
+
+def test_a_file_locked_past_busy_timeout_at_open_names_the_lock_not_the_folder(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "relay.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("CREATE TABLE t (x)")
+        other.execute("BEGIN EXCLUSIVE")  # another process in a long write
+        with pytest.raises(BackendUnavailable) as refused:
+            SQLiteLeaseBackend(path, busy_timeout=0.2)
+        other.execute("ROLLBACK")
+    message = str(refused.value)
+    assert "database is locked" in message and "busy_timeout (0.2s)" in message
+    assert "folder" not in message
+    assert "folder exists" in _open_error(tmp_path / "no-such-folder" / "relay.db")
+
+
+def _open_error(path: Path) -> str:
+    with pytest.raises(BackendUnavailable) as refused:
+        SQLiteLeaseBackend(path)
+    return str(refused.value)

@@ -148,9 +148,15 @@ class SQLiteLeaseBackend:
             self._create_schema()
             self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
+            if "locked" in str(exc):
+                hint = (
+                    f"another process held its write lock for longer than busy_timeout "
+                    f"({busy_timeout:g}s): find that process, or raise busy_timeout in the URL"
+                )
+            else:
+                hint = "check that its folder exists and is writable"
             raise BackendUnavailable(
-                f"cannot open SQLite database {str(self.path)!r}: {exc}; "
-                "check that its folder exists and is writable"
+                f"cannot open SQLite database {str(self.path)!r}: {exc}; {hint}"
             ) from exc
 
     @classmethod
