@@ -96,6 +96,15 @@ def play(procs: list[subprocess.Popen[str]], seconds: float) -> str:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     services.require("redis")
     p = Project(tmp_path_factory.mktemp("example"))
+    # Set up here, not in a test: under pytest-xdist each worker running a test of this module
+    # has a project of its own, and no other test of the module need run there first.
+    for args in (
+        ["manage.py", "migrate", "-v", "0"],
+        ["manage.py", "createsuperuser", "--noinput", "--username", "admin",
+         "--email", "admin@example.com"],
+    ):  # fmt: skip
+        done = p.run(*args)
+        assert done.returncode == 0, done.stderr
     try:
         yield p
     finally:
@@ -107,30 +116,28 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 
 
 def test_set_up_and_check(project: Project) -> None:
-    for args in (
-        ["manage.py", "migrate", "-v", "0"],
-        ["manage.py", "createsuperuser", "--noinput", "--username", "admin",
-         "--email", "admin@example.com"],
-    ):  # fmt: skip
-        done = project.run(*args)
-        assert done.returncode == 0, done.stderr
+    # The fixture ran migrate and createsuperuser, and checked that both succeeded.
     check = project.run("manage.py", "check")
     assert check.returncode == 0 and "no issues" in check.stdout, check.stdout + check.stderr
 
 
-def test_the_dramatiq_variant_runs_each_slot_once(project: Project) -> None:
+# Each variant runs once per pytest worker that needs it (a module fixture): its test checks
+# what it did, and the admin test lists the jobs it registered, whichever worker runs what.
+Played = tuple[list[subprocess.Popen[str]], str]
+
+
+@pytest.fixture(scope="module")
+def dramatiq_variant(project: Project) -> Played:
+    """A Dramatiq worker and two ``manage.py relay_dramatiq`` schedulers, for 12 s."""
     actors = ["project.dramatiq", "reports.actors"]
     procs = [project.start("-m", "dramatiq", *actors, "-p", "1", "-t", "2")]
     procs += [project.start("manage.py", "relay_dramatiq", *actors) for _ in range(2)]
-    output = play(procs, 12)
-    ran = Counter(re.findall(r"cache refreshed by run (refresh_cache@\S+)", output))
-    assert len(ran) >= 2 and max(ran.values()) == 1, output
-    stored = {r.id: r for r in project.runs("refresh_cache")}
-    assert all(stored[run].state is RunState.SUCCEEDED for run in ran), output
-    assert all(proc.returncode == 0 for proc in procs[1:]), output
+    return procs, play(procs, 12)
 
 
-def test_the_celery_variant_runs_each_slot_once(project: Project) -> None:
+@pytest.fixture(scope="module")
+def celery_variant(project: Project) -> Played:
+    """A Celery worker and two beats, for 20 s."""
     procs = [project.start("-m", "celery", "-A", "project", "worker", "--concurrency", "1",
                            "--loglevel", "INFO")]  # fmt: skip
     procs += [
@@ -138,14 +145,31 @@ def test_the_celery_variant_runs_each_slot_once(project: Project) -> None:
                       "--schedule", str(project.db.with_name(f"beat-{n}")))
         for n in range(2)
     ]  # fmt: skip
-    output = play(procs, 20)
+    return procs, play(procs, 20)
+
+
+def test_the_dramatiq_variant_runs_each_slot_once(
+    project: Project, dramatiq_variant: Played
+) -> None:
+    procs, output = dramatiq_variant
+    ran = Counter(re.findall(r"cache refreshed by run (refresh_cache@\S+)", output))
+    assert len(ran) >= 2 and max(ran.values()) == 1, output
+    stored = {r.id: r for r in project.runs("refresh_cache")}
+    assert all(stored[run].state is RunState.SUCCEEDED for run in ran), output
+    assert all(proc.returncode == 0 for proc in procs[1:]), output
+
+
+def test_the_celery_variant_runs_each_slot_once(project: Project, celery_variant: Played) -> None:
+    _, output = celery_variant
     ran = Counter(re.findall(r"cache refreshed by run (refresh-cache@\S+)", output))
     assert ran and max(ran.values()) == 1, output
     stored = {r.id: r for r in project.runs("refresh-cache")}
     assert all(stored[run].state is RunState.SUCCEEDED for run in ran), output
 
 
-def test_the_admin_shows_both_variants_jobs(project: Project) -> None:
+def test_the_admin_shows_both_variants_jobs(
+    project: Project, dramatiq_variant: Played, celery_variant: Played
+) -> None:
     require_chromium()
     port = free_port()
     server = project.start("manage.py", "runserver", "--noreload", f"127.0.0.1:{port}")
