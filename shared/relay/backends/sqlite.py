@@ -135,16 +135,8 @@ class SQLiteLeaseBackend:
             self._version = self._check_read_only(busy_timeout)
             self._shared = SharedConnection(lambda: self._open_read_only(busy_timeout))
             return
-
-        def connect() -> sqlite3.Connection:
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            enable_wal(conn, busy_timeout)
-            return conn
-
         try:
-            self._shared = SharedConnection(connect)
+            self._shared = SharedConnection(lambda: open_wal(self.path, busy_timeout))
             self._create_schema()
             self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
@@ -867,6 +859,16 @@ def _instance(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
     )  # fmt: skip
+
+
+def open_wal(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection to ``path`` in WAL mode, shared by threads (each step under a lock), in
+    autocommit: steps begin their own transactions."""
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    enable_wal(conn, busy_timeout)
+    return conn
 
 
 def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:

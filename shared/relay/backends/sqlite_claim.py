@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._url import BackendURL
-from relay.backends.sqlite import enable_wal
+from relay.backends.sqlite import open_wal
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import run_id
 
@@ -28,16 +28,8 @@ class SQLiteClaimBackend:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
-
-        def connect() -> sqlite3.Connection:
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            enable_wal(conn, busy_timeout)
-            return conn
-
         try:
-            self._shared = SharedConnection(connect)
+            self._shared = SharedConnection(lambda: open_wal(self.path, busy_timeout))
             with self._shared.lock:
                 self._shared.get().execute(
                     "CREATE TABLE IF NOT EXISTS relay_claims (run_id TEXT PRIMARY KEY, job TEXT)"
