@@ -158,3 +158,43 @@ def test_pika_parameters_drop_our_options_and_refuse_a_bad_url() -> None:
 def test_time_ms_cuts_the_server_clock_to_whole_milliseconds() -> None:
     assert time_ms((1_700_000_000, 999_999)) == 1_700_000_000_999
     assert time_ms(("12", "1500")) == 12_001  # redis-py may hand back strings
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts"),
+    [
+        ("postgresql://u@a:5441,b:5442/db?x=1", [("a", 5441), ("b", 5442)]),
+        ("nats://h:4301,h:4302,h:4303", [("h", 4301), ("h", 4302), ("h", 4303)]),
+        ("redis://u:p@[::1]:6379/0", [("::1", 6379)]),
+        ("redis://[::1],b/0", [("::1", None), ("b", None)]),
+        ("redis://h/0", [("h", None)]),
+        ("sqlite:///relay.db", []),
+    ],
+)
+def test_a_url_names_each_of_its_hosts(url: str, hosts: list[tuple[str, int | None]]) -> None:
+    parsed = BackendURL(url)
+    assert parsed.hosts == hosts
+    assert parsed.multi_host is (len(hosts) > 1)
+
+
+@pytest.mark.parametrize("url", ["redis://h:99999/0", "nats://a:1,b:x", "postgresql://a:1,:2/db"])
+def test_a_malformed_host_list_is_refused(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="host"):
+        BackendURL(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://a:6379,b:6379/0", "amqp://a,b/", "redis://a,b?strategy=idmp"]
+)
+def test_a_multi_host_url_on_a_backend_that_takes_one_host_is_refused(url: str) -> None:
+    from relay.backends import capability_of
+
+    with pytest.raises(ConfigurationError, match="takes one"):
+        capability_of(url)
+
+
+def test_a_multi_host_url_is_accepted_where_the_driver_fails_over() -> None:
+    from relay.backends import capability_of
+
+    assert capability_of("postgresql://a:5441,b:5442/db?target_session_attrs=read-write") == "lease"
+    assert capability_of("nats://a:4222,b:4222") == "lease"

@@ -57,6 +57,8 @@ _ALIASES = {
 }
 _DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
 _LEASE_MODULES = {"sqlite", "postgres", "redis_lease", "nats_kv"}
+# Backends whose driver takes several hosts in one URL (host1:port1,host2:port2) and uses them
+_MULTI_HOST_MODULES = {"postgres", "nats_kv", "nats_dedup"}
 
 
 def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
@@ -111,6 +113,13 @@ def _entry(url: str) -> tuple[str, str, str, str]:
     entry = _REGISTRY.get((scheme, strategy))
     if entry is None:
         raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
+    if parsed.multi_host and entry[0] not in _MULTI_HOST_MODULES:
+        raise ConfigurationError(
+            f"backend URL {parsed.redacted()!r} names {len(parsed.hosts)} hosts, but "
+            f"{parsed.scheme}:// takes one. Name one host, or use a backend that fails over "
+            "between several: postgresql://a:5432,b:5432/db?target_session_attrs=read-write, "
+            "nats://a:4222,b:4222, or Redis Sentinel (redis+sentinel://a:26379,b:26379/SERVICE)"
+        )
     return entry
 
 

@@ -27,13 +27,9 @@ class BackendURL:
         except ValueError as exc:  # such as an unclosed "[" around an IPv6 host
             raise ConfigurationError(f"backend URL {url!r} is malformed: {exc}") from None
         self.scheme = self.parts.scheme.lower()
-        try:
-            self.parts.port  # noqa: B018 (urlsplit checks the port only when asked)
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"backend URL {self.redacted()!r} has a malformed port ({exc}): "
-                "write host:port with a port from 0 to 65535, such as localhost:6379"
-            ) from None
+        self.hosts = self._hosts()
+        """Every ``(host, port)`` the URL names, in order; more than one in a multi-host URL
+        (``postgresql://a:5432,b:5432/db``). ``port`` is ``None`` where the URL gives none."""
         try:
             pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
         except ValueError as exc:
@@ -45,6 +41,39 @@ class BackendURL:
                 f"backend URL {self.redacted()!r} gives the option(s) {', '.join(repeated)} more "
                 "than once; give each once"
             )
+
+    @property
+    def multi_host(self) -> bool:
+        """Whether the URL names more than one host (``host1:port1,host2:port2``)."""
+        return len(self.hosts) > 1
+
+    def _hosts(self) -> list[tuple[str, int | None]]:
+        hostlist = self.parts.netloc.rpartition("@")[2]
+        if not hostlist:
+            return []
+        return [self._host(item) for item in hostlist.split(",")]
+
+    def _host(self, item: str) -> tuple[str, int | None]:
+        """One ``host[:port]`` (``[v6]:port`` for IPv6) of the host list."""
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else (rest or None)
+        else:
+            host, colon, port_text = item.rpartition(":")
+            host, port = (host, port_text) if colon else (item, None)
+        if not host:
+            raise ConfigurationError(
+                f"backend URL {self.redacted()!r} has an empty host in {item!r}: write "
+                "host:port, or host1:port1,host2:port2 where the backend takes several hosts"
+            )
+        if port is None or port == "":
+            return host, None
+        if not port.isdigit() or int(port) > 65535:
+            raise ConfigurationError(
+                f"backend URL {self.redacted()!r} has a malformed port ({port!r}): "
+                "write host:port with a port from 0 to 65535, such as localhost:6379"
+            )
+        return host, int(port)
 
     def check_options(self, known: Iterable[str], backend: str) -> None:
         """Refuse query options the backend does not read, naming those it does."""
