@@ -10,6 +10,8 @@
     │   └── MissingDependency       the backend's driver is not installed (names the extra)
     └── BackendError                the store misbehaved or refused
         ├── BackendUnavailable      the store cannot be reached, or refused our credentials
+        │   └── NotAcknowledged     the primary did the write, but too few replicas confirmed
+        │                           it in time: the step counts as not done
         ├── StoreNotFound           a read-only open found no store where the URL points
         └── LeaseLost               the lease is no longer ours: a newer token exists,
                                     or the run already finished
@@ -29,6 +31,7 @@ __all__ = [
     "InvalidSchedule",
     "LeaseLost",
     "MissingDependency",
+    "NotAcknowledged",
     "RelayError",
     "StoreNotFound",
     "UnknownBackend",
@@ -82,6 +85,15 @@ class BackendError(RelayError):
 
 class BackendUnavailable(BackendError):
     """The store cannot be reached, or refused the connection; the message says what to check."""
+
+
+class NotAcknowledged(BackendUnavailable):
+    """The store's primary did a write, but fewer replicas than asked confirmed it in time.
+
+    A failover now could lose it, so the step counts as not done: the engine does not start a
+    won run it was not acknowledged for (it hands it back, spending no attempt), and it sends a
+    finish again until one is acknowledged. The message names the replicas asked for and found.
+    """
 
 
 class StoreNotFound(BackendError):

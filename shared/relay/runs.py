@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from relay.errors import ConfigurationError
+from relay.errors import ConfigurationError, LeaseLost
 
 __all__ = [
     "AWARE_HINT",
@@ -150,6 +151,23 @@ class Run:
     attempt: int
     token: int
     owner: str
+    lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    """Set by the runner once this attempt no longer owns the run: its lease could not be
+    renewed before it ran out, or the store gave the run to a newer token. A long handler
+    checks it (or calls :meth:`check`) and stops: whatever it does after that may be done
+    again by the attempt that took the run over."""
+
+    def check(self) -> None:
+        """Raise :class:`~relay.errors.LeaseLost` if this attempt no longer owns the run.
+
+        Call it between the steps of a long handler, so it stops on its own once another
+        instance may have taken the run over.
+        """
+        if self.lost.is_set():
+            raise LeaseLost(
+                f"run {self.id} (token {self.token}) is no longer owned by this attempt: its "
+                "lease could not be renewed, or another instance took the run over"
+            )
 
 
 @dataclass(frozen=True)

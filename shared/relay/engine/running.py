@@ -196,6 +196,8 @@ class ActiveRun:
         recorded for it). A refused fenced write only says a newer token of the job wrote the key.
         """
         self.lost = self.lost or lost
+        if lost:
+            self.run.lost.set()
         runner = self.runner
         runner.events.emit(
             FencedOff(*_values(self.run, runner.owner), operation=operation, detail=detail)
