@@ -25,8 +25,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["FaultProxy", "Mode", "fault_proxy"]
+__all__ = ["FaultProxy", "Mode", "fault_proxy", "proxied"]
 
 Mode = Literal["pass", "drop", "reset", "delay"]
 _CHUNK = 65536
@@ -50,10 +51,6 @@ class FaultProxy:
         self._timer = threading.Timer(lifetime, self.close)
         self._timer.daemon = True
         self._timer.start()
-
-    def url_for(self, url: str, server_port: int) -> str:
-        """``url`` with the server's port replaced by the proxy's."""
-        return url.replace(f":{server_port}", f":{self.port}", 1)
 
     def set(self, mode: Mode, delay: float = 0.0) -> None:
         """Switch mode now; ``reset`` also resets every open connection."""
@@ -161,3 +158,14 @@ def fault_proxy(host: str, port: int, *, lifetime: float = 300.0) -> Iterator[Fa
         yield proxy
     finally:
         proxy.close()
+
+
+@contextmanager
+def proxied(url: str, *, lifetime: float = 300.0) -> Iterator[tuple[FaultProxy, str]]:
+    """A proxy in front of the one server a backend URL names, and the URL through it."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None, url
+    with fault_proxy(parts.hostname, parts.port, lifetime=lifetime) as proxy:
+        auth = parts.netloc.rpartition("@")[0]
+        netloc = f"{auth}@127.0.0.1:{proxy.port}" if auth else f"127.0.0.1:{proxy.port}"
+        yield proxy, urlunsplit(parts._replace(netloc=netloc))
