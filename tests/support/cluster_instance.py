@@ -6,8 +6,9 @@ completed handler appends a JSON line to ``log``: ``{"event", "run", "attempt", 
 "owner", "at"}``, ``at`` being ``time.time()``; one ``O_APPEND`` write a line, so lines from
 several processes stay whole. ``{"event": "ready"}`` comes before the first tick.
 
-``finish_tries`` sets how many times the runner sends a finish the store did not answer (see
-``relay.engine.running.FINISH_TRIES``): a failover outlasts the default three tries.
+``finish_tries`` sets how many times the runner sends a finish the store did not answer, where
+the runner counts its tries (``relay.engine.running.FINISH_TRIES``): a failover outlasts the
+default three.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from relay.engine import running
 
 def main(args: dict[str, Any]) -> None:
     """Run the scheduler until SIGTERM."""
-    running.FINISH_TRIES = args.get("finish_tries", running.FINISH_TRIES)
+    if hasattr(running, "FINISH_TRIES"):  # a runner that gives up a finish after a few tries
+        running.FINISH_TRIES = args["finish_tries"]
     owner = f"{args['name']}:{os.getpid()}"
 
     def write(event: str, run: relay.Run | None = None) -> None:

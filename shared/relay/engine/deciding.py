@@ -154,8 +154,8 @@ class Decider:
         due = [(job, slot) for job, plan in zip(jobs, plans, strict=True) for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
-            # Only slots after a job's last recorded one are due: none has a record to report.
-            won = self._acquire(backend, due)
+            # Missed slots first: if recording them fails, nothing is won yet that the failure
+            # would leave leased but not dispatched (until its lease ran out).
             missed = [
                 (job.name, slot)
                 for job, plan in zip(jobs, plans, strict=True)
@@ -164,6 +164,8 @@ class Decider:
             if missed:
                 for event in missed_events(missed, backend.skip_many(missed, "missed"), self.owner):
                     self.events.emit(event)
+            # Only slots after a job's last recorded one are due: none has a record to report.
+            won = self._acquire(backend, due)
         else:
             won = self._claim(backend, due)
         for job, plan in zip(jobs, plans, strict=True):
