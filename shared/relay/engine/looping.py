@@ -14,8 +14,9 @@ published task, an enqueued message). The loop owns every rule of timing:
 * after an outage, the loop takes no expired run over for a **grace** (one lease by default): a
   runner cut off by the same outage keeps retrying its finish, at least every half heartbeat,
   and records it first, so a run that finished during the outage does not run again. Ticks go on
-  (they only ask for slots after each job's last recorded one: never a takeover); only the sweep
-  waits, and no sweep is tried while the store is failing;
+  (they only ask for slots after each job's last recorded one: never a takeover), and sweeps
+  lease pending runs (handed over, retried, triggered); only expired leases wait. The tick is
+  what finds the store back: no sweep is tried before it answered;
 * given a ``role``, a step the store answered also records the instance's own heartbeat
   (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
 """
@@ -116,7 +117,7 @@ class Loop:
         """Tick, sweep when due, pass each won run to ``send``, and say when to step again.
 
         ``force`` ticks and sweeps now, even while backing off or before anything is due; never
-        a sweep during an outage or the grace after it.
+        takes an expired run over in the grace after an outage.
         Never raises: ``BackendUnavailable`` is reported as an event, anything else (a bug) is
         logged with its traceback, and either way the step backs off and says when to retry.
         """
@@ -127,9 +128,11 @@ class Loop:
         failure: Exception | None = None
         try:
             won += self._tick(force)
-            if self._may_sweep(now, force):
+            if self.decider.jobs:  # after an outage a tick re-reads history: the store is back
+                self._recovered(now)
+            if is_lease(self.decider.backend) and (force or now >= self.next_sweep):
                 self.next_sweep = now + self.sweep_every
-                won += self.decider.sweep()
+                won += self.decider.sweep(takeovers=now >= self.takeover_from)
         except Exception as exc:  # a host's loop never dies of one step
             failure = exc
             if not isinstance(exc, BackendUnavailable):
@@ -142,13 +145,6 @@ class Loop:
         if self.instance is not None:
             self.instance.maybe_record()
         return Step(won, self._next_in(now))
-
-    def _may_sweep(self, now: float, force: bool) -> bool:
-        """Whether this step sweeps: due (or forced), on a lease backend, with the store
-        answering and the grace after an outage over."""
-        if not is_lease(self.decider.backend) or self._down_since is not None:
-            return False
-        return now >= self.takeover_from and (force or now >= self.next_sweep)
 
     def _tick(self, force: bool) -> list[Won]:
         """A decider tick, unless no job has a new slot since the last one."""
@@ -216,7 +212,7 @@ class Loop:
         if self._down_since is not None:
             down_for, self._down_since = now - self._down_since, None
             grace = self.grace if is_lease(self.decider.backend) else 0.0
-            self.takeover_from = self.next_sweep = now + grace
+            self.takeover_from = now + grace
             self.events.emit(
                 StoreRecovered(
                     backend=self.decider.backend.name, owner=self.decider.owner,
