@@ -217,6 +217,11 @@ def test_a_run_that_finished_during_an_outage_longer_than_a_lease_runs_once(
     assert record.state is RunState.SUCCEEDED and record.token == first[3], record
     assert len(g.lines("long", "start")) == 1
     assert g.events("taken_over", job="long") == [] and g.events("abandoned") == []
+    # The runner heard it: a finish whose answer the outage lost (the proxy delivered it late)
+    # and that it sent again is answered with what the store recorded, not refused.
+    [succeeded] = g.events("succeeded", run_id=first[1])
+    assert succeeded["relay_token"] == first[3]
+    assert g.events("fenced_off", run_id=first[1]) == []
     # Ticks: no slot ran twice, and tokens never went back.
     ticks = g.lines("tick", "start")
     assert all(n == 1 for n in Counter(x[1] for x in ticks).values()), ticks

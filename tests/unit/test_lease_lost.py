@@ -18,7 +18,7 @@ import pytest
 
 from relay import LeaseLost, RunState
 from relay.backends.sqlite import SQLiteLeaseBackend
-from relay.engine import ActiveRun, Decider, Runner
+from relay.engine import ActiveRun, Decider, FinishLimit, Runner
 from relay.events import Event, EventBus, FencedOff, RunAbandoned, RunLeaseLost, RunSucceeded
 from relay.jobs import make_job
 
@@ -147,3 +147,34 @@ def test_a_stopping_host_gives_a_finish_up_after_its_limit(
     [abandoned] = of(seen, RunAbandoned)
     assert isinstance(abandoned, RunAbandoned)
     assert (abandoned.operation, abandoned.outcome) == ("finish", "succeeded")
+
+
+def test_runners_sharing_a_finish_limit_give_up_together(
+    path: Path, store: SQLiteLeaseBackend, seen: list[Event]
+) -> None:
+    bus = EventBus(log=False)
+    bus.on(Event, seen.append)
+    limit = FinishLimit()  # one per host: a Dramatiq worker's threads each have a runner
+    runners = [
+        Runner(store, owner=f"w{i}", lease=LEASE, heartbeat=0.1, events=bus, finish_limit=limit)
+        for i in range(2)
+    ]
+    decider = Decider(store, owner="a", lease=LEASE)
+    for name in ("one", "two"):
+        decider.add(make_job(store, name=name, every=60))
+    actives = [r.begin(won.run) for r, won in zip(runners, decider.tick(), strict=True)]
+    outcomes: list[RunState | None] = []
+    with store_silent(path):
+        threads = [
+            threading.Thread(target=lambda a=a: outcomes.append(a.succeed()))  # type: ignore[misc]
+            for a in actives
+            if a is not None
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        limit.stop_within(0.3)  # the worker stops
+        for thread in threads:
+            thread.join(10)
+    assert outcomes == [None, None]
+    assert len(of(seen, RunAbandoned)) == 2

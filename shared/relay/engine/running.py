@@ -47,6 +47,7 @@ from relay.runs import Run, RunState
 
 __all__ = [
     "ActiveRun",
+    "FinishLimit",
     "Runner",
     "current_run",
     "enter_run",
@@ -63,6 +64,37 @@ _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("relay_run
 _active: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar(
     "relay_active_run", default=None
 )
+
+
+class FinishLimit:
+    """When the runners sharing it stop retrying finishes the store does not answer.
+
+    Unset, they retry for as long as it takes; a host sets it when it stops
+    (:meth:`stop_within`). Shared by the runners of one host (a worker's threads).
+    """
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        """The ``time.monotonic()`` after which a finish is given up, once a stop set it."""
+        self._set = threading.Event()
+
+    def stop_within(self, seconds: float) -> None:
+        """Give up finishes still unrecorded ``seconds`` from now (an earlier limit stays)."""
+        at = time.monotonic() + seconds
+        if self.at is None or at < self.at:
+            self.at = at
+        self._set.set()
+
+    def passed(self) -> bool:
+        """Whether a finish still unrecorded now is given up."""
+        return self.at is not None and time.monotonic() >= self.at
+
+    def pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a retry, and no later than the limit."""
+        if self.at is None:
+            self._set.wait(delay)
+        else:
+            time.sleep(max(0.0, min(delay, self.at - time.monotonic())))
 
 
 def current_run() -> Run | None:
@@ -106,6 +138,7 @@ class Runner:
         heartbeat: float,
         events: EventBus | None = None,
         clock: Callable[[], float] = time.time,
+        finish_limit: FinishLimit | None = None,
     ) -> None:
         self.backend = backend
         self.owner = owner
@@ -114,8 +147,8 @@ class Runner:
         self.events = events if events is not None else EventBus()
         self.clock = clock
         """Seconds since the epoch: a run's start delay is measured from its slot with it."""
-        self._stop_by: float | None = None
-        self._stopping = threading.Event()
+        self.finish_limit = finish_limit if finish_limit is not None else FinishLimit()
+        """When this runner stops retrying finishes (shared by a host's runners)."""
 
     def stop_finishing(self, within: float) -> None:
         """Give up recording finishes the store has not answered ``within`` seconds from now.
@@ -123,20 +156,7 @@ class Runner:
         A host calls it when it stops: until then a finish is retried for as long as the store
         does not answer. Each one given up is reported :class:`~relay.events.RunAbandoned`.
         """
-        at = time.monotonic() + within
-        if self._stop_by is None or at < self._stop_by:
-            self._stop_by = at
-        self._stopping.set()
-
-    def _given_up(self) -> bool:
-        return self._stop_by is not None and time.monotonic() >= self._stop_by
-
-    def _pause(self, delay: float) -> None:
-        """Wait ``delay`` seconds before a retry, no later than :meth:`stop_finishing`'s limit."""
-        if self._stop_by is None:
-            self._stopping.wait(delay)
-        else:
-            time.sleep(max(0.0, min(delay, self._stop_by - time.monotonic())))
+        self.finish_limit.stop_within(within)
 
     def begin(self, run: Run, *, max_attempts: int = 0) -> ActiveRun | None:
         """Start ``run`` under this owner and begin heartbeating; ``None`` if it must not run.
@@ -336,13 +356,13 @@ class ActiveRun:
             except BackendUnavailable as exc:
                 unavailable = str(exc)
             tries += 1
-            if runner._given_up():
+            if runner.finish_limit.passed():
                 break
             level = logging.WARNING if tries == 1 else logging.DEBUG
             log.log(
                 level, "could not record the result of %s, retrying: %s", self.run.id, unavailable
             )
-            runner._pause(delay)
+            runner.finish_limit.pause(delay)
             delay = min(delay * 2, max(runner.heartbeat / 2, FIRST_FINISH_RETRY))
         # The lease will expire and another instance will take the run over: nothing is lost,
         # but what this attempt did may be done again.
