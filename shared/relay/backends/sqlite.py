@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from relay import clock as relay_clock
 from relay.backends._lost import is_held, lease_lost, started_elsewhere
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
@@ -123,7 +124,7 @@ class SQLiteLeaseBackend:
         path: str | Path,
         *,
         busy_timeout: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_clock.time,
         read_only: bool = False,
         durability: Durability = "full",
     ) -> None:
