@@ -36,21 +36,11 @@ from relay.events import (
 )
 from relay.fencing import SQLFence
 from relay.jobs import make_job
+from relay.testing import FakeClock
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC).timestamp()
 E = TypeVar("E", bound=Event)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Seen:
@@ -74,12 +64,12 @@ class Seen:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[SQLiteLeaseBackend]:
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteLeaseBackend]:
     backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
     yield backend
     backend.close()
@@ -91,19 +81,19 @@ def seen() -> Seen:
 
 
 def decider(
-    store: Any, clock: Clock, seen: Seen, owner: str, lease: float = 30, **job: Any
+    store: Any, clock: FakeClock, seen: Seen, owner: str, lease: float = 30, **job: Any
 ) -> Decider:
     made = Decider(store, owner=owner, lease=lease, clock=clock, events=seen.bus)
     made.add(make_job(store, name="job", **{"every": 60, **job}))
     return made
 
 
-def runner(store: Any, clock: Clock, seen: Seen, owner: str) -> Runner:
+def runner(store: Any, clock: FakeClock, seen: Seen, owner: str) -> Runner:
     return Runner(store, owner=owner, lease=30, heartbeat=10, events=seen.bus, clock=clock)
 
 
 def test_one_instance_wins_and_the_other_loses(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     first, second = decider(store, clock, seen, "a"), decider(store, clock, seen, "b")
     first.tick()
@@ -120,7 +110,7 @@ def test_one_instance_wins_and_the_other_loses(
     assert (lost.run_id, lost.owner) == ("job@2026-11-29T12:01:00Z", "b")
 
 
-def test_a_claim_backend_reports_won_and_lost(tmp_path: Path, clock: Clock, seen: Seen) -> None:
+def test_a_claim_backend_reports_won_and_lost(tmp_path: Path, clock: FakeClock, seen: Seen) -> None:
     claims = SQLiteClaimBackend(tmp_path / "claims.db")
     try:
         decider(claims, clock, seen, "a").tick()
@@ -131,7 +121,7 @@ def test_a_claim_backend_reports_won_and_lost(tmp_path: Path, clock: Clock, seen
 
 
 def test_an_overlapping_run_is_reported_skipped(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     d = decider(store, clock, seen, "a", lease=300, overlap="skip")
     d.tick()
@@ -142,7 +132,7 @@ def test_an_overlapping_run_is_reported_skipped(
 
 
 def test_a_stale_run_is_reported_skipped(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "a").tick()
     store.finish(won.run.id, won.run.token, succeeded=True)
@@ -155,7 +145,7 @@ def test_a_stale_run_is_reported_skipped(
 
 
 def test_slots_missed_during_downtime_are_reported_once_per_job(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "a").tick()
     store.finish(won.run.id, won.run.token, succeeded=True)
@@ -170,7 +160,7 @@ def test_slots_missed_during_downtime_are_reported_once_per_job(
 
 
 def test_a_dead_runners_run_is_reported_taken_over_by_the_sweep(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "dead").tick()
     # A runner that dies: its heartbeat thread never beats again.
@@ -186,7 +176,7 @@ def test_a_dead_runners_run_is_reported_taken_over_by_the_sweep(
 
 
 def test_a_failed_attempt_then_its_retry_then_the_final_failure(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     d = decider(store, clock, seen, "a", max_attempts=2)
     r = runner(store, clock, seen, "a")
@@ -209,7 +199,7 @@ def test_a_failed_attempt_then_its_retry_then_the_final_failure(
 
 
 def test_a_run_whose_last_attempt_died_is_reported_exhausted(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     decider(store, clock, Seen(), "dead", max_attempts=1).tick()
     clock.advance(31)
@@ -220,7 +210,7 @@ def test_a_run_whose_last_attempt_died_is_reported_exhausted(
 
 
 def test_a_handed_over_run_is_reported_handed_over_then_picked_up(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "leaving").tick()
     active = runner(store, clock, seen, "leaving").begin(won.run)
@@ -233,7 +223,7 @@ def test_a_handed_over_run_is_reported_handed_over_then_picked_up(
 
 
 def test_a_handed_over_run_after_a_failure_is_picked_up_not_retried(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     d = decider(store, clock, seen, "a")
     [first] = d.tick()
@@ -248,7 +238,7 @@ def test_a_handed_over_run_after_a_failure_is_picked_up_not_retried(
 
 
 def test_a_run_reports_started_and_succeeded_with_its_durations(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     clock.advance(1.5)
@@ -260,7 +250,7 @@ def test_a_run_reports_started_and_succeeded_with_its_durations(
 
 
 def test_a_stale_delivery_is_reported_fenced_off_at_start(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     r = runner(store, clock, seen, "a:w")
@@ -271,7 +261,7 @@ def test_a_stale_delivery_is_reported_fenced_off_at_start(
 
 
 def test_a_stale_runner_is_fenced_off_once_at_its_finish(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     r = Runner(store, owner="frozen", lease=30, heartbeat=3600, events=seen.bus, clock=clock)
@@ -285,7 +275,7 @@ def test_a_stale_runner_is_fenced_off_once_at_its_finish(
 
 
 def test_a_heartbeat_refused_is_reported_once_and_the_finish_not_tried(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     r = Runner(store, owner="slow", lease=30, heartbeat=0.05, events=seen.bus, clock=clock)
@@ -303,7 +293,7 @@ def test_a_heartbeat_refused_is_reported_once_and_the_finish_not_tried(
 
 
 def test_a_refused_fenced_write_is_reported_and_the_run_goes_on(
-    tmp_path: Path, store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    tmp_path: Path, store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     fence = SQLFence.sqlite(tmp_path / "fenced.db")
     [won] = decider(store, clock, seen, "a").tick()
@@ -320,7 +310,7 @@ def test_a_refused_fenced_write_is_reported_and_the_run_goes_on(
 
 
 def test_a_handover_the_store_refuses_is_reported_fenced_off(
-    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
+    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     store.finish(won.run.id, won.run.token, succeeded=False, error="x")
@@ -330,7 +320,7 @@ def test_a_handover_the_store_refuses_is_reported_fenced_off(
 
 
 def test_a_result_the_store_cannot_record_is_reported_abandoned_then_taken_over(
-    tmp_path: Path, clock: Clock, seen: Seen
+    tmp_path: Path, clock: FakeClock, seen: Seen
 ) -> None:
     path = tmp_path / "relay.db"
     store = SQLiteLeaseBackend(path, clock=clock, busy_timeout=0.05)
