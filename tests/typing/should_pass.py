@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import relay
+import relay.testing
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.backends.sqlite_claim import SQLiteClaimBackend
 from relay.fencing import SQLFence
+from relay.upcoming import NextRun
 
 by_url = relay.Scheduler("sqlite:///relay.db", lease=30, heartbeat=10)
 
@@ -34,3 +37,10 @@ def ping(run: relay.Run) -> None: ...
 
 
 current: relay.Run | None = relay.current_run()
+
+# relay.testing: a FakeClock is a clock, drive() returns what it drives, runs_of gives records.
+fake = relay.testing.FakeClock(datetime(2026, 1, 1, tzinfo=timezone.utc))
+in_fake_time: relay.Scheduler[Any] = fake.drive(relay.Scheduler("sqlite:///t.db", clock=fake))
+fake.advance(timedelta(hours=1), minutes=5)
+records: list[relay.RunRecord] = relay.testing.runs_of("refresh", store="sqlite:///t.db")
+coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)

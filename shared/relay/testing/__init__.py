@@ -1,9 +1,9 @@
 """Test your schedules without waiting: a fake clock, a fresh store per test, and what ran.
 
-With ``pip install 'relay-scheduler[testing]'`` pytest loads :mod:`relay.testing.plugin`, whose
-fixtures are ``relay_clock`` (a :class:`FakeClock` installed as Relay's clock for the test),
-``relay_store`` (the URL of a fresh SQLite store on that clock) and ``relay_scheduler`` (a
-:class:`relay.Scheduler` on that store, driven by the clock)::
+Installing Relay registers its pytest plugin, :mod:`relay.testing.plugin` (the ``[testing]`` extra
+adds pytest itself). Its fixtures are ``relay_clock`` (a :class:`FakeClock` installed as Relay's
+clock for the test), ``relay_store`` (the URL of a fresh SQLite store on that clock) and
+``relay_scheduler`` (a :class:`relay.Scheduler` on that store, driven by the clock)::
 
     def test_refresh_runs_every_five_minutes(relay_clock, relay_scheduler):
         @relay_scheduler.job(cron="*/5 * * * *")
@@ -46,17 +46,18 @@ _ALL_RUNS = 10**9
 _store: str | None = None
 
 
-def advance(seconds: float | timedelta = 0.0, *, minutes: float = 0.0, hours: float = 0.0) -> None:
+def advance(
+    seconds: float | timedelta = 0.0, *, minutes: float = 0.0, hours: float = 0.0, days: float = 0.0
+) -> None:
     """:meth:`FakeClock.advance` on the fake clock installed for the current test."""
     clock = relay_clock.installed()
     if not isinstance(clock, FakeClock):
         raise ConfigurationError(
             "relay.testing.advance() moves the fake clock of a test, and none is installed: "
-            "call it in a test that uses the relay_clock fixture (pip install "
-            "'relay-scheduler[testing]' registers it with pytest), or make a FakeClock and "
-            "call its advance()"
+            "call it in a test that uses the relay_clock fixture (Relay's pytest plugin, "
+            "relay.testing.plugin, provides it), or make a FakeClock and call its advance()"
         )
-    clock.advance(seconds, minutes=minutes, hours=hours)
+    clock.advance(seconds, minutes=minutes, hours=hours, days=days)
 
 
 def use_store(url: str | None) -> None:

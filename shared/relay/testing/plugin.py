@@ -1,4 +1,4 @@
-"""Relay's pytest plugin (entry point ``pytest11``, installed with the ``[testing]`` extra).
+"""Relay's pytest plugin (entry point ``pytest11``; the ``[testing]`` extra installs pytest).
 
 Fixtures: ``relay_clock_start`` (override it to start elsewhere), ``relay_clock``, ``relay_store``
 and ``relay_scheduler``; see :mod:`relay.testing`.
