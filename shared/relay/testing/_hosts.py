@@ -123,17 +123,18 @@ class InlineScheduler:
     def _run(self, won: Won, now: float) -> None:
         handler = won.job.handler
         assert handler is not None
-        heartbeat = self.scheduler.heartbeat
+        heartbeat, lease = self.scheduler.heartbeat, self.scheduler.lease
         try:
             active = self.runner.begin(won.run, max_attempts=won.job.max_attempts)
-        except BackendUnavailable:
-            active = None
+        except BackendUnavailable:  # not started: its lease runs out and it is taken over
+            heapq.heappush(self._sweeps, now + lease + heartbeat)
+            return
         if active is None:
             return
         try:
             active.call(handler)
         except SimulatedCrash:
             active.abandon()
-            heapq.heappush(self._sweeps, now + self.scheduler.lease + heartbeat)
+            heapq.heappush(self._sweeps, now + lease + heartbeat)
             return
         heapq.heappush(self._sweeps, now + heartbeat)
