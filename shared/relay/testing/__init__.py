@@ -118,7 +118,7 @@ def _opened(store: str | LeaseBackend | None) -> Iterator[LeaseBackend]:
     if not isinstance(store, str):
         yield store
         return
-    backend = open_backend(store)
+    backend = open_backend(store, read_only=True)  # reading creates nothing
     try:
         if not is_lease(backend):
             raise ConfigurationError(f"{store!r} is a claim store: it records no runs")
