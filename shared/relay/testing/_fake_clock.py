@@ -29,10 +29,11 @@ class FakeClock:
     """Fake time for tests: seconds since the epoch that move only when told to.
 
     Pass it where Relay takes a clock (``relay.Scheduler(url, clock=fake)``), or install it for
-    the whole process (:meth:`installed`; the ``relay_clock`` fixture does) so every Relay object,
-    and the SQLite store, reads it. :meth:`advance` moves it forward and, at each instant on the
-    way that a driven host asks for, steps that host: slots fall due in order, retries and
-    takeovers happen as fake time passes, and nothing sleeps.
+    the whole process (:meth:`installed`; the ``relay_clock`` fixture does) so the engine, Celery
+    beat, the Dramatiq scheduler and the SQLite store read it; a driven scheduler reads it too.
+    :meth:`advance` moves it forward and, at each instant on the way that a driven host asks for,
+    steps that host: slots fall due in order, retries and takeovers happen as fake time passes,
+    and nothing sleeps.
     """
 
     def __init__(self, start: datetime | float = DEFAULT_START) -> None:
