@@ -41,10 +41,10 @@ BENCHES = [
     "events",
     "metrics",
     "retention",
+    "testing",
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
-    "testing",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

@@ -94,12 +94,6 @@ class Control:
         now = store.now()
         return [self._status(store, info, now) for info in store.jobs()]
 
-    def job(self, name: str) -> JobStatus:
-        """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""
-        store = self._lease("jobs")
-        info = self._known(store, name)
-        return self._status(store, info, store.now())
-
     def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
         """The next ``count`` runs of ``job`` after the store's clock, as its schedulers
         registered it: each slot, when it starts after the job's jitter (UTC and the job's time
@@ -108,6 +102,12 @@ class Control:
         info = self._known(store, job)
         paused = info.paused_at is not None
         return next_runs(job, _spec(info), store.now(), count, paused=paused)
+
+    def job(self, name: str) -> JobStatus:
+        """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""
+        store = self._lease("jobs")
+        info = self._known(store, name)
+        return self._status(store, info, store.now())
 
     # -- changing --------------------------------------------------------------------------
 

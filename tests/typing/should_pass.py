@@ -36,11 +36,12 @@ claims = relay.Scheduler(SQLiteClaimBackend("claims.db"), tick=0.5)
 def ping(run: relay.Run) -> None: ...
 
 
-current: relay.Run | None = relay.current_run()
-
 # relay.testing: a FakeClock is a clock, drive() returns what it drives, runs_of gives records.
 fake = relay.testing.FakeClock(datetime(2026, 1, 1, tzinfo=timezone.utc))
 in_fake_time: relay.Scheduler[Any] = fake.drive(relay.Scheduler("sqlite:///t.db", clock=fake))
 fake.advance(timedelta(hours=1), minutes=5)
 records: list[relay.RunRecord] = relay.testing.runs_of("refresh", store="sqlite:///t.db")
 coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)
+
+
+current: relay.Run | None = relay.current_run()
