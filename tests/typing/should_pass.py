@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import timedelta
 
 import relay
 import relay.testing
@@ -37,8 +36,9 @@ def ping(run: relay.Run) -> None: ...
 
 
 # relay.testing: a FakeClock is a clock, drive() returns what it drives, runs_of gives records.
-fake = relay.testing.FakeClock(datetime(2026, 1, 1, tzinfo=timezone.utc))
-in_fake_time: relay.Scheduler[Any] = fake.drive(relay.Scheduler("sqlite:///t.db", clock=fake))
+fake = relay.testing.FakeClock(1_767_225_600.0)  # or an aware datetime
+in_fake_time = fake.drive(relay.Scheduler("sqlite:///t.db", clock=fake))
+in_fake_time.job(every=60, name="in_fake_time")(refresh)
 fake.advance(timedelta(hours=1), minutes=5)
 records: list[relay.RunRecord] = relay.testing.runs_of("refresh", store="sqlite:///t.db")
 coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)

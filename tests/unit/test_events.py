@@ -43,6 +43,13 @@ T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC).timestamp()
 E = TypeVar("E", bound=Event)
 
 
+class Clock(FakeClock):
+    """The test kit's fake clock from T0, moved by hand (nothing is driven)."""
+
+    def __init__(self) -> None:
+        super().__init__(T0)
+
+
 class Seen:
     """Every event of one bus, with helpers to pick one kind out."""
 
@@ -64,12 +71,12 @@ class Seen:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
+def clock() -> Clock:
+    return Clock()
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteLeaseBackend]:
+def store(tmp_path: Path, clock: Clock) -> Iterator[SQLiteLeaseBackend]:
     backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
     yield backend
     backend.close()
@@ -81,19 +88,19 @@ def seen() -> Seen:
 
 
 def decider(
-    store: Any, clock: FakeClock, seen: Seen, owner: str, lease: float = 30, **job: Any
+    store: Any, clock: Clock, seen: Seen, owner: str, lease: float = 30, **job: Any
 ) -> Decider:
     made = Decider(store, owner=owner, lease=lease, clock=clock, events=seen.bus)
     made.add(make_job(store, name="job", **{"every": 60, **job}))
     return made
 
 
-def runner(store: Any, clock: FakeClock, seen: Seen, owner: str) -> Runner:
+def runner(store: Any, clock: Clock, seen: Seen, owner: str) -> Runner:
     return Runner(store, owner=owner, lease=30, heartbeat=10, events=seen.bus, clock=clock)
 
 
 def test_one_instance_wins_and_the_other_loses(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     first, second = decider(store, clock, seen, "a"), decider(store, clock, seen, "b")
     first.tick()
@@ -110,7 +117,7 @@ def test_one_instance_wins_and_the_other_loses(
     assert (lost.run_id, lost.owner) == ("job@2026-11-29T12:01:00Z", "b")
 
 
-def test_a_claim_backend_reports_won_and_lost(tmp_path: Path, clock: FakeClock, seen: Seen) -> None:
+def test_a_claim_backend_reports_won_and_lost(tmp_path: Path, clock: Clock, seen: Seen) -> None:
     claims = SQLiteClaimBackend(tmp_path / "claims.db")
     try:
         decider(claims, clock, seen, "a").tick()
@@ -121,7 +128,7 @@ def test_a_claim_backend_reports_won_and_lost(tmp_path: Path, clock: FakeClock, 
 
 
 def test_an_overlapping_run_is_reported_skipped(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     d = decider(store, clock, seen, "a", lease=300, overlap="skip")
     d.tick()
@@ -132,7 +139,7 @@ def test_an_overlapping_run_is_reported_skipped(
 
 
 def test_a_stale_run_is_reported_skipped(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "a").tick()
     store.finish(won.run.id, won.run.token, succeeded=True)
@@ -145,7 +152,7 @@ def test_a_stale_run_is_reported_skipped(
 
 
 def test_slots_missed_during_downtime_are_reported_once_per_job(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "a").tick()
     store.finish(won.run.id, won.run.token, succeeded=True)
@@ -160,7 +167,7 @@ def test_slots_missed_during_downtime_are_reported_once_per_job(
 
 
 def test_a_dead_runners_run_is_reported_taken_over_by_the_sweep(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, Seen(), "dead").tick()
     # A runner that dies: its heartbeat thread never beats again.
@@ -176,7 +183,7 @@ def test_a_dead_runners_run_is_reported_taken_over_by_the_sweep(
 
 
 def test_a_failed_attempt_then_its_retry_then_the_final_failure(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     d = decider(store, clock, seen, "a", max_attempts=2)
     r = runner(store, clock, seen, "a")
@@ -199,7 +206,7 @@ def test_a_failed_attempt_then_its_retry_then_the_final_failure(
 
 
 def test_a_run_whose_last_attempt_died_is_reported_exhausted(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     decider(store, clock, Seen(), "dead", max_attempts=1).tick()
     clock.advance(31)
@@ -210,7 +217,7 @@ def test_a_run_whose_last_attempt_died_is_reported_exhausted(
 
 
 def test_a_handed_over_run_is_reported_handed_over_then_picked_up(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "leaving").tick()
     active = runner(store, clock, seen, "leaving").begin(won.run)
@@ -223,7 +230,7 @@ def test_a_handed_over_run_is_reported_handed_over_then_picked_up(
 
 
 def test_a_handed_over_run_after_a_failure_is_picked_up_not_retried(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     d = decider(store, clock, seen, "a")
     [first] = d.tick()
@@ -238,7 +245,7 @@ def test_a_handed_over_run_after_a_failure_is_picked_up_not_retried(
 
 
 def test_a_run_reports_started_and_succeeded_with_its_durations(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     clock.advance(1.5)
@@ -250,7 +257,7 @@ def test_a_run_reports_started_and_succeeded_with_its_durations(
 
 
 def test_a_stale_delivery_is_reported_fenced_off_at_start(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     r = runner(store, clock, seen, "a:w")
@@ -261,7 +268,7 @@ def test_a_stale_delivery_is_reported_fenced_off_at_start(
 
 
 def test_a_stale_runner_is_fenced_off_once_at_its_finish(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     r = Runner(store, owner="frozen", lease=30, heartbeat=3600, events=seen.bus, clock=clock)
@@ -275,7 +282,7 @@ def test_a_stale_runner_is_fenced_off_once_at_its_finish(
 
 
 def test_a_heartbeat_refused_is_reported_once_and_the_finish_not_tried(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     r = Runner(store, owner="slow", lease=30, heartbeat=0.05, events=seen.bus, clock=clock)
@@ -293,7 +300,7 @@ def test_a_heartbeat_refused_is_reported_once_and_the_finish_not_tried(
 
 
 def test_a_refused_fenced_write_is_reported_and_the_run_goes_on(
-    tmp_path: Path, store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    tmp_path: Path, store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     fence = SQLFence.sqlite(tmp_path / "fenced.db")
     [won] = decider(store, clock, seen, "a").tick()
@@ -310,7 +317,7 @@ def test_a_refused_fenced_write_is_reported_and_the_run_goes_on(
 
 
 def test_a_handover_the_store_refuses_is_reported_fenced_off(
-    store: SQLiteLeaseBackend, clock: FakeClock, seen: Seen
+    store: SQLiteLeaseBackend, clock: Clock, seen: Seen
 ) -> None:
     [won] = decider(store, clock, seen, "a").tick()
     store.finish(won.run.id, won.run.token, succeeded=False, error="x")
@@ -320,7 +327,7 @@ def test_a_handover_the_store_refuses_is_reported_fenced_off(
 
 
 def test_a_result_the_store_cannot_record_is_reported_abandoned_then_taken_over(
-    tmp_path: Path, clock: FakeClock, seen: Seen
+    tmp_path: Path, clock: Clock, seen: Seen
 ) -> None:
     path = tmp_path / "relay.db"
     store = SQLiteLeaseBackend(path, clock=clock, busy_timeout=0.05)

@@ -28,6 +28,13 @@ from relay.testing import FakeClock
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 
 
+class Clock(FakeClock):
+    """The test kit's fake clock from T0, moved by hand (nothing is driven)."""
+
+    def __init__(self) -> None:
+        super().__init__(T0)
+
+
 class Store:
     """A SQLite store that can be switched off, and counts the calls made to it."""
 
@@ -52,18 +59,18 @@ class Store:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
+def clock() -> Clock:
+    return Clock()
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+def store(tmp_path: Path, clock: Clock) -> Iterator[Store]:
     inner = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
     yield Store(inner)
     inner.close()
 
 
-def loop(store: Store, clock: FakeClock, seen: list[Event], every: float = 60) -> Loop:
+def loop(store: Store, clock: Clock, seen: list[Event], every: float = 60) -> Loop:
     bus = EventBus(log=False)
     bus.on(Event, seen.append)
     decider = Decider(store, owner="me", lease=30, clock=clock, events=bus)  # type: ignore[arg-type]
@@ -79,7 +86,7 @@ def sent(into: list[Won]) -> Any:
     return send
 
 
-def test_a_step_decides_dispatches_and_reports(store: Store, clock: FakeClock) -> None:
+def test_a_step_decides_dispatches_and_reports(store: Store, clock: Clock) -> None:
     seen: list[Event] = []
     dispatched: list[Won] = []
     step = loop(store, clock, seen).step(sent(dispatched))
@@ -90,7 +97,7 @@ def test_a_step_decides_dispatches_and_reports(store: Store, clock: FakeClock) -
 
 
 def test_steps_ask_the_store_nothing_until_a_slot_or_a_sweep_is_due(
-    store: Store, clock: FakeClock
+    store: Store, clock: Clock
 ) -> None:
     seen: list[Event] = []
     looped = loop(store, clock, seen)
@@ -113,7 +120,7 @@ def test_steps_ask_the_store_nothing_until_a_slot_or_a_sweep_is_due(
 
 
 def test_next_in_is_the_next_slot_when_it_comes_before_the_interval(
-    store: Store, clock: FakeClock
+    store: Store, clock: Clock
 ) -> None:
     looped = loop(store, clock, [], every=2)
     clock.advance(0.5)
@@ -121,7 +128,7 @@ def test_next_in_is_the_next_slot_when_it_comes_before_the_interval(
 
 
 def test_back_off_doubles_up_to_the_maximum_and_reports_the_outage_once(
-    store: Store, clock: FakeClock
+    store: Store, clock: Clock
 ) -> None:
     seen: list[Event] = []
     looped = loop(store, clock, seen)
@@ -144,7 +151,7 @@ def test_back_off_doubles_up_to_the_maximum_and_reports_the_outage_once(
 
 
 def test_a_step_called_early_while_backing_off_asks_the_store_nothing(
-    store: Store, clock: FakeClock
+    store: Store, clock: Clock
 ) -> None:
     looped = loop(store, clock, [])
     store.down = True
@@ -159,7 +166,7 @@ def test_a_step_called_early_while_backing_off_asks_the_store_nothing(
 
 
 def test_after_an_outage_the_loop_rereads_history_and_sweeps_at_once(
-    store: Store, clock: FakeClock
+    store: Store, clock: Clock
 ) -> None:
     seen: list[Event] = []
     looped = loop(store, clock, seen)
@@ -177,7 +184,7 @@ def test_after_an_outage_the_loop_rereads_history_and_sweeps_at_once(
 
 
 def test_a_run_that_cannot_be_dispatched_is_handed_back_not_reported_dispatched(
-    store: Store, clock: FakeClock
+    store: Store, clock: Clock
 ) -> None:
     seen: list[Event] = []
 
@@ -191,15 +198,13 @@ def test_a_run_that_cannot_be_dispatched_is_handed_back_not_reported_dispatched(
     assert record.reason == "released"
 
 
-def test_a_run_the_host_kept_is_not_reported_dispatched(store: Store, clock: FakeClock) -> None:
+def test_a_run_the_host_kept_is_not_reported_dispatched(store: Store, clock: Clock) -> None:
     seen: list[Event] = []
     loop(store, clock, seen).step(lambda won: False)
     assert [type(e) for e in seen] == [RunWon]
 
 
-def test_a_loop_with_a_role_records_the_instances_own_heartbeat(
-    store: Store, clock: FakeClock
-) -> None:
+def test_a_loop_with_a_role_records_the_instances_own_heartbeat(store: Store, clock: Clock) -> None:
     looped = loop(store, clock, [])
     looped.step(sent([]))
     assert store.inner.instances() == []  # no role: nothing recorded
@@ -214,7 +219,7 @@ def test_a_loop_with_a_role_records_the_instances_own_heartbeat(
 
 
 def test_an_unexpected_error_is_logged_and_backed_off_never_raised(
-    store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    store: Store, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     seen: list[Event] = []
     looped = loop(store, clock, seen)
