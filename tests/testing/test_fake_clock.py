@@ -104,3 +104,17 @@ def test_a_handler_cannot_advance_the_clock_it_runs_on(
     [record] = runs_of("sleepy")
     assert record.state == "failed"
     assert record.error is not None and "advance from the test instead" in record.error
+
+
+def test_settle_names_the_runs_no_worker_finished(relay_clock: FakeClock, relay_store: str) -> None:
+    store = relay.open_backend(relay_store)
+    assert store.capability == "lease"
+    relay.testing.settle(timeout=0.01)  # nothing leased yet
+    won = store.acquire(relay.AcquireRequest("job", relay_clock.now(), "beat", 300)).run
+    assert won is not None  # published by beat: its message waits for a worker
+    with pytest.raises(ConfigurationError, match=r"job@2026-01-01T00:00:00Z.*consuming"):
+        relay.testing.settle(timeout=0.05)
+    store.start(won.id, won.token, "worker", 30)
+    store.finish(won.id, won.token, succeeded=True)
+    relay.testing.settle(timeout=0.05)
+    store.close()
