@@ -41,9 +41,11 @@ BENCHES = [
     "events",
     "metrics",
     "retention",
+    "testing",
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
+    "store_failover",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

@@ -30,6 +30,7 @@ from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
 from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._url import BackendURL
+from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
@@ -123,7 +124,7 @@ class SQLiteLeaseBackend:
         path: str | Path,
         *,
         busy_timeout: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_time,
         read_only: bool = False,
         durability: Durability = "full",
     ) -> None:

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.engine.unacknowledged import hand_back
 from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
@@ -58,7 +60,10 @@ __all__ = [
 log = logging.getLogger("relay.runner")
 FIRST_FINISH_RETRY = 0.25
 """Seconds before a finish the store did not answer is tried again; it doubles up to half a
-heartbeat, so a runner retries at least that often once the store is back."""
+heartbeat (at most :data:`LAST_FINISH_RETRY`), so a runner retries at least that often once the
+store is back."""
+LAST_FINISH_RETRY = 5.0
+"""The longest wait between two tries of a finish (a heartbeat may be long, or infinite)."""
 
 _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("relay_run", default=None)
 _active: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar(
@@ -137,7 +142,7 @@ class Runner:
         lease: float,
         heartbeat: float,
         events: EventBus | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_clock.time,
         finish_limit: FinishLimit | None = None,
     ) -> None:
         self.backend = backend
@@ -281,7 +286,10 @@ class ActiveRun:
         )
 
     def start_heartbeat(self) -> None:
-        """Renew the lease every ``heartbeat`` seconds from a background thread."""
+        """Renew the lease every ``heartbeat`` seconds from a background thread (none if the
+        runner's heartbeat is infinite: :mod:`relay.testing` runs take no time)."""
+        if math.isinf(self.runner.heartbeat):
+            return
         self._thread = threading.Thread(
             target=self._beat, name=f"relay-heartbeat-{self.run.id}", daemon=True
         )
@@ -338,6 +346,11 @@ class ActiveRun:
         if not self.lost:
             self.runner.release(self.run)
 
+    def abandon(self) -> None:
+        """Stop heartbeating and record nothing, as a process that died would: the lease runs
+        out and another instance takes the run over (:mod:`relay.testing` simulates crashes)."""
+        self._stop_heartbeat()
+
     def _finish(self, *, succeeded: bool, error: str | None) -> RunState | None:
         self.finishing = True
         self._stop_heartbeat()
@@ -363,7 +376,7 @@ class ActiveRun:
                 level, "could not record the result of %s, retrying: %s", self.run.id, unavailable
             )
             runner.finish_limit.pause(delay)
-            delay = min(delay * 2, max(runner.heartbeat / 2, FIRST_FINISH_RETRY))
+            delay = min(delay * 2, max(min(runner.heartbeat / 2, LAST_FINISH_RETRY), delay))
         # The lease will expire and another instance will take the run over: nothing is lost,
         # but what this attempt did may be done again.
         outcome = "succeeded" if succeeded else "failed"
