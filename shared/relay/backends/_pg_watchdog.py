@@ -43,9 +43,9 @@ class Watchdog:
         self._closed = threading.Event()
 
     @contextmanager
-    def watch(self, fd: int) -> Iterator[Watch]:
-        """Watch the socket ``fd`` while the block runs."""
-        entry = Watch(fd, time.monotonic() + self.timeout)
+    def watch(self, fd: int, extra: float = 0.0) -> Iterator[Watch]:
+        """Watch the socket ``fd`` while the block runs, for ``timeout`` + ``extra`` seconds."""
+        entry = Watch(fd, time.monotonic() + self.timeout + extra)
         with self._lock:
             self._watched.add(entry)
             if self._thread is None:

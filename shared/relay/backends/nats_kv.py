@@ -79,6 +79,9 @@ _BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 _STREAM_NAME_IN_USE = 10058
 _KV_OPERATION = "KV-Operation"
+_PER_JOB = 0.002
+"""Seconds a call deciding or reading many jobs at once may take per job beyond its deadline:
+every job is a request or two (10,000 jobs' acquire: about 11 s on a loaded two-core machine)."""
 
 
 class NatsLeaseBackend:
@@ -119,6 +122,7 @@ class NatsLeaseBackend:
         self._timeout = timeout
         self.deadline = deadline
         """How long a call waits for the server (``timeout``), when opened from a URL."""
+        self._jobs_read = 0
         self._loop = LoopThread(f"relay-nats-{bucket}")
         self._clock = ServerClock(self._read_clock)
         self._known: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
@@ -182,7 +186,8 @@ class NatsLeaseBackend:
             return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
 
         results: list[AcquireResult | None] = [None] * len(requests)
-        for indexes, decided in zip(by_job.values(), self._call(decide_all()), strict=True):
+        decisions = self._call(decide_all(), jobs=len(by_job))
+        for indexes, decided in zip(by_job.values(), decisions, strict=True):
             for index, result in zip(indexes, decided, strict=True):
                 results[index] = result
         return [result for result in results if result is not None]
@@ -235,7 +240,7 @@ class NatsLeaseBackend:
             return found
 
         found: dict[str, datetime | None] = {}
-        for job, (data, _) in zip(jobs, self._call(read()), strict=True):
+        for job, (data, _) in zip(jobs, self._call(read(), jobs=len(jobs)), strict=True):
             last = JobState.decode(job, data).last_slot
             found[job] = None if last is None else from_ms(last)
         return found
@@ -244,9 +249,12 @@ class NatsLeaseBackend:
         async def find() -> list[RunRecord]:
             now_ms = await self._now_ms()
             states = await self._all_jobs()
+            self._jobs_read = len(states)  # the next sweep's allowance
             return [record for state in states for record in state.reclaimable(now_ms)]
 
-        records = sorted(self._call(find()), key=lambda r: (r.scheduled_for, r.id))
+        records = sorted(
+            self._call(find(), jobs=self._jobs_read), key=lambda r: (r.scheduled_for, r.id)
+        )
         return records[:limit]
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
@@ -270,7 +278,7 @@ class NatsLeaseBackend:
                   for job, spec in specs.items())
             )  # fmt: skip
 
-        self._call(register_all())
+        self._call(register_all(), jobs=len(specs))
 
     def jobs(self) -> list[JobInfo]:
         return sorted((s.info() for s in self._call(self._all_jobs())), key=lambda i: i.name)
@@ -627,10 +635,14 @@ class NatsLeaseBackend:
                 "bucket"
             )
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run a coroutine on the loop; translate every driver error at this boundary."""
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None, jobs: int = 0) -> T:
+        """Run a coroutine on the loop; translate every driver error at this boundary.
+
+        It waits ``timeout`` at most (default: three requests), plus ``_PER_JOB`` per job it
+        decides or reads.
+        """
         try:
-            return self._loop.run(coro, timeout or self._timeout * 3)
+            return self._loop.run(coro, (timeout or self._timeout * 3) + jobs * _PER_JOB)
         except RelayError:
             raise
         except nats.js.errors.ServiceUnavailableError as exc:

@@ -32,7 +32,7 @@ from relay.backends._lost import finished_again, is_held, lease_lost, started_el
 from relay.backends._pg_watchdog import Watchdog
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
+from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -184,7 +184,7 @@ class PostgresLeaseBackend:
             [None if r.stale_after is None else float(r.stale_after) for r in requests],
             [r.buffer_one for r in requests],
         )  # fmt: skip
-        with self._connection() as conn:
+        with self._connection(len(requests)) as conn:
             rows = conn.execute(self._queries["acquire_many"], params).fetchall()
         decided = {index: (outcome, attempt, token) for index, outcome, attempt, token in rows}
         return [
@@ -240,7 +240,7 @@ class PostgresLeaseBackend:
             reason, [run_id(*runs[i]) for i in order], [runs[i][0] for i in order],
             [runs[i][1] for i in order],
         )  # fmt: skip
-        with self._connection() as conn:
+        with self._connection(len(runs)) as conn:
             rows = conn.execute(self._queries["skip_many"], params).fetchall()
         recorded = [False] * len(runs)
         for position, done in rows:
@@ -251,7 +251,7 @@ class PostgresLeaseBackend:
         return self.last_slots([job])[job]
 
     def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
-        with self._connection() as conn:
+        with self._connection(len(jobs)) as conn:
             rows = conn.execute(self._queries["last_slots"], (list(jobs),)).fetchall()
         return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
 
@@ -300,7 +300,7 @@ class PostgresLeaseBackend:
 
     def register_jobs(self, specs: dict[str, str]) -> None:
         names = sorted(specs, key=str.encode)  # rows taken in name order, as acquires take them
-        with self._connection() as conn:
+        with self._connection(len(names)) as conn:
             conn.execute(self._queries["register_jobs"], (names, [specs[n] for n in names]))
 
     def jobs(self) -> list[JobInfo]:
@@ -357,10 +357,14 @@ class PostgresLeaseBackend:
     # -- connections and errors --------------------------------------------------------------
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; driver errors leave as ``BackendUnavailable``."""
+    def _connection(self, jobs: int = 0) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; driver errors leave as ``BackendUnavailable``. Its statement
+        is cut past the deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
         try:
-            with self._pool.connection() as conn, self._watchdog.watch(conn.pgconn.socket) as w:
+            with (
+                self._pool.connection() as conn,
+                self._watchdog.watch(conn.pgconn.socket, jobs * PER_JOB) as w,
+            ):
                 try:
                     yield conn
                 except psycopg.OperationalError as exc:
