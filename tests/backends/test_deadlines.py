@@ -20,7 +20,7 @@ import pytest
 import relay
 from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
 from relay.deadlines import DEFAULT_TIMEOUT, Deadline, check_deadline
-from tests.support.backends import LEASE_BACKENDS
+from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS
 from tests.support.fault_proxy import FaultProxy, proxied
 
 TIMEOUT = 0.5
@@ -125,3 +125,40 @@ def test_a_scheduler_refuses_a_store_timeout_as_long_as_its_lease(tmp_path: Path
         with pytest.raises(ConfigurationError, match="timeout=3"):
             relay.Scheduler(f"{url}&timeout=3", lease=5)
         relay.Scheduler(f"{url}&timeout=1", lease=5).backend.close()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=CLAIM_BACKENDS[name][1], id=name)
+     for name in ("redis-script", "nats-dedup")],
+)  # fmt: skip
+def test_a_claim_whose_packets_vanish_fails_in_time_and_the_next_one_works(
+    name: str, tmp_path: Path
+) -> None:
+    factory, _ = CLAIM_BACKENDS[name]
+    with factory(tmp_path) as url, proxied(url) as (proxy, near):
+        backend: Any = open_backend(f"{near}{'&' if '?' in near else '?'}timeout={TIMEOUT}")
+        try:
+            slot = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+            assert backend.claim("deadline", slot) is True
+            proxy.set("drop")
+            began = time.monotonic()
+            with pytest.raises(BackendUnavailable):
+                backend.claim("deadline", slot.replace(minute=1))
+            took = time.monotonic() - began
+            # A claim sends one request (NATS: publish and wait for its ack, plus 5 s to
+            # reconnect if it must); never far past that.
+            assert TIMEOUT * 0.9 <= took < TIMEOUT + 5 + 1.5, took
+            print(f"\n{name}: a claim failed {took:.2f}s after the drop")
+            proxy.set("pass")
+            give_up = time.monotonic() + 15
+            while True:
+                try:
+                    assert backend.claim("deadline", slot.replace(minute=2)) is True
+                    break
+                except BackendUnavailable:
+                    assert time.monotonic() < give_up, "the backend never worked again"
+                    time.sleep(0.2)
+        finally:
+            proxy.set("pass")
+            backend.close()
