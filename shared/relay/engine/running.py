@@ -250,10 +250,16 @@ class ActiveRun:
         return state
 
     def release(self) -> None:
-        """Hand the run over so another instance takes it at once (a graceful stop)."""
+        """Hand the run over so another instance takes it at once (a graceful stop).
+
+        The attempt no longer owns the run: :attr:`Run.lost` is set (a coroutine handler still
+        going is cancelled), and nothing more is recorded for it.
+        """
         self._stop_heartbeat()
         if not self.lost:
             self.runner.release(self.run)
+        self.lost = True
+        self.run.lost.set()
 
     def _finish(self, *, succeeded: bool, error: str | None) -> RunState | None:
         self._stop_heartbeat()

@@ -1,0 +1,98 @@
+"""Coroutine handlers: run to completion on an event loop, cancelled once their run is lost.
+
+A handler is called as any other; when it returns an awaitable (an ``async def`` handler, or a
+plain function returning a coroutine), the awaitable runs to its end as a task of an event loop:
+the loop an application serves the scheduler from, or one of its own for the run. While it
+awaits, the run's lease is renewed from the heartbeat thread as for any handler. Once the run is
+lost (:attr:`relay.Run.lost`, whatever set it) the task is cancelled: the handler sees
+``asyncio.CancelledError`` where it awaits, and the call raises :class:`~relay.errors.LeaseLost`,
+so the engine records the attempt the way it records any lost one. No coroutine is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from relay.runs import Run
+
+__all__ = ["LOST_CHECK", "call_handler", "is_coroutine_function", "supervise"]
+
+LOST_CHECK = 0.05
+"""Seconds between two looks at :attr:`relay.Run.lost` while a coroutine handler runs."""
+_LOOP_CHECK = 0.5
+
+
+def is_coroutine_function(handler: object) -> bool:
+    """Whether calling ``handler`` gives a coroutine: an ``async def`` function or method, a
+    ``functools.partial`` of one, or an object whose ``__call__`` is ``async def``."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    if inspect.isroutine(handler) or not callable(handler):
+        return False
+    return inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def call_handler(
+    handler: Callable[[Run], Any], run: Run, loop: asyncio.AbstractEventLoop | None = None
+) -> Any:
+    """Call ``handler(run)``; an awaitable it returns is run to its end, and its result returned.
+
+    The awaitable runs as a task of ``loop`` (a running loop in another thread: this thread
+    waits) or, without one, of a new event loop in this thread. It is cancelled once ``run`` is
+    lost (:func:`supervise`).
+    """
+    result = handler(run)
+    if not inspect.isawaitable(result):
+        return result
+    if loop is None:
+        return asyncio.run(supervise(result, run))
+    return _wait(asyncio.run_coroutine_threadsafe(supervise(result, run), loop), loop, run)
+
+
+async def supervise(awaitable: Awaitable[Any], run: Run) -> Any:
+    """Await ``awaitable`` as a task; cancel it once ``run.lost`` is set, then raise ``LeaseLost``.
+
+    A task cancelled by anything else raises ``RuntimeError`` (an attempt that failed, not one
+    that was lost); cancelling :func:`supervise` itself cancels the task too.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while not task.done():
+            if run.lost.is_set():
+                task.cancel()
+                await asyncio.wait({task})
+                if not task.cancelled():
+                    task.exception()  # retrieved: what it raised while cancelled is moot
+                run.check()  # raises LeaseLost
+            await asyncio.wait({task}, timeout=LOST_CHECK)
+    finally:
+        if not task.done():  # supervise itself was cancelled: so is the handler
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise RuntimeError(f"run {run.id}: the handler's task was cancelled before it finished")
+    return task.result()
+
+
+def _wait(future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop, run: Run) -> Any:
+    """The result of ``future``, running on ``loop``; ``RuntimeError`` if the loop stops first."""
+    while True:
+        try:
+            return future.result(timeout=_LOOP_CHECK)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the handler raised TimeoutError itself
+                break
+            if not loop.is_running():
+                future.cancel()
+                raise RuntimeError(
+                    f"run {run.id}: the event loop serving it stopped before it finished"
+                ) from None
+        except concurrent.futures.CancelledError:
+            raise RuntimeError(
+                f"run {run.id}: its task was cancelled with its event loop before it finished"
+            ) from None
+    return future.result(timeout=0)
