@@ -20,6 +20,8 @@ import pytest
 import relay
 from relay import events
 from relay.engine.coroutines import is_coroutine_function
+from tests.support import services
+from tests.support.backends import unique
 
 Events = list[events.Event]
 # Every job is hourly; the schedulers' clock stays just after an hour's slot, so each job has
@@ -288,3 +290,21 @@ def test_coroutine_functions_are_recognised_in_every_form() -> None:
     assert not is_coroutine_function(lambda run: takes_two(run, "x"))
     assert not is_coroutine_function(AsyncCallable)  # the class: calling it makes an instance
     assert not is_coroutine_function(print)
+
+
+@pytest.mark.rabbitmq
+def test_rabbitmq_consumer_mode_refuses_an_async_handler() -> None:
+    base = services.require("rabbitmq")
+    scheduler = relay.Scheduler(f"{base}?mode=consumer&prefix={unique()}")
+    try:
+
+        async def tick(run: relay.Run) -> None:
+            await asyncio.sleep(0)
+
+        with pytest.raises(relay.ConfigurationError, match=r"is async def, but RabbitMQ consumer"):
+            scheduler.job(every=60)(tick)
+        with pytest.raises(relay.ConfigurationError, match=r"make it a plain def"):
+            scheduler.job(every=60, name="callable")(AsyncCallable())
+        assert not scheduler.jobs
+    finally:
+        scheduler.backend.close()
