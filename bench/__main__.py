@@ -44,6 +44,7 @@ BENCHES = [
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
+    "async",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

@@ -24,6 +24,7 @@ __all__ = ["LOST_CHECK", "call_handler", "is_coroutine_function", "supervise"]
 LOST_CHECK = 0.05
 """Seconds between two looks at :attr:`relay.Run.lost` while a coroutine handler runs."""
 _LOOP_CHECK = 0.5
+_CANCELLED = "run {}: its task was cancelled before it finished, not because the run was lost"
 
 
 def is_coroutine_function(handler: object) -> bool:
@@ -48,34 +49,47 @@ def call_handler(
     result = handler(run)
     if not inspect.isawaitable(result):
         return result
-    if loop is None:
+    if loop is not None:
+        return _wait(asyncio.run_coroutine_threadsafe(supervise(result, run), loop), loop, run)
+    try:
         return asyncio.run(supervise(result, run))
-    return _wait(asyncio.run_coroutine_threadsafe(supervise(result, run), loop), loop, run)
+    except asyncio.CancelledError:  # the handler cancelled its own task
+        raise RuntimeError(_CANCELLED.format(run.id)) from None
 
 
 async def supervise(awaitable: Awaitable[Any], run: Run) -> Any:
-    """Await ``awaitable`` as a task; cancel it once ``run.lost`` is set, then raise ``LeaseLost``.
+    """Await ``awaitable`` in this task; once ``run.lost`` is set, cancel it, raise ``LeaseLost``.
 
-    A task cancelled by anything else raises ``RuntimeError`` (an attempt that failed, not one
-    that was lost); cancelling :func:`supervise` itself cancels the task too.
+    The handler sees ``asyncio.CancelledError`` where it awaits; whether it lets it go on or
+    not, the call raises :class:`~relay.errors.LeaseLost`. Cancelled by anything else, it
+    raises ``CancelledError`` as any task does.
     """
-    task = asyncio.ensure_future(awaitable)
-    try:
-        while not task.done():
-            if run.lost.is_set():
-                task.cancel()
-                await asyncio.wait({task})
-                if not task.cancelled():
-                    task.exception()  # retrieved: what it raised while cancelled is moot
-                run.check()  # raises LeaseLost
-            await asyncio.wait({task}, timeout=LOST_CHECK)
-    finally:
-        if not task.done():  # supervise itself was cancelled: so is the handler
+    task, loop = asyncio.current_task(), asyncio.get_running_loop()
+    assert task is not None
+    lost = False
+    timer: list[asyncio.TimerHandle] = []
+
+    def look() -> None:
+        nonlocal lost
+        if run.lost.is_set():
+            lost = True
             task.cancel()
-            await asyncio.wait({task})
-    if task.cancelled():
-        raise RuntimeError(f"run {run.id}: the handler's task was cancelled before it finished")
-    return task.result()
+        else:
+            timer[:] = [loop.call_later(LOST_CHECK, look)]
+
+    look()
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if lost:
+            run.check()  # raises LeaseLost
+        raise
+    finally:
+        for handle in timer:
+            handle.cancel()
+    if lost:  # the handler swallowed the cancellation: the run is lost all the same
+        run.check()
+    return result
 
 
 def _wait(future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop, run: Run) -> Any:
@@ -92,7 +106,5 @@ def _wait(future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoo
                     f"run {run.id}: the event loop serving it stopped before it finished"
                 ) from None
         except concurrent.futures.CancelledError:
-            raise RuntimeError(
-                f"run {run.id}: its task was cancelled with its event loop before it finished"
-            ) from None
+            raise RuntimeError(_CANCELLED.format(run.id)) from None
     return future.result(timeout=0)
