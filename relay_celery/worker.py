@@ -29,7 +29,7 @@ from celery.worker import state as worker_state
 from relay.backends import Backend, open_backend
 from relay.durations import Duration
 from relay.engine import ActiveRun, Runner, current_run
-from relay.engine.coroutines import is_coroutine_function
+from relay.engine.coroutines import is_coroutine_function, not_awaitable
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job
@@ -273,7 +273,7 @@ class RunHooks:
 
         def handler(_: Run) -> None:
             try:
-                result.append(_not_awaitable(body(*args, **kwargs), body))
+                result.append(not_awaitable(body(*args, **kwargs), body, "Celery"))
             except Exception as exc:
                 errors.append(exc)
                 if _terminating():
@@ -356,17 +356,6 @@ def _own_retries(task: Task[Any, Any]) -> None:
         raise RetryRequested(message) from exc if isinstance(exc, BaseException) else None
 
     task.retry = retry  # type: ignore[method-assign]
-
-
-def _not_awaitable(value: Any, body: Callable[..., Any]) -> Any:
-    """A task body's result; a coroutine (which Celery would drop) fails the attempt instead."""
-    if not inspect.iscoroutine(value):
-        return value
-    value.close()  # never awaited: closed, so Python does not warn about it later
-    raise TypeError(
-        f"{getattr(body, '__qualname__', body)!r} returned a coroutine, which Celery cannot "
-        "await: make the task run it to its end, such as with asyncio.run(...)"
-    )
 
 
 class _Interrupted(BaseException):

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from relay.engine.coroutines import LOST_CHECK, call_handler
+from relay.engine.coroutines import LOST_CHECK, call_handler, not_awaitable
 from relay.errors import LeaseLost
 from relay.runs import Run
 
@@ -92,3 +92,14 @@ def test_on_another_loop_the_caller_waits_and_gets_the_result() -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+
+
+def test_a_host_that_cannot_await_refuses_an_awaitable_and_closes_it() -> None:
+    async def work() -> None:
+        await asyncio.sleep(0)
+
+    coroutine = work()
+    with pytest.raises(TypeError, match=r"returned 'coroutine', an awaitable, which Celery cannot"):
+        not_awaitable(coroutine, work, "Celery")
+    assert coroutine.cr_frame is None  # closed: no "never awaited" warning later
+    assert not_awaitable(3, work, "Celery") == 3

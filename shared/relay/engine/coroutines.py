@@ -19,7 +19,7 @@ from typing import Any
 
 from relay.runs import Run
 
-__all__ = ["LOST_CHECK", "call_handler", "is_coroutine_function", "supervise"]
+__all__ = ["LOST_CHECK", "call_handler", "is_coroutine_function", "not_awaitable", "supervise"]
 
 LOST_CHECK = 0.05
 """Seconds between two looks at :attr:`relay.Run.lost` while a coroutine handler runs."""
@@ -55,6 +55,24 @@ def call_handler(
         return asyncio.run(supervise(result, run))
     except asyncio.CancelledError:  # the handler cancelled its own task
         raise RuntimeError(_CANCELLED.format(run.id)) from None
+
+
+def not_awaitable(value: Any, handler: object, host: str) -> Any:
+    """``value``, a handler's result, unless it is awaitable: then ``TypeError`` naming the fix.
+
+    For hosts that call handlers synchronously (``host``: "Celery", "RabbitMQ consumer mode"):
+    the attempt fails instead of being recorded succeeded with its work never done. A coroutine
+    is closed first, so Python does not warn that it was never awaited.
+    """
+    if not inspect.isawaitable(value):
+        return value
+    if inspect.iscoroutine(value):
+        value.close()
+    name = getattr(handler, "__qualname__", repr(handler))
+    raise TypeError(
+        f"{name} returned {type(value).__name__!r}, an awaitable, which {host} cannot await: "
+        "make it run the coroutine to its end itself, such as with asyncio.run(...)"
+    )
 
 
 async def supervise(awaitable: Awaitable[Any], run: Run) -> Any:
