@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import relay
@@ -34,3 +35,16 @@ def ping(run: relay.Run) -> None: ...
 
 
 current: relay.Run | None = relay.current_run()
+
+
+@by_url.job(every=60, name="async_refresh")
+async def async_refresh(run: relay.Run) -> None:
+    await asyncio.sleep(0)
+
+
+async def serve_inside_an_app() -> None:
+    async with by_url as scheduler:
+        owner: str = scheduler.owner
+        print(owner)
+    serving: asyncio.Task[None] = asyncio.ensure_future(leases.serve())
+    serving.cancel()
