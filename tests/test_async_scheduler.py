@@ -308,3 +308,27 @@ def test_rabbitmq_consumer_mode_refuses_an_async_handler() -> None:
         assert not scheduler.jobs
     finally:
         scheduler.backend.close()
+
+
+class FailingDispatcher:
+    """Stands for a dispatcher whose consumers cannot start: serve() fails at once."""
+
+    def serve(self, *args: Any) -> None:
+        raise RuntimeError("consumers could not start")
+
+    def stop_serving(self, timeout: float) -> None: ...
+
+
+def test_serve_failing_in_async_with_is_logged_at_once_and_raised_at_the_end(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = make(url, lease=30, heartbeat=1)
+    scheduler._dispatcher = FailingDispatcher()  # type: ignore[assignment]
+
+    async def main() -> None:
+        async with scheduler:
+            await until(lambda: "stopped serving" in caplog.text)
+
+    with pytest.raises(RuntimeError, match="consumers could not start"):
+        asyncio.run(main())
+    assert "consumers could not start" in caplog.text

@@ -310,8 +310,10 @@ class Scheduler(Generic[BackendT]):
             await asyncio.shield(asyncio.to_thread(self._close))
 
     async def __aenter__(self) -> Self:
-        """Start :meth:`serve` as a task of the running loop."""
+        """Start :meth:`serve` as a task of the running loop (an error it ends with is logged
+        at once, and raised when the block is left)."""
         self._serve_task = asyncio.ensure_future(self.serve())
+        self._serve_task.add_done_callback(_log_failure)
         return self
 
     async def __aexit__(
@@ -470,3 +472,8 @@ class Scheduler(Generic[BackendT]):
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the scheduler stopped serving", exc_info=task.exception())
