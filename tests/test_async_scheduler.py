@@ -332,3 +332,27 @@ def test_serve_failing_in_async_with_is_logged_at_once_and_raised_at_the_end(
     with pytest.raises(RuntimeError, match="consumers could not start"):
         asyncio.run(main())
     assert "consumers could not start" in caplog.text
+
+
+def test_heartbeats_go_on_while_a_coroutine_awaits_past_its_lease(
+    url: str, store: relay.LeaseBackend
+) -> None:
+    """A 3 s coroutine on a 1 s lease, with another instance sweeping for expired runs."""
+    instances = [make(url, lease=1, heartbeat=0.2, tick=0.1, owner=f"i{i}") for i in (1, 2)]
+    starts: list[tuple[str, int]] = []
+
+    for scheduler in instances:
+
+        @scheduler.job(every=3600, name="long")
+        async def long(run: relay.Run) -> None:
+            starts.append((run.owner, run.attempt))
+            await asyncio.sleep(3)
+
+    async def main() -> None:
+        async with instances[0], instances[1]:
+            await until(lambda: bool(store.runs("long")) and store.runs("long")[0].state.final)
+
+    asyncio.run(main())
+    assert len(starts) == 1 and starts[0][1] == 1  # never taken over: its lease was renewed
+    (run,) = store.runs("long")
+    assert (run.state, run.attempt) == (relay.RunState.SUCCEEDED, 1)
