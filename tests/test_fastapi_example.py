@@ -24,9 +24,6 @@ from relay import RunState, open_backend
 from tests.support.browser import free_port
 from tests.support.procs import ROOT
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
-
 
 def serve(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app"]
