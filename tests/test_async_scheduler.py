@@ -12,6 +12,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -356,3 +357,26 @@ def test_heartbeats_go_on_while_a_coroutine_awaits_past_its_lease(
     assert len(starts) == 1 and starts[0][1] == 1  # never taken over: its lease was renewed
     (run,) = store.runs("long")
     assert (run.state, run.attempt) == (relay.RunState.SUCCEEDED, 1)
+
+
+def test_a_busy_default_executor_does_not_hold_the_instance_back(url: str) -> None:
+    scheduler = make(url, lease=5, heartbeat=1, tick=0.1)
+    started = threading.Event()
+
+    @scheduler.job(every=3600)
+    async def job(run: relay.Run) -> None:
+        started.set()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(1))
+        release = threading.Event()
+        busy = loop.run_in_executor(None, release.wait, 60)  # the app's only worker is taken
+        try:
+            async with scheduler:
+                await until(started.is_set, timeout=20)
+        finally:
+            release.set()
+            await busy
+
+    asyncio.run(main())

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import tzinfo
 from types import FrameType, TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -288,17 +289,21 @@ class Scheduler(Generic[BackendT]):
         """Run this instance inside the running event loop until :meth:`stop` or cancellation.
 
         For asyncio applications (FastAPI, Starlette, aiohttp): the loop is never blocked. Store
-        calls and plain handlers run in threads, ``async def`` handlers as tasks of this loop.
+        calls run in a thread of the instance's own, plain handlers in the run threads, and
+        ``async def`` handlers as tasks of this loop.
         When the task is cancelled (the application shuts down) or :meth:`stop` is called, it
         stops as :meth:`run` does: runs get ``stop_timeout`` to finish, the rest are handed
         over (coroutines cancelled), and a backend opened from a URL is closed; a cancelled
         task then raises ``CancelledError``. No signal handler is installed: the app owns them.
         """
-        self._serving, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        loop = self._serving = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        # A thread of its own for the store's calls: a busy default executor must not delay ticks.
+        store = ThreadPoolExecutor(1, thread_name_prefix=f"relay-serve-{self.owner}")
         try:
-            await asyncio.to_thread(self._serve_dispatcher)
+            await loop.run_in_executor(store, self._serve_dispatcher)
             while not self._stopping.is_set():
-                step = asyncio.ensure_future(asyncio.to_thread(self._step))
+                step = loop.run_in_executor(store, self._step)
                 try:
                     next_in = (await asyncio.shield(step)).next_in
                 except asyncio.CancelledError:
@@ -307,7 +312,10 @@ class Scheduler(Generic[BackendT]):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), next_in)
         finally:
-            await asyncio.shield(asyncio.to_thread(self._close))
+            try:
+                await asyncio.shield(loop.run_in_executor(store, self._close))
+            finally:
+                store.shutdown(wait=False)
 
     async def __aenter__(self) -> Self:
         """Start :meth:`serve` as a task of the running loop (an error it ends with is logged
