@@ -103,3 +103,14 @@ def test_a_host_that_cannot_await_refuses_an_awaitable_and_closes_it() -> None:
         not_awaitable(coroutine, work, "Celery")
     assert coroutine.cr_frame is None  # closed: no "never awaited" warning later
     assert not_awaitable(3, work, "Celery") == 3
+
+
+def test_a_closed_loop_fails_the_call_and_leaves_no_coroutine_unawaited() -> None:
+    loop = asyncio.new_event_loop()
+    loop.close()
+
+    async def handler(run: Run) -> None:
+        await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="the event loop serving it is closed"):
+        call_handler(handler, a_run(), loop)

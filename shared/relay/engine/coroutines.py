@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from relay.runs import Run
@@ -50,7 +50,7 @@ def call_handler(
     if not inspect.isawaitable(result):
         return result
     if loop is not None:
-        return _wait(asyncio.run_coroutine_threadsafe(supervise(result, run), loop), loop, run)
+        return _wait(_submit(supervise(result, run), result, loop, run), loop, run)
     try:
         return asyncio.run(supervise(result, run))
     except asyncio.CancelledError:  # the handler cancelled its own task
@@ -108,6 +108,22 @@ async def supervise(awaitable: Awaitable[Any], run: Run) -> Any:
     if lost:  # the handler swallowed the cancellation: the run is lost all the same
         run.check()
     return result
+
+
+def _submit(
+    supervised: Coroutine[Any, Any, Any],
+    awaitable: Awaitable[Any],
+    loop: asyncio.AbstractEventLoop,
+    run: Run,
+) -> concurrent.futures.Future[Any]:
+    """Start ``supervised`` on ``loop``; if the loop is closed, close both coroutines and say so."""
+    try:
+        return asyncio.run_coroutine_threadsafe(supervised, loop)
+    except RuntimeError:
+        supervised.close()
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise RuntimeError(f"run {run.id}: the event loop serving it is closed") from None
 
 
 def _wait(future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop, run: Run) -> Any:
