@@ -39,12 +39,12 @@ BENCHES = [
     "soak",
     "redbeat",
     "events",
+    "async",
     "metrics",
     "retention",
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
-    "async",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],
