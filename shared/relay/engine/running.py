@@ -250,14 +250,12 @@ class ActiveRun:
         return state
 
     def release(self) -> None:
-        """Hand the run over so another instance takes it at once (a graceful stop).
-
-        The attempt no longer owns the run: :attr:`Run.lost` is set (a coroutine handler still
-        going is cancelled), and nothing more is recorded for it.
-        """
+        """Hand the run over so another instance takes it at once (a graceful stop)."""
         self._stop_heartbeat()
         if not self.lost:
             self.runner.release(self.run)
+        # Handed over, the attempt no longer owns the run: a coroutine still going is
+        # cancelled, and nothing more is recorded for it.
         self.lost = True
         self.run.lost.set()
 
