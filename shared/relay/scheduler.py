@@ -243,7 +243,8 @@ class Scheduler(Generic[BackendT]):
         An ``async def`` function runs to its end on an event loop (the one :meth:`serve` runs
         in, or a new one for the run under :meth:`run`), and so does an awaitable a plain
         function returns; once the run is lost it is cancelled (``asyncio.CancelledError``
-        where it awaits). RabbitMQ consumer mode refuses ``async def`` functions.
+        where it awaits), as it is when a stop hands it over. RabbitMQ consumer mode refuses
+        ``async def`` functions.
         """
         if bare:  # @scheduler.job without parentheses passes the function here
             raise ConfigurationError(
@@ -366,7 +367,6 @@ class Scheduler(Generic[BackendT]):
 
         Runs not yet started are handed over at once. A run still going after ``stop_timeout``
         is handed over too, and its thread is abandoned: another instance takes the run at once.
-        Its :attr:`~relay.Run.lost` is set, so a coroutine handler is cancelled.
         """
         self._stopping.set()
         if self._dispatcher is not None:  # its consumers wait, then hand their runs over
