@@ -19,6 +19,19 @@ def refresh(run: relay.Run) -> None:
     print(run.id, run.job, run.scheduled_for, run.attempt, token)
 
 
+@by_url.job(every=60, name="async_refresh")
+async def async_refresh(run: relay.Run) -> None:
+    await asyncio.sleep(0)
+
+
+async def serve_inside_an_app() -> None:
+    async with by_url as scheduler:
+        owner: str = scheduler.owner
+        print(owner)
+    serving: asyncio.Task[None] = asyncio.ensure_future(leases.serve())
+    serving.cancel()
+
+
 leases = relay.Scheduler(SQLiteLeaseBackend("relay.db"), lease=timedelta(seconds=30))
 
 
@@ -35,16 +48,3 @@ def ping(run: relay.Run) -> None: ...
 
 
 current: relay.Run | None = relay.current_run()
-
-
-@by_url.job(every=60, name="async_refresh")
-async def async_refresh(run: relay.Run) -> None:
-    await asyncio.sleep(0)
-
-
-async def serve_inside_an_app() -> None:
-    async with by_url as scheduler:
-        owner: str = scheduler.owner
-        print(owner)
-    serving: asyncio.Task[None] = asyncio.ensure_future(leases.serve())
-    serving.cancel()
