@@ -230,3 +230,21 @@ def test_a_finish_not_confirmed_is_sent_again_and_counted_once(
     assert (on_replica["state"], on_replica["failures"]) == (state, "0" if succeeded else "1")
     assert record(primary, run.id) == on_replica
     backend.close()
+
+
+@pytest.mark.redis
+def test_a_user_the_acl_forbids_info_gets_no_warning_and_no_refusal(
+    pair: list[RedisServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    primary = pair[0]
+    with redis.Redis(port=primary.port) as client:
+        client.acl_setuser(
+            "relay", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-info"]
+        )
+    where = f"redis://relay:pw@127.0.0.1:{primary.port}/0"
+    with caplog.at_level(logging.WARNING):
+        open_backend(where).close()  # replicas, no wait_replicas: it cannot know, says nothing
+        backend = open_backend(f"{where}?wait_replicas=1&wait_timeout=2")
+    assert not [r for r in caplog.records if "replica" in r.getMessage()]
+    assert backend.acquire(AcquireRequest("job", slot(), "a", 30)).outcome is Outcome.WON
+    backend.close()
