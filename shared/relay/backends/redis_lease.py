@@ -637,7 +637,7 @@ class RedisLeaseBackend:
             if not errors:
                 return replies, fewest
             _refresh(cluster)
-            pending = [i for i in errors if _node_name(cluster, calls[i]) != tried[i]]
+            pending = [i for i in errors if _node_name(cluster, calls[i]) not in (None, tried[i])]
             if not pending:
                 break
         first = errors[min(errors)]
