@@ -13,6 +13,7 @@ every node: what the other nodes won is handed back, not left leased.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from relay import open_backend
 from relay.backends._redis import job_base
 from relay.engine import Decider
-from relay.errors import NotAcknowledged
+from relay.errors import ConfigurationError, NotAcknowledged
 from relay.jobs import make_job
 from tests.support.cluster_race import race
 from tests.support.redis_cluster import own_redis_cluster_with_replicas
@@ -93,4 +94,19 @@ def test_a_dead_primary_does_not_undo_what_the_other_nodes_won(tmp_path: Path) -
         assert sorted(w.run.job for w in won) == sorted(names)
         assert {w.run.attempt for w in won} == {1}
         assert {w.run.scheduled_for.timestamp() for w in won} == {moment[0] - 1}
+        backend.close()
+
+
+def test_a_cluster_is_checked_at_open_on_every_primary(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with own_redis_cluster_with_replicas(tmp_path / "nodes") as nodes:
+        with pytest.raises(ConfigurationError, match=r"1 replica\(s\).*wait_replicas=2"):
+            open_backend(f"{nodes.url}?cluster=yes&wait_replicas=2")
+        with caplog.at_level(logging.WARNING, logger="relay.backends.redis"):
+            open_backend(f"{nodes.url}?cluster=yes&prefix=w:").close()
+        (warning,) = [r for r in caplog.records if "wait_replicas=1" in r.getMessage()]
+        assert "Redis Cluster" in warning.getMessage()
+        backend = open_backend(f"{nodes.url}?cluster=yes&wait_replicas=1")
+        assert (backend.wait_replicas, backend.wait_timeout) == (1, 1.0)  # type: ignore[attr-defined]
         backend.close()
