@@ -115,8 +115,8 @@ class Runner:
         except LeaseLost as exc:
             ActiveRun(self, run, max_attempts).fenced_off("start", str(exc))
             return None
-        except NotAcknowledged:
-            hand_back(backend, [run], "start")
+        except NotAcknowledged as exc:
+            hand_back(backend, [run], "start", str(exc))
             raise
         active = ActiveRun(self, started, max_attempts)
         active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
