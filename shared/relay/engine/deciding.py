@@ -19,7 +19,8 @@ from typing import NamedTuple
 from relay import clock as relay_clock
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.engine.reporting import decision_event, missed_events
-from relay.errors import ConfigurationError
+from relay.engine.unacknowledged import hand_back
+from relay.errors import ConfigurationError, NotAcknowledged
 from relay.events import EventBus
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
 from relay.runs import Run, RunRecord, is_manual, run_id
@@ -154,8 +155,8 @@ class Decider:
         due = [(job, slot) for job, plan in zip(jobs, plans, strict=True) for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
-            # Only slots after a job's last recorded one are due: none has a record to report.
-            won = self._acquire(backend, due)
+            # Missed slots first: if recording them fails, nothing is won yet that the failure
+            # would leave leased but not dispatched (until its lease ran out).
             missed = [
                 (job.name, slot)
                 for job, plan in zip(jobs, plans, strict=True)
@@ -164,6 +165,8 @@ class Decider:
             if missed:
                 for event in missed_events(missed, backend.skip_many(missed, "missed"), self.owner):
                     self.events.emit(event)
+            # Only slots after a job's last recorded one are due: none has a record to report.
+            won = self._acquire(backend, due)
         else:
             won = self._claim(backend, due)
         for job, plan in zip(jobs, plans, strict=True):
@@ -302,7 +305,11 @@ class Decider:
             )
             for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
-        results = backend.acquire_many(requests)
+        try:
+            results = backend.acquire_many(requests)
+        except NotAcknowledged as exc:
+            hand_back(backend, exc.won, "acquire", str(exc))
+            raise
         won = []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):
