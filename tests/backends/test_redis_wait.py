@@ -77,13 +77,22 @@ def pair(tmp_path: Path) -> Iterator[list[RedisServer]]:
         yield servers
 
 
-def url(server: RedisServer, query: str = "wait_replicas=1&wait_timeout=0.5") -> str:
+def url(server: RedisServer, query: str = "wait_replicas=1&wait_timeout=2") -> str:
     return f"{server.url}?{query}"
 
 
 def slot(minutes_ago: int = 0) -> datetime:
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     return now - timedelta(minutes=minutes_ago)
+
+
+def thaw(primary: RedisServer, replica: RedisServer) -> None:
+    """Let the replica go on, and wait until it confirms a write again (a loaded machine may
+    take longer than a step's wait_timeout to wake it)."""
+    replica.thaw()
+    with redis.Redis(port=primary.port) as client:
+        client.set("relay-test:sync", 1)
+        assert client.wait(1, 30_000) == 1, "the replica never caught up"
 
 
 def record(server: RedisServer, run_id: str) -> dict[str, str]:
@@ -126,7 +135,7 @@ def test_every_changing_step_is_on_the_replica_when_it_returns(pair: list[RedisS
     primary, replica = pair
     backend = open_backend(url(primary))
     assert isinstance(backend, RedisLeaseBackend)
-    assert (backend.wait_replicas, backend.wait_timeout) == (1, 0.5)
+    assert (backend.wait_replicas, backend.wait_timeout) == (1, 2.0)
     result = backend.acquire(AcquireRequest("job", slot(), "a", 30, max_attempts=2))
     assert result.run is not None
     run = result.run
@@ -166,7 +175,7 @@ def test_a_won_run_not_confirmed_is_not_started_and_comes_back_with_no_attempt_s
         (held,) = backend.runs("job")
         assert (held.state, held.attempt, held.reason) == (RunState.PENDING, 0, "released")
     finally:
-        replica.thaw()
+        thaw(primary, replica)
     step = loop.step(lambda won: sent.append(won) is None, force=True)
     assert step.healthy
     (won,) = sent
@@ -187,7 +196,7 @@ def test_a_start_not_confirmed_is_handed_back_without_a_failure(pair: list[Redis
         with pytest.raises(NotAcknowledged):
             runner.begin(run)
     finally:
-        replica.thaw()
+        thaw(primary, replica)
     again = backend.acquire(AcquireRequest("job", slot(), "b", 30, max_attempts=1))
     assert again.outcome is Outcome.WON and again.run is not None  # max_attempts=1: none spent
     assert (backend.runs("job")[0].failures, again.run.token > run.token) == (0, True)
@@ -206,7 +215,8 @@ def test_a_finish_not_confirmed_is_sent_again_and_counted_once(
     active = Runner(backend, owner="a", lease=30, heartbeat=10).begin(run)
     assert active is not None
     replica.freeze()
-    thawed = threading.Timer(1.2, replica.thaw)  # during the runner's second try
+    # Thawed once the first try gave up waiting (2 s), before the second one (0.5 s later).
+    thawed = threading.Timer(2.2, replica.thaw)
     thawed.start()
     try:
         began = time.monotonic()
@@ -215,8 +225,26 @@ def test_a_finish_not_confirmed_is_sent_again_and_counted_once(
     finally:
         thawed.join()
         replica.thaw()
-    assert answer is RunState(state) and took > 0.5  # the first try was not confirmed
+    assert answer is RunState(state) and took > 2.2  # the first try was not confirmed
     on_replica = record(replica, run.id)
     assert (on_replica["state"], on_replica["failures"]) == (state, "0" if succeeded else "1")
     assert record(primary, run.id) == on_replica
+    backend.close()
+
+
+@pytest.mark.redis
+def test_a_user_the_acl_forbids_info_gets_no_warning_and_no_refusal(
+    pair: list[RedisServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    primary = pair[0]
+    with redis.Redis(port=primary.port) as client:
+        client.acl_setuser(
+            "relay", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-info"]
+        )
+    where = f"redis://relay:pw@127.0.0.1:{primary.port}/0"
+    with caplog.at_level(logging.WARNING):
+        open_backend(where).close()  # replicas, no wait_replicas: it cannot know, says nothing
+        backend = open_backend(f"{where}?wait_replicas=1&wait_timeout=2")
+    assert not [r for r in caplog.records if "replica" in r.getMessage()]
+    assert backend.acquire(AcquireRequest("job", slot(), "a", 30)).outcome is Outcome.WON
     backend.close()

@@ -83,14 +83,20 @@ class Race:
         ]
 
     def summary(self) -> str:
-        """One line: slots, lost, doubled, unrecorded, and the next-run delays."""
+        """Slots, lost, doubled, unrecorded, the next-run delays; then a line per failover."""
         delays = self.next_run_delays()
-        return (
+        rows = [
+            f"  kill -> promoted {f.promoted_at - f.killed_at:.2f} s, old node synced "
+            f"{f.rejoined_at - f.killed_at:.2f} s, next run {delay:.2f} s"
+            for f, delay in zip(self.failovers, delays, strict=True)
+        ]
+        return "\n".join([
             f"{len(self.failovers)} failovers, {len(self.window)} slots: lost "
             f"{len(self.lost())}, run twice {len(self.doubled())}, done but not recorded "
             f"succeeded {len(self.unrecorded())}; failover -> next run p50 "
-            f"{statistics.median(delays):.2f} s, max {max(delays):.2f} s"
-        )
+            f"{statistics.median(delays):.2f} s, max {max(delays):.2f} s",
+            *rows,
+        ])  # fmt: skip
 
 
 def _at(line: dict[str, Any]) -> float:

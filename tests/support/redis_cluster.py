@@ -39,6 +39,8 @@ class Failover:
 
     killed_at: float
     promoted_at: float
+    rejoined_at: float
+    """When the old primary was a synced replica of the new one (which can confirm writes)."""
     killed_port: int
     promoted_port: int
 
@@ -100,9 +102,13 @@ class RedisClusterNodes:
             assert time.monotonic() < deadline, f"no replica took over slot of {key!r}"
             time.sleep(0.05)
         promoted_at = time.time()
+        self.rejoin(old, new, deadline)
+        return Failover(killed_at, promoted_at, time.time(), old.port, new.port)
+
+    def rejoin(self, old: RedisServer, new: RedisServer, deadline: float) -> None:
+        """Start ``old`` again; wait until it is a synced replica of ``new``, the cluster ok."""
         old.start()
         self._settle(old, new, deadline)
-        return Failover(killed_at, promoted_at, old.port, new.port)
 
     def _served(self, key: str, old: RedisServer) -> RedisServer | None:
         """The node now serving ``key``'s slot, if it is another than ``old`` and a primary."""

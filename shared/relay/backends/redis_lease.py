@@ -17,6 +17,7 @@ last write (default 7 days), and the indexes drop them then.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -30,7 +31,6 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import (
-    MovedError,
     NoPermissionError,
     NoScriptError,
     RedisClusterException,
@@ -55,7 +55,7 @@ from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_repl
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import Deadline, deadline_of
-from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
+from relay.errors import BackendUnavailable, ConfigurationError, NotAcknowledged, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import (
     Run,
@@ -239,7 +239,13 @@ class RedisLeaseBackend:
         jobs = list(dict.fromkeys(job for _, job in order))
         listed = self._listed.intersection(jobs)
         # Per group its new_job flag, then per request: outcome, attempt, token.
-        replies, confirmed = self._send_jobs("acquire", jobs, calls)
+        partly = None
+        try:
+            replies, confirmed = self._send_jobs("acquire", jobs, calls)
+        except _PartlyDone as exc:  # a Cluster node failed: the others' wins are handed back
+            partly, replies, confirmed = exc, exc.replies, 0
+            for index in exc.failed:
+                replies[index] = _held_reply(calls[index][1])
         words = " ".join(replies).split(" ")
         results: list[AcquireResult] = [_HELD] * len(requests)
         lost, at = [], 0
@@ -252,6 +258,12 @@ class RedisLeaseBackend:
                 at += 3
         if lost:
             self._list_again(lost)
+        if partly is not None:
+            won = [result.run for result in results if result.run is not None]
+            raise NotAcknowledged(
+                f"{self.name} failed on a node ({partly.error}): the acquire counts as not done",
+                won,
+            ) from partly.error
         self._confirm("acquire", confirmed, results)
         return results
 
@@ -536,7 +548,11 @@ class RedisLeaseBackend:
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
     ) -> list[Any]:
         """:meth:`_call_many`, first adding to the set of job names those not added yet."""
-        replies, confirmed = self._send_jobs(step, jobs, calls)
+        try:
+            replies, confirmed = self._send_jobs(step, jobs, calls)
+        except _PartlyDone as exc:
+            with self._errors():
+                raise exc.error from None
         self._confirm(step, confirmed)
         return replies
 
@@ -560,7 +576,11 @@ class RedisLeaseBackend:
     ) -> list[Any]:
         """Call a script once per ``(keys, args)`` in one round trip (``before`` goes first);
         raise :class:`~relay.errors.NotAcknowledged` if too few replicas confirmed a change."""
-        replies, confirmed = self._send(step, calls, before, wait=wait)
+        try:
+            replies, confirmed = self._send(step, calls, before, wait=wait)
+        except _PartlyDone as exc:
+            with self._errors():
+                raise exc.error from None
         self._confirm(step, confirmed)
         return replies
 
@@ -601,34 +621,42 @@ class RedisLeaseBackend:
         before: tuple[Any, ...] | None,
     ) -> tuple[list[Any], int | None]:
         """On Redis Cluster, each node's calls and a WAIT on that node: WAIT counts the replicas
-        of the node it is sent to, which must be the primary of the job's slot."""
+        of the node it is sent to, which must be the primary of the job's slot.
+
+        A call whose node fails is sent again if a refreshed map names another node for its
+        slot (a failover: the old node never ran it, or is gone); a node that fails does not
+        undo what the others did: :class:`_PartlyDone` says which calls failed.
+        """
         if before is not None:
             cluster.execute_command(*before)  # type: ignore[no-untyped-call]
+        replies: list[Any] = [None] * len(calls)
+        errors: dict[int, Exception] = {}
+        pending, fewest = list(range(len(calls))), self.wait_replicas
         for _ in range(2):
-            by_node: dict[str, list[int]] = {}
-            nodes = {}
-            for index, (keys, _) in enumerate(calls):
-                node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-                nodes[node.name] = node
-                by_node.setdefault(node.name, []).append(index)
-            replies: list[Any] = [None] * len(calls)
-            fewest = self.wait_replicas
-            try:
-                for name, indexes in by_node.items():
-                    client = cluster.get_redis_connection(nodes[name])
-                    part = [calls[i] for i in indexes]
-                    answers, confirmed = self._pipelined(client, step, part, None, wait=True)
-                    for index, answer in zip(indexes, answers, strict=True):
-                        replies[index] = answer
-                    fewest = min(fewest, confirmed or 0)
+            tried: dict[int, str] = {}
+            for name, node, indexes in _by_node(cluster, calls, pending):
+                tried.update(dict.fromkeys(indexes, name))
+                try:
+                    answers, confirmed = self._pipelined(
+                        node, step, [calls[i] for i in indexes], None, wait=True
+                    )
+                except (RedisError, RedisClusterException) as exc:
+                    errors.update(dict.fromkeys(indexes, exc))
+                    continue
+                for index, answer in zip(indexes, answers, strict=True):
+                    replies[index] = answer
+                    errors.pop(index, None)
+                fewest = min(fewest, confirmed or 0)
+            if not errors:
                 return replies, fewest
-            except MovedError:
-                # A failover moved the slot before the script ran: refresh the map, send again.
-                cluster.nodes_manager.initialize()
-            except (redis.ConnectionError, redis.TimeoutError):
-                cluster.nodes_manager.initialize()  # the next step asks the promoted node
-                raise
-        raise BackendUnavailable(f"{self.name}: the job's slot keeps moving (a failover?)")
+            _refresh(cluster)
+            pending = [i for i in errors if _node_name(cluster, calls[i]) not in (None, tried[i])]
+            if not pending:
+                break
+        first = errors[min(errors)]
+        if len(errors) == len(calls):
+            raise first
+        raise _PartlyDone(replies, sorted(errors), first)
 
     def _pipelined(
         self,
@@ -725,6 +753,53 @@ def _connect(
             f"{where} cannot be reached ({exc}): check that it runs, the host and port, and "
             "the password in the URL"
         ) from exc
+
+
+class _PartlyDone(Exception):
+    """Some nodes of a Cluster did their calls, others failed (``error``) the calls ``failed``."""
+
+    def __init__(self, replies: list[Any], failed: list[int], error: Exception) -> None:
+        super().__init__(str(error))
+        self.replies = replies
+        self.failed = failed
+        self.error = error
+
+
+def _by_node(
+    cluster: RedisCluster, calls: Sequence[tuple[list[str], list[Any]]], indexes: list[int]
+) -> list[tuple[str, redis.Redis, list[int]]]:
+    """The calls ``indexes`` grouped by the node serving their first key: its name, its client."""
+    groups: dict[str, list[int]] = {}
+    nodes = {}
+    for index in indexes:
+        node = cluster.get_node_from_key(calls[index][0][0])  # type: ignore[no-untyped-call]
+        nodes[node.name] = node
+        groups.setdefault(node.name, []).append(index)
+    return [
+        (name, cluster.get_redis_connection(nodes[name]), group) for name, group in groups.items()
+    ]
+
+
+def _node_name(cluster: RedisCluster, call: tuple[list[str], list[Any]]) -> str | None:
+    """The name of the node serving the call's first key now (None: no node serves it)."""
+    try:
+        return str(cluster.get_node_from_key(call[0][0]).name)  # type: ignore[no-untyped-call]
+    except (RedisError, RedisClusterException):
+        return None
+
+
+def _refresh(cluster: RedisCluster) -> None:
+    """Read again which node serves which slot, so the next call asks a promoted replica."""
+    with contextlib.suppress(RedisError, RedisClusterException):  # none answers: next time
+        cluster.nodes_manager.initialize()
+
+
+def _held_reply(args: list[Any]) -> str:
+    """The acquire script's reply for a call that was not answered: every request held."""
+    words = []
+    for block in args[2:]:
+        words += ["0"] + ["held", "0", "0"] * len(block.split("\n"))
+    return " ".join(words)
 
 
 def _flag(parsed: BackendURL, name: str) -> bool:

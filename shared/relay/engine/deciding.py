@@ -314,7 +314,7 @@ class Decider:
         try:
             results = backend.acquire_many(requests)
         except NotAcknowledged as exc:
-            hand_back(backend, exc.won, "acquire")
+            hand_back(backend, exc.won, "acquire", str(exc))
             raise
         won = []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)

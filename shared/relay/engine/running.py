@@ -182,8 +182,8 @@ class Runner:
         except LeaseLost as exc:
             ActiveRun(self, run, max_attempts).fenced_off("start", str(exc))
             return None
-        except NotAcknowledged:
-            hand_back(backend, [run], "start")
+        except NotAcknowledged as exc:
+            hand_back(backend, [run], "start", str(exc))
             raise
         active = ActiveRun(self, started, max_attempts, renewed=sent)
         active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
@@ -345,6 +345,10 @@ class ActiveRun:
         self._stop_heartbeat()
         if not self.lost:
             self.runner.release(self.run)
+        # Handed over, the attempt no longer owns the run: a coroutine still going is
+        # cancelled, and nothing more is recorded for it.
+        self.lost = True
+        self.run.lost.set()
 
     def abandon(self) -> None:
         """Stop heartbeating and record nothing, as a process that died would: the lease runs

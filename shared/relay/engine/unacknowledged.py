@@ -28,20 +28,18 @@ __all__ = ["hand_back"]
 log = logging.getLogger("relay.engine")
 
 
-def hand_back(backend: LeaseBackend, runs: Sequence[Run], step: str) -> None:
-    """Release ``runs``, whose ``step`` too few replicas confirmed: they are not run here."""
+def hand_back(backend: LeaseBackend, runs: Sequence[Run], step: str, why: str) -> None:
+    """Release ``runs``, whose ``step`` counts as not done (``why``): they are not run here."""
     for run in runs:
         try:
             backend.release(run.id, run.token)
         except RelayError as exc:
             log.warning(
-                "%s of %s was not confirmed by the store's replicas and it could not be handed "
-                "back (%s): it is not run here; its lease expires and another instance takes it",
-                step, run.id, exc,
+                "%s of %s counts as not done (%s) and it could not be handed back (%s): it is "
+                "not run here; its lease expires and another instance takes it",
+                step, run.id, why, exc,
             )  # fmt: skip
         else:
             log.warning(
-                "%s of %s was not confirmed by the store's replicas: not run here, handed back "
-                "(no attempt spent)",
-                step, run.id,
-            )  # fmt: skip
+                "%s of %s counts as not done (%s): not run here, handed back", step, run.id, why
+            )
