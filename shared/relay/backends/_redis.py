@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import redis
 from redis.exceptions import AuthenticationError, RedisClusterException, RedisError, ResponseError
+from redis.sentinel import MasterNotFoundError
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -69,6 +70,12 @@ def translated(where: str) -> Iterator[None]:
     """Raise redis-py's errors as :class:`~relay.errors.BackendUnavailable` naming ``where``."""
     try:
         yield
+    except MasterNotFoundError as exc:
+        raise BackendUnavailable(
+            f"{where}: no sentinel names a primary ({exc}): check that the sentinels run, that "
+            "the URL lists them (host:port, port 26379 by default) and names the service they "
+            "monitor, and that a failover is not under way"
+        ) from exc
     except AuthenticationError as exc:
         raise BackendUnavailable(
             f"{where} refused the credentials ({exc}): check the user name and password "
