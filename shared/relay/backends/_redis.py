@@ -90,6 +90,8 @@ def translated(where: str) -> Iterator[None]:
         hint = ""
         if "DB index" in str(exc):
             hint = "; use a database number the server has (0-15 unless configured)"
+        elif "unknown command 'SENTINEL'" in str(exc):
+            hint = "; a redis+sentinel:// URL lists the sentinels (port 26379), not the data nodes"
         raise BackendUnavailable(f"{where} refused a command: {exc}{hint}") from exc
     except (RedisError, RedisClusterException) as exc:
         raise BackendUnavailable(f"{where} failed: {exc}") from exc
