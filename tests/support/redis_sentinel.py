@@ -153,18 +153,29 @@ class SentinelTopology:
         primary = self.primary()
         return next(node for node in self.nodes if node is not primary)
 
-    def fail_over(self, timeout: float = 60) -> float:
+    def fail_over(self, behind: float = 0.0, timeout: float = 60) -> tuple[float, float]:
         """SIGKILL the primary, wait for the replica's promotion, bring the old one back as a
-        replica; returns the seconds from the kill to the promotion (as the sentinels see it)."""
+        replica. Returns the kill's ``time.time()`` and the seconds to the promotion.
+
+        ``behind`` > 0: first the replica falls that many seconds behind (frozen with SIGSTOP,
+        its link cut while the primary keeps taking writes) and is thawed right after the kill,
+        so Sentinel promotes a replica that lacks the primary's last writes.
+        """
         old, new = self.primary(), self.replica()
         self.wait_replica_synced(new, timeout)  # the sentinels must know it may be promoted
+        if behind > 0:
+            self.freeze(new)
+            self.cut_replication(old)
+            time.sleep(behind)
         old.kill()
-        killed = time.monotonic()
+        killed, started = time.time(), time.monotonic()
+        if behind > 0:
+            self.thaw(new)
         self.wait_promoted(new, timeout)
-        promoted = time.monotonic() - killed
+        promoted = time.monotonic() - started
         old.restart_as_replica(new.port)
         self.wait_replica_synced(old, timeout)
-        return promoted
+        return killed, promoted
 
     def switch_over(self, timeout: float = 60) -> None:
         """A graceful failover (``SENTINEL FAILOVER``): the primary, still running, is demoted to
