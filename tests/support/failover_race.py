@@ -72,15 +72,12 @@ def _instances(url: str, folder: Path, count: int) -> Iterator[list[subprocess.P
                 "name": f"i{index}", "url": url, "log": str(folder / "runs.log"),
                 "events": str(folder / "events.jsonl"), "max_attempts": 10, **TIMING,
             }  # fmt: skip
+            command = [sys.executable, "-m", "tests.support.instance", json.dumps(args)]
             with (folder / f"i{index}.err").open("wb") as err:
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "tests.support.instance", json.dumps(args)],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=subprocess.DEVNULL,
-                        stderr=err,
-                    )  # fmt: skip
+                        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err
+                    )
                 )
         yield procs
     finally:

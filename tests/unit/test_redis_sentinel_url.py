@@ -36,7 +36,7 @@ def test_several_hosts_are_refused_on_plain_redis_still() -> None:
         ("redis+sentinel://a/relay?cluster=yes", ["does not know", "cluster", "sentinel_password"]),
         ("redis+sentinel://a/relay?strategy=script&cluster=yes", ["does not know", "cluster"]),
         ("redis+sentinel://a/relay?sentinel_pasword=x", ["sentinel_pasword", "sentinel_password"]),
-        ("redis+sentinel://a/relay?socket_timeout=soon", ["malformed", "socket_timeout"]),
+        ("redis+sentinel://a/r?strategy=script&socket_timeout=no", ["malformed", "socket_timeout"]),
     ],
 )
 def test_bad_sentinel_urls_are_refused_naming_the_fix(url: str, words: list[str]) -> None:
