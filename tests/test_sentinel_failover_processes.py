@@ -1,35 +1,56 @@
 """Three real instances, a job every second, and a Redis Sentinel topology failing over under them.
 
-The primary is SIGKILLed while runs are in flight, Sentinel promotes the replica, the old primary
-comes back as a replica; three times. Every slot's handler completes once, tokens never go back,
-and the next run starts soon after each failover. The hazard is shown too (measured, printed,
-not asserted): a replica that fell behind is promoted, and the runs it never received are lost
-to the store.
+Four times while runs are in flight the primary is SIGKILLed, Sentinel promotes the replica and
+the old primary comes back as a replica; twice the replica had first fallen 2 s behind (frozen,
+its link cut, while the primary kept taking writes). With ``wait_replicas=1`` no slot is lost,
+none runs twice because the store forgot a step, tokens never go back, and the next run starts
+within a bound. The same race without ``wait_replicas`` shows the hazard: what it doubled is
+printed (``-s``) and recorded, not asserted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support.backends import unique
 from tests.support.failover_race import race
-from tests.support.redis_sentinel import own_sentinel_topology
+from tests.support.redis_sentinel import SentinelTopology, own_sentinel_topology
 
 pytestmark = [pytest.mark.slow]
+BEHIND = 2.0
+"""Seconds the replica falls behind before a failover that promotes it."""
+NEXT_START_BOUND = 30.0
+"""Seconds from a failover (the primary's kill) to the next started run. Measured on two busy
+cores: Sentinel promotes the replica 2.2 to 3.2 s after the kill; the next run starts 2.2 to
+2.5 s after it without wait_replicas, 3.2 to 3.8 s with it (the new primary confirms nothing
+until the old one has rejoined as its replica), once 14.8 s: the engine's back-off, doubling
+from the tick while the store fails (the 2 s behind count with wait_replicas), had grown to
+6.4 s. The bound keeps a margin a loaded machine needs."""
 
 
-def test_every_slot_runs_once_through_three_failovers(tmp_path: Path) -> None:
+def failovers(topology: SentinelTopology) -> list[Callable[[], tuple[float, float]]]:
+    """Four failovers: plain, then with the replica behind, twice."""
+    return [lambda: topology.fail_over(), lambda: topology.fail_over(behind=BEHIND)] * 2
+
+
+def test_every_slot_runs_once_through_four_failovers(
+    tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
     with own_sentinel_topology(tmp_path / "topology") as topology:
-        url = topology.url(query=f"prefix={unique()}:")
-        result = race(url, tmp_path / "race", [lambda: topology.fail_over()[0]] * 3)
-    print(result.summary())
-    assert result.slots >= 15
+        url = topology.url(query=f"prefix={unique()}:&wait_replicas=1")
+        result = race(url, tmp_path / "race", failovers(topology))
+    print("wait_replicas=1:", result.summary())
+    record_property("race", result.summary())
+    assert result.slots >= 20
     assert result.lost == []
-    assert result.doubled == []
+    # A run is done twice only where an instance gave up recording its end (reported as
+    # abandoned: the engine's finish gives up after three tries, ~1.5 s, shorter than an outage).
+    assert result.stores_lost == []
     assert result.tokens_back == []
-    assert len(result.delays) == 3 and max(result.delays) < 30
+    assert len(result.delays) == 4 and max(result.delays) < NEXT_START_BOUND
 
 
 def test_the_hazard_a_replica_that_was_behind_is_promoted(
@@ -37,6 +58,6 @@ def test_the_hazard_a_replica_that_was_behind_is_promoted(
 ) -> None:
     with own_sentinel_topology(tmp_path / "topology") as topology:
         url = topology.url(query=f"prefix={unique()}:")
-        result = race(url, tmp_path / "race", [lambda: topology.fail_over(behind=3)[0]] * 2)
-    print("hazard (no wait_replicas):", result.summary())
+        result = race(url, tmp_path / "race", failovers(topology))
+    print("hazard, no wait_replicas:", result.summary())
     record_property("hazard", result.summary())

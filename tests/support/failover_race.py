@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -48,16 +48,24 @@ class RaceResult:
     """Runs whose attempts did not get growing tokens."""
     delays: list[float] = field(default_factory=list)
     """Seconds from each failover (the primary's kill) to the next run that started."""
-    abandoned: int = 0
-    """Runs an instance gave up recording (``abandoned`` events)."""
+    promotions: list[float] = field(default_factory=list)
+    """Seconds from each kill to the promotion of the replica (Sentinel's share of the delay)."""
+    abandoned: list[str] = field(default_factory=list)
+    """Runs whose end an instance gave up recording (``abandoned`` events): the engine then lets
+    the lease run out and the run is taken over and run again, by design."""
+    stores_lost: list[str] = field(default_factory=list)
+    """Doubled runs no instance reported abandoned: the store forgot a step it had confirmed."""
 
     def summary(self) -> str:
         """One line for a report."""
         delays = ", ".join(f"{d:.2f}" for d in self.delays)
+        promotions = ", ".join(f"{p:.2f}" for p in self.promotions)
         return (
             f"{self.slots} slots: lost {len(self.lost)} {self.lost[:5]}, doubled "
-            f"{len(self.doubled)} {self.doubled[:5]}, tokens back {len(self.tokens_back)}, "
-            f"abandoned {self.abandoned}; failover -> next start (s): {delays}"
+            f"{len(self.doubled)} {self.doubled[:5]} ({len(self.stores_lost)} of them forgotten "
+            f"by the store, the others abandoned), tokens back {len(self.tokens_back)}, abandoned "
+            f"{len(self.abandoned)}; kill -> promotion (s): {promotions}; kill -> next start (s): "
+            f"{delays}"
         )
 
 
@@ -93,10 +101,14 @@ def _instances(url: str, folder: Path, count: int) -> Iterator[list[subprocess.P
 
 
 def race(
-    url: str, folder: Path, failovers: list[Callable[[], float]], settle: float = 4.0
+    url: str,
+    folder: Path,
+    failovers: Sequence[Callable[[], tuple[float, float]]],
+    settle: float = 4.0,
 ) -> RaceResult:
-    """Run 3 instances on ``url``; call each of ``failovers`` (each returns the ``time.time()``
-    of its kill) once runs are under way, then let them settle and judge the log."""
+    """Run 3 instances on ``url``; call each of ``failovers`` once runs are under way (each
+    returns the ``time.time()`` of its kill and the seconds to the promotion), then let them
+    settle and judge the log."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "runs.log"
     kills = []
@@ -112,11 +124,17 @@ def race(
         time.sleep(settle)
         stopped = time.time()
         assert all(p.poll() is None for p in procs), _errors(folder)
-    abandoned = len(read_events(folder / "events.jsonl", "abandoned"))
-    return judge(_lines(log), kills, stopped - TIMING["lease"] - 2, abandoned)
+    abandoned = [e["relay_run_id"] for e in read_events(folder / "events.jsonl", "abandoned")]
+    result = judge(
+        _lines(log), [kill for kill, _ in kills], stopped - TIMING["lease"] - 2, abandoned
+    )
+    result.promotions = [promoted for _, promoted in kills]
+    return result
 
 
-def judge(lines: list[list[Any]], kills: list[float], end: float, abandoned: int = 0) -> RaceResult:
+def judge(
+    lines: list[list[Any]], kills: list[float], end: float, abandoned: list[str]
+) -> RaceResult:
     """Judge the log: every slot from the first started to ``end`` must complete once."""
     done: Counter[str] = Counter(line[0] for line in lines if line[4] == "done")
     tokens: dict[str, list[int]] = defaultdict(list)
@@ -129,6 +147,7 @@ def judge(lines: list[list[Any]], kills: list[float], end: float, abandoned: int
     result = RaceResult(len(window), abandoned=abandoned)
     result.lost = [run for run in window if done[run] == 0]
     result.doubled = [run for run in window if done[run] > 1]
+    result.stores_lost = [run for run in result.doubled if run not in abandoned]
     result.tokens_back = [run for run, seen in tokens.items() if seen != sorted(set(seen))]
     starts = sorted(line[5] for line in lines if line[4] == "start")
     for kill in kills:

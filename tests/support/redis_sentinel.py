@@ -205,8 +205,25 @@ class SentinelTopology:
         counts it as a healthy replica (so it may be promoted at the next failover)."""
         deadline = time.monotonic() + timeout
         while not (self._linked(node) and self._known_replica(node)):
-            assert time.monotonic() < deadline, f"node {node.port} did not become a replica"
+            assert time.monotonic() < deadline, (
+                f"node {node.port} did not become a replica: {self._state(node)}"
+            )
             time.sleep(0.1)
+
+    def _state(self, node: DataNode) -> str:
+        """What the node and the sentinels say about it, for a failure's message."""
+        try:
+            info = _info(node)
+            mine = {k: info.get(k) for k in ("role", "master_port", "master_link_status")}
+            with self.sentinels[0].client() as client:
+                seen = [
+                    {k: r.get(k) for k in ("port", "flags", "master-link-status", "master-port")}
+                    for r in client.sentinel_slaves(SERVICE)
+                ]
+                primary = client.sentinel_get_master_addr_by_name(SERVICE)
+        except redis.RedisError as exc:
+            return f"(state unknown: {exc})"
+        return f"node {mine}; sentinel 0: primary {primary}, replicas {seen}"
 
     def freeze(self, node: DataNode) -> None:
         """SIGSTOP the node: it stops answering and stops reading replication."""
