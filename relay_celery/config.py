@@ -149,7 +149,7 @@ def _broker_backend(app: Celery) -> str:
         "Relay has no backend: set app.conf.relay_backend (CELERY_RELAY_BACKEND or "
         "RELAY['BACKEND'] with Django) to a store every beat and worker shares, such as "
         "'postgresql://…' or 'redis://…'. Without it Relay uses the app's broker only when that "
-        f"is Redis, and this app's broker is {described}"
+        f"is Redis or Redis Sentinel, and this app's broker is {described}"
     )
 
 

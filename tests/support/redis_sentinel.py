@@ -164,13 +164,13 @@ class SentinelTopology:
         old, new = self.primary(), self.replica()
         self.wait_replica_synced(new, timeout)  # the sentinels must know it may be promoted
         if behind > 0:
-            self.freeze(new)
+            new.freeze()  # SIGSTOP: it answers nothing and reads no replication
             self.cut_replication(old)
             time.sleep(behind)
         old.kill()
         killed, started = time.time(), time.monotonic()
         if behind > 0:
-            self.thaw(new)
+            new.thaw()
         self.wait_promoted(new, timeout)
         promoted = time.monotonic() - started
         old.restart_as_replica(new.port)
@@ -224,16 +224,6 @@ class SentinelTopology:
         except redis.RedisError as exc:
             return f"(state unknown: {exc})"
         return f"node {mine}; sentinel 0: primary {primary}, replicas {seen}"
-
-    def freeze(self, node: DataNode) -> None:
-        """SIGSTOP the node: it stops answering and stops reading replication."""
-        assert node.process is not None
-        node.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self, node: DataNode) -> None:
-        """SIGCONT a frozen node."""
-        assert node.process is not None
-        node.process.send_signal(signal.SIGCONT)
 
     def cut_replication(self, primary: DataNode) -> None:
         """Close the primary's links to its replicas (``CLIENT KILL TYPE replica``), as a network
