@@ -234,7 +234,9 @@ class LeaseBackend(Protocol):
         its replicas did not confirm it) returns the state that finish recorded and changes
         nothing: a failure is not counted twice. Otherwise raises ``LeaseLost`` for a token that
         is not current or a run that is not running (handed over, or recorded failed or skipped
-        by an acquire), and heartbeat, start and release of a finished run stay refused.
+        by an acquire), and heartbeat, start and release of a finished run stay refused. A token
+        still current is accepted even after its lease's time ran out: nobody took the run over,
+        so a runner cut off from the store longer than its lease records what it did.
         """
         ...
 

@@ -25,6 +25,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id
 
@@ -49,7 +50,7 @@ class NatsClaimBackend:
         *,
         stream: str = DEFAULT_STREAM,
         window: float = DEFAULT_WINDOW,
-        timeout: float = 10.0,
+        timeout: float = DEFAULT_TIMEOUT,
         location: str = "NATS",
     ) -> None:
         if not _STREAM_NAME.match(stream):
@@ -76,7 +77,7 @@ class NatsClaimBackend:
         """Connect to the server a ``nats://[user:password@]host:port?strategy=dedup`` URL names.
 
         Options: ``stream`` (default ``RELAY_CLAIMS``), ``window`` in seconds (default 300),
-        ``timeout`` of one request in seconds (default 10).
+        ``timeout`` of one request in seconds (default 2).
         """
         parsed = BackendURL(url)
         parsed.check_options(_OUR_OPTIONS, "the NATS claim backend (strategy=dedup)")
@@ -84,7 +85,7 @@ class NatsClaimBackend:
             parsed.without_options(_OUR_OPTIONS),
             stream=parsed.option("stream", DEFAULT_STREAM),
             window=parsed.float_option("window", DEFAULT_WINDOW),
-            timeout=parsed.float_option("timeout", 10.0),
+            timeout=parsed.float_option("timeout", DEFAULT_TIMEOUT),
             location=BackendURL(parsed.without_options(_OUR_OPTIONS)).redacted(),
             **kwargs,
         )

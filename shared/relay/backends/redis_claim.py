@@ -36,6 +36,7 @@ from relay.backends._redis import DEFAULT_PREFIX, check_prefix, driver_url, job_
 from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
 from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id, slot_ms
 
@@ -55,7 +56,7 @@ STREAM_KEEP = 100
 _SCRIPTS = resources.files("relay.backends")
 _CLAIM_SCRIPT = _SCRIPTS.joinpath("redis_claim.lua").read_text()
 _IDMP_SETUP_SCRIPT = _SCRIPTS.joinpath("redis_claim_idmp.lua").read_text()
-_OUR_OPTIONS = ("strategy", "prefix", "retention")
+_OUR_OPTIONS = ("strategy", "prefix", "retention", "timeout")
 _DRIVER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "client_name")
 _PRODUCER = "relay"
 
@@ -101,19 +102,20 @@ class RedisClaimBackend:
         """Connect to the server a ``redis://…?strategy=…`` URL names.
 
         Options: ``prefix`` of every key (default ``relay:``), ``retention`` (seconds, for
-        ``idmp`` and ``script``), and the driver's ``socket_timeout``,
-        ``socket_connect_timeout``, ``client_name``.
+        ``idmp`` and ``script``), ``timeout`` (seconds for each connect and reply, default
+        2), and the driver's ``socket_timeout``, ``socket_connect_timeout``, ``client_name``.
         """
         parsed = BackendURL(url)
         strategy = parsed.option("strategy", "")
-        known = ["strategy", "prefix", *_DRIVER_OPTIONS]
+        known = ["strategy", "prefix", "timeout", *_DRIVER_OPTIONS]
         if strategy != "stream-id":
             known.append("retention")
         if is_sentinel(parsed):
             known += SENTINEL_OPTIONS
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
-        timeouts = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+        timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
+        timeouts = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
         try:
             if is_sentinel(parsed):
                 client = sentinel_client(parsed, _OUR_OPTIONS, **timeouts)

@@ -56,6 +56,7 @@ from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentine
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.deadlines import Deadline, deadline_of
 from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import (
@@ -75,7 +76,7 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
-_RELAY_OPTIONS = ("strategy", "prefix", "retention", "wait_replicas", "wait_timeout")
+_RELAY_OPTIONS = ("strategy", "prefix", "retention", "wait_replicas", "wait_timeout", "timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
@@ -85,6 +86,8 @@ _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
     "live",
 )  # fmt: skip
+_RETRY_CAP = 0.5
+"""The longest pause before a call whose connection broke is sent again."""
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
 _WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control"})
@@ -129,6 +132,7 @@ class RedisLeaseBackend:
         read_only: bool = False,
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        deadline: Deadline | None = None,
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
@@ -136,6 +140,8 @@ class RedisLeaseBackend:
         self.prefix = prefix
         self.retention_ms = ms(retention)
         self._description = description
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._redis = client
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
@@ -183,11 +189,16 @@ class RedisLeaseBackend:
         wait = WaitFor.from_url(parsed)
         kwargs.setdefault("wait_replicas", wait.replicas)
         kwargs.setdefault("wait_timeout", wait.timeout)
+        # A call may find its pooled connection broken, then connect and send again (one retry),
+        # and wait for its replicas behind each step (WAIT).
+        waits = wait.timeout if wait.replicas else 0.0
+        deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
         return cls(
-            _connect(parsed, cluster, f"{kind} at {where}"),
+            _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout, waits),
             prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             description=f"{kind} ({where}, prefix={prefix})",
+            deadline=deadline,
             **kwargs,
         )
 
@@ -685,11 +696,23 @@ class RedisLeaseBackend:
         return translated(self.name)
 
 
-def _connect(parsed: BackendURL, cluster: bool, where: str) -> redis.Redis | RedisCluster:
-    """A client for the URL without Relay's options (a Cluster client connects at once)."""
+def _connect(
+    parsed: BackendURL, cluster: bool, where: str, timeout: float, waits: float
+) -> redis.Redis | RedisCluster:
+    """A client for the URL without Relay's options (a Cluster client connects at once).
+
+    Every connect waits ``timeout`` at most, every reply ``timeout`` plus ``waits`` (the WAIT
+    for replicas behind a step); a call that times out is not retried (it would wait as long
+    again), one whose connection broke is, once. Through Sentinel, a demoted primary's READONLY
+    counts as a broken connection: the retry asks the sentinels for the new one.
+    """
     ours = (*_RELAY_OPTIONS, "cluster")
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1)
-    options = {"decode_responses": True, "retry": retry, **_timeouts(parsed)}
+    retry = Retry(
+        ExponentialBackoff(cap=_RETRY_CAP, base=0.05),
+        retries=1,
+        supported_errors=(redis.ConnectionError,),
+    )
+    options = {"decode_responses": True, "retry": retry, **_timeouts(parsed, timeout, waits)}
     if is_sentinel(parsed):
         return sentinel_client(parsed, ours, **options)
     factory = RedisCluster.from_url if cluster else redis.Redis.from_url
@@ -715,9 +738,10 @@ def _flag(parsed: BackendURL, name: str) -> bool:
     return value in ("yes", "true", "1")
 
 
-def _timeouts(parsed: BackendURL) -> dict[str, float]:
-    """Default timeouts, so an unreachable server fails a step instead of hanging it."""
-    defaults = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+def _timeouts(parsed: BackendURL, timeout: float, waits: float) -> dict[str, float]:
+    """``timeout`` for connects and replies, unless the URL names redis-py's own options."""
+    # A reply may come after the server's WAIT for replicas (``waits``), then travel.
+    defaults = {"socket_connect_timeout": timeout, "socket_timeout": timeout + waits}
     return {name: value for name, value in defaults.items() if name not in parsed.options}
 
 
