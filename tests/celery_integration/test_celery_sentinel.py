@@ -13,6 +13,9 @@ from relay.backends import capability_of
 from relay.backends.redis_lease import RedisLeaseBackend
 from relay.errors import ConfigurationError
 from relay_celery.config import load_settings, open_checked
+from tests.celery_integration.cluster import cluster
+from tests.celery_integration.test_celery_processes import assert_every_second_once
+from tests.support.backends import unique
 from tests.support.redis_sentinel import own_sentinel_topology
 
 
@@ -71,3 +74,33 @@ def test_the_derived_store_opens_on_the_current_primary(tmp_path: Path) -> None:
             connection.ensure_connection(max_retries=3)
             client = connection.default_channel.client
             assert client.connection_pool.get_master_address()[1] == topology.primary().port
+
+
+@pytest.mark.slow
+def test_beats_and_a_worker_on_a_sentinel_broker_run_each_slot_once_through_a_failover(
+    tmp_path: Path,
+) -> None:
+    """Two ``celery beat`` and a ``celery worker``, broker and store through the same sentinels:
+    they follow the failover without a restart, and each slot runs once."""
+    with own_sentinel_topology(tmp_path / "topology") as topology:
+        broker = ";".join(f"sentinel://127.0.0.1:{s.port}" for s in topology.sentinels) + "/0"
+        store = topology.url(query=f"prefix={unique()}:&wait_replicas=1")
+        schedule = {"tick": {"every": 1, "relay": {"catch_up": 30}}}
+        with cluster(tmp_path, broker, store, schedule) as c:
+            c.set(lease=4, heartbeat=0.5, queue_lease=15)
+            beats = [c.beat(), c.beat()]
+            c.worker(pool="threads", concurrency=2)
+            c.wait_for("the first runs", lambda: len(c.events("end")) >= 3, 90)
+            killed, _ = topology.fail_over()
+            c.wait_for(
+                "runs after the failover",
+                lambda: max(e["at"] for e in c.events("end")) > killed + 5,
+                120,
+            )
+            for beat in beats:
+                c.kill(beat)
+            c.wait_quiet()
+            events = c.events()
+    assert_every_second_once(events)
+    after = [e for e in events if e["event"] == "end" and e["at"] > killed]
+    assert len(after) >= 5
