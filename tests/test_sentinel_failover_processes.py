@@ -24,11 +24,11 @@ BEHIND = 2.0
 """Seconds the replica falls behind before a failover that promotes it."""
 NEXT_START_BOUND = 30.0
 """Seconds from a failover (the primary's kill) to the next started run. Measured on two busy
-cores: Sentinel promotes the replica 2.2 to 3.2 s after the kill; the next run starts 2.2 to
-2.5 s after it without wait_replicas, 3.2 to 3.8 s with it (the new primary confirms nothing
-until the old one has rejoined as its replica), once 14.8 s: the engine's back-off, doubling
-from the tick while the store fails (the 2 s behind count with wait_replicas), had grown to
-6.4 s. The bound keeps a margin a loaded machine needs."""
+cores over 12 failovers (bench/store_failover_redis.py): Sentinel promotes the replica 2.1 to
+3.2 s after the kill; the next run starts 2.2 to 3.8 s after the kill without wait_replicas, 3.2
+to 4.7 s with it (the new primary confirms nothing until the old one has rejoined as its
+replica); once 14.8 s, when the scheduler's back-off, doubling from the tick while the store
+failed, had grown to 6.4 s. The bound keeps a margin a loaded machine needs."""
 
 
 def failovers(topology: SentinelTopology) -> list[Callable[[], tuple[float, float]]]:
