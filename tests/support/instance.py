@@ -1,7 +1,8 @@
 """A real scheduler instance for tests: ``python -m tests.support.instance JSON``.
 
 It runs one job on the given backend URL; each run appends ``(run id, attempt, token, owner,
-event)`` lines to a log file so that the test can see who started and who finished which run.
+event, time)`` lines to a log file so that the test can see who started and who finished which
+run, and when (this process's ``time.time()``).
 With ``"events": PATH`` it also logs Relay's events to PATH as JSON lines.
 """
 
@@ -28,7 +29,8 @@ def main(args: dict[str, Any]) -> None:
 
     def write(run: relay.Run, event: str) -> None:
         with log.open("a") as out:
-            out.write(json.dumps([run.id, run.attempt, run.token, args["name"], event]) + "\n")
+            line = [run.id, run.attempt, run.token, args["name"], event, time.time()]
+            out.write(json.dumps(line) + "\n")
 
     @scheduler.job(
         every=args["every"], name="job", max_attempts=args.get("max_attempts", 3),

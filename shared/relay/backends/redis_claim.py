@@ -33,6 +33,8 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from relay.backends._ms import positive_ms
 from relay.backends._redis import DEFAULT_PREFIX, check_prefix, driver_url, job_base, translated
+from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
+from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._url import BackendURL
 from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -92,7 +94,7 @@ class RedisClaimBackend:
                 if strategy == "idmp":
                     self._check_idmp_support()
         except BaseException:
-            client.close()
+            self.close()
             raise
 
     @classmethod
@@ -108,14 +110,17 @@ class RedisClaimBackend:
         known = ["strategy", "prefix", "timeout", *_DRIVER_OPTIONS]
         if strategy != "stream-id":
             known.append("retention")
+        if is_sentinel(parsed):
+            known += SENTINEL_OPTIONS
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
-        url_for_driver = driver_url(parsed, _OUR_OPTIONS)
         timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
+        timeouts = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
         try:
-            client = redis.Redis.from_url(
-                url_for_driver, socket_connect_timeout=timeout, socket_timeout=timeout
-            )
+            if is_sentinel(parsed):
+                client = sentinel_client(parsed, _OUR_OPTIONS, **timeouts)
+            else:
+                client = redis.Redis.from_url(driver_url(parsed, _OUR_OPTIONS), **timeouts)
         except ValueError as exc:
             raise ConfigurationError(
                 f"Redis URL {parsed.redacted()!r} is malformed: {exc}"
@@ -155,6 +160,7 @@ class RedisClaimBackend:
 
     def close(self) -> None:
         self._client.close()
+        close_sentinels(self._client)
 
     def stream_key(self, job: str) -> str:
         """The key of ``job``'s stream (``stream-id`` and ``idmp``)."""

@@ -51,6 +51,8 @@ from relay.backends._redis import (
     time_ms,
     translated,
 )
+from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
+from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
@@ -74,9 +76,7 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
-_RELAY_OPTIONS = (
-    "strategy", "prefix", "retention", "cluster", "wait_replicas", "wait_timeout", "timeout",
-)  # fmt: skip
+_RELAY_OPTIONS = ("strategy", "prefix", "retention", "wait_replicas", "wait_timeout", "timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
@@ -175,14 +175,16 @@ class RedisLeaseBackend:
     def from_url(cls, url: str, **kwargs: Any) -> RedisLeaseBackend:
         """Connect as a URL says; options ``prefix`` (default ``relay:``), ``retention`` (s)."""
         parsed = BackendURL(url)
-        parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS], "the Redis lease backend")
+        sentinel = is_sentinel(parsed)
+        extra = SENTINEL_OPTIONS if sentinel else ("cluster",)
+        parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS, *extra], "the Redis lease backend")
         if parsed.option("strategy", "lease") != "lease":
             raise ConfigurationError(f"{parsed.redacted()} is not a lease URL: use strategy=lease")
         cluster = _flag(parsed, "cluster")
         if cluster:
             kwargs.setdefault("jobs_per_call", 1)  # a script may touch one Cluster slot only
         where = BackendURL(parsed.redacted()).without_options(parsed.options)
-        kind = "Redis Cluster" if cluster else "Redis"
+        kind = "Redis Sentinel" if sentinel else "Redis Cluster" if cluster else "Redis"
         prefix = parsed.option("prefix", DEFAULT_PREFIX)
         wait = WaitFor.from_url(parsed)
         kwargs.setdefault("wait_replicas", wait.replicas)
@@ -430,6 +432,7 @@ class RedisLeaseBackend:
 
     def close(self) -> None:
         self._redis.close()
+        close_sentinels(self._redis)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -728,21 +731,21 @@ def _connect(
 
     Every connect waits ``timeout`` at most, every reply ``timeout`` plus ``waits`` (the WAIT
     for replicas behind a step); a call that times out is not retried (it would wait as long
-    again), one whose connection broke is, once.
+    again), one whose connection broke is, once. Through Sentinel, a demoted primary's READONLY
+    counts as a broken connection: the retry asks the sentinels for the new one.
     """
-    url = driver_url(parsed, _RELAY_OPTIONS)
+    ours = (*_RELAY_OPTIONS, "cluster")
+    retry = Retry(
+        ExponentialBackoff(cap=_RETRY_CAP, base=0.05),
+        retries=1,
+        supported_errors=(redis.ConnectionError,),
+    )
+    options = {"decode_responses": True, "retry": retry, **_timeouts(parsed, timeout, waits)}
+    if is_sentinel(parsed):
+        return sentinel_client(parsed, ours, **options)
     factory = RedisCluster.from_url if cluster else redis.Redis.from_url
     try:
-        return factory(
-            url,
-            decode_responses=True,
-            retry=Retry(
-                ExponentialBackoff(cap=_RETRY_CAP, base=0.05),
-                retries=1,
-                supported_errors=(redis.ConnectionError,),
-            ),
-            **_timeouts(parsed, timeout, waits),
-        )
+        return factory(driver_url(parsed, ours), **options)
     except ValueError as exc:
         raise ConfigurationError(
             f"Redis URL {parsed.redacted()} is malformed: {exc}; "
