@@ -1,0 +1,210 @@
+"""NATS KV leases on a three-node cluster (``replicas=3``): any server SIGKILLed, the leader too.
+
+Each test starts its own cluster (tests/support/nats_cluster.py) and kills it at the end. When the
+server leading the bucket's stream dies, the others elect a new leader after nats-server's Raft
+election timeout (4 to 9 s, not configurable): steps wait it out, and none fails or is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay import AcquireRequest, Outcome, open_backend
+from relay.backends.nats_kv import NatsLeaseBackend
+from relay.errors import ConfigurationError
+from relay.runs import parse_run_id
+from tests.support.nats_cluster import NatsCluster, NatsNode, nats_cluster
+from tests.support.procs import ROOT
+
+pytestmark = [pytest.mark.nats_kv, pytest.mark.slow]
+
+UTC = timezone.utc
+ELECTION_BOUND = 20.0
+"""Seconds from a leader's SIGKILL to the next step answered: the election (at most 9 s after
+the last heartbeat, then a campaign) plus one attempt (1 s), with room for a loaded machine."""
+FOLLOWER_BOUND = 8.0
+"""Seconds from a follower's SIGKILL to the next run started: a job every second, a reconnect."""
+
+
+def slot(index: int) -> datetime:
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=index)
+
+
+def follower(cluster: NatsCluster, stream: str) -> NatsNode:
+    leader = cluster.leader(stream)
+    return next(node for node in cluster.nodes if node is not leader)
+
+
+# -- one backend, in this process ---------------------------------------------------------------
+
+
+def test_steps_wait_out_the_election_after_the_leader_is_killed() -> None:
+    with nats_cluster() as cluster:
+        backend = open_backend(f"{cluster.url}?bucket=steps&replicas=3")
+        assert isinstance(backend, NatsLeaseBackend)
+        try:
+            cluster.current("KV_steps")
+            longest, errors, stop = [0.0], [], threading.Event()
+
+            def steps() -> None:
+                index = 0
+                while not stop.is_set():
+                    index += 1
+                    began = time.monotonic()
+                    try:
+                        request = AcquireRequest("job", slot(index), "me", lease=30)
+                        run = backend.acquire(request).run
+                        assert run is not None
+                        backend.finish(run.id, run.token, succeeded=True)
+                    except Exception as exc:  # every step must go through
+                        errors.append(exc)
+                    longest[0] = max(longest[0], time.monotonic() - began)
+
+            worker = threading.Thread(target=steps)
+            worker.start()
+            time.sleep(1)
+            cluster.leader("KV_steps").kill()
+            time.sleep(ELECTION_BOUND)
+            stop.set()
+            worker.join(60)
+            assert errors == []
+            assert 3 < longest[0] < ELECTION_BOUND  # the election was waited out, not skipped
+            acquired = backend.acquire(AcquireRequest("job", slot(0), "late", lease=30))
+            assert acquired.outcome is Outcome.WON  # slot 0 was never run: the store answers
+        finally:
+            backend.close()
+
+
+def test_the_bucket_serves_no_direct_get_and_keeps_its_replicas() -> None:
+    with nats_cluster() as cluster:
+        open_backend(f"{cluster.url}?bucket=conf&replicas=3").close()
+        info = cluster.stream_info("KV_conf") or {}
+        assert info["config"]["num_replicas"] == 3
+        assert info["config"].get("allow_direct", False) is False
+        with pytest.raises(ConfigurationError, match=r"has 3 replica.*replicas=3"):
+            open_backend(f"{cluster.url}?bucket=conf&replicas=1")
+
+
+# -- instance processes ---------------------------------------------------------------------------
+
+
+def start(name: str, url: str, folder: Path, **options: Any) -> subprocess.Popen[bytes]:
+    args = {"name": name, "url": url, "log": str(folder / "runs.log"), **options}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "shared")])}
+    with (folder / f"{name}.err").open("ab") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.instance", json.dumps(args)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+
+
+def lines(folder: Path) -> list[list[Any]]:
+    log = folder / "runs.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_instances_starting_together_on_a_new_replicated_bucket_all_start(tmp_path: Path) -> None:
+    with nats_cluster() as cluster:
+        url = f"{cluster.url}?bucket=fresh&replicas=3"
+        at = time.time() + 4  # every process imported and waiting: they open the store at once
+        options = {"lease": 15, "heartbeat": 1, "every": 1, "work": 0.1, "start_at": at}
+        procs = [start(f"i{n}", url, tmp_path, **options) for n in range(3)]
+        try:
+            wait_for(lambda: time.time() > at + 6, 30, "the instances to run a while")
+            errors = [(tmp_path / f"i{n}.err").read_text() for n in range(3)]
+            assert [p.poll() for p in procs] == [None, None, None], errors
+            assert len({e[0] for e in lines(tmp_path) if e[4] == "done"}) >= 3
+        finally:
+            stop_all(procs)
+
+
+LEASE = 15.0
+"""Longer than an election (up to 9 s) and its wait: a run in flight keeps its lease through a
+leader's death, so only a finish that never lands could let another instance run it again."""
+
+
+def test_runs_are_neither_lost_nor_doubled_while_servers_are_killed(tmp_path: Path) -> None:
+    with nats_cluster() as cluster:
+        url, stream = f"{cluster.url}?bucket=race&replicas=3", "KV_race"
+        options = {
+            "lease": LEASE, "heartbeat": 1, "every": 1, "work": 0.3, "catch_up": 60,
+            "stop_timeout": 5,
+        }  # fmt: skip
+        procs = [start(f"i{n}", url, tmp_path, **options) for n in range(3)]
+        gaps: list[tuple[str, float]] = []
+        try:
+            wait_for(lambda: len(lines(tmp_path)) >= 6, 60, "the first runs")
+            cluster.current(stream)
+            for victim in ("leader", "follower", "leader"):
+                node = cluster.leader(stream) if victim == "leader" else follower(cluster, stream)
+                wait_for(lambda: in_flight(lines(tmp_path)), 10, "a run in flight")
+                killed = time.time()
+                node.kill()
+                wait_for(lambda k=killed: started_after(lines(tmp_path), k), 60, "the next run")
+                gaps.append((victim, started_after(lines(tmp_path), killed)[0] - killed))
+                cluster.restart(node)
+                cluster.current(stream)
+            assert [p.poll() for p in procs] == [None, None, None]
+        finally:
+            stopping = time.time()
+            stop_all(procs)
+        check_runs(lines(tmp_path), stopping)
+        print("kill -> next run started:", ", ".join(f"{v} {s:.2f}s" for v, s in gaps))
+        for victim, gap in gaps:
+            assert gap < (ELECTION_BOUND if victim == "leader" else FOLLOWER_BOUND), gaps
+
+
+def in_flight(events: list[list[Any]]) -> bool:
+    """Whether the newest run started has not finished."""
+    starts = [e for e in events if e[4] == "start"]
+    return bool(starts) and not any(e[0] == starts[-1][0] and e[4] == "done" for e in events)
+
+
+def started_after(events: list[list[Any]], moment: float) -> list[float]:
+    return [e[5] for e in events if e[4] == "start" and e[5] > moment]
+
+
+def check_runs(events: list[list[Any]], stopping: float) -> None:
+    """Each slot started once and finished once; no token handed out twice; no slot skipped."""
+    starts = [e for e in events if e[4] == "start"]
+    done = [e[0] for e in events if e[4] == "done"]
+    run_ids = [e[0] for e in starts]
+    doubled = sorted({r for r in run_ids + done if (run_ids + done).count(r) > 2})
+    assert doubled == [], f"runs started or finished twice: {doubled}"
+    unfinished = [e[0] for e in starts if e[0] not in done and e[5] < stopping - 6]
+    assert unfinished == [], f"runs started and never finished: {unfinished}"
+    tokens = [e[2] for e in starts]
+    assert len(set(tokens)) == len(tokens), "a token was handed out twice"
+    seconds = {int(parse_run_id(r)[1].timestamp()) for r in run_ids}
+    missing = set(range(min(seconds), max(seconds) + 1)) - seconds
+    assert missing == set(), f"slots never run: {sorted(missing)}"
