@@ -86,6 +86,29 @@ def test_steps_wait_out_the_election_after_the_leader_is_killed() -> None:
             backend.close()
 
 
+def test_a_sweep_does_not_wait_for_a_new_meta_leader() -> None:
+    """The meta leader (which creates consumers) killed: sweeps read through the stream leader."""
+    with nats_cluster() as cluster:
+        backend = open_backend(f"{cluster.url}?bucket=sweep&replicas=3")
+        assert isinstance(backend, NatsLeaseBackend)
+        try:
+            cluster.current("KV_sweep")
+            expired = backend.acquire(AcquireRequest("job", slot(1), "gone", lease=0.5)).run
+            assert expired is not None
+            meta = cluster.meta_leader()
+            if meta is cluster.leader("KV_sweep"):  # keep the stream's leader alive
+                cluster.request("$JS.API.STREAM.LEADER.STEPDOWN.KV_sweep")
+                wait_for(lambda: cluster.leader("KV_sweep") is not meta, 30, "another leader")
+            time.sleep(0.6)
+            meta.kill()
+            for _ in range(3):
+                began = time.monotonic()
+                assert [r.id for r in backend.reclaimable()] == [expired.id]
+                assert time.monotonic() - began < 5  # one attempt at a consumer (1 s), not 4-9 s
+        finally:
+            backend.close()
+
+
 def test_the_bucket_serves_no_direct_get_and_keeps_its_replicas() -> None:
     with nats_cluster() as cluster:
         open_backend(f"{cluster.url}?bucket=conf&replicas=3").close()

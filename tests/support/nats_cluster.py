@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -45,7 +46,7 @@ class NatsNode:
 
     def __init__(self, binary: Path, name: str, store: Path, port: int, route_port: int) -> None:
         self.binary, self.name, self.store = binary, name, store
-        self.port, self.route_port = port, route_port
+        self.port, self.route_port, self.http_port = port, route_port, free_port()
         self.routes: list[int] = []
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -67,7 +68,7 @@ class NatsNode:
             [str(self.binary), "-a", "127.0.0.1", "-p", str(self.port), "-n", self.name,
              "-js", "-sd", str(self.store), "--cluster_name", "relay",
              "--cluster", f"nats://127.0.0.1:{self.route_port}", "--routes", routes,
-             "-l", str(self.store / "server.log")],
+             "-m", str(self.http_port), "-l", str(self.store / "server.log")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -134,6 +135,22 @@ class NatsCluster:
     def restart(self, node: NatsNode) -> None:
         """Start a node that was killed again, on its ports and store."""
         node.start()
+
+    def meta_leader(self, timeout: float = 30) -> NatsNode:
+        """The node leading the cluster's JetStream meta group (it creates streams and
+        consumers), from a live node's ``/jsz`` monitoring page."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.running:
+                    with suppress(OSError, ValueError):
+                        url = f"http://127.0.0.1:{node.http_port}/jsz"
+                        with urllib.request.urlopen(url, timeout=2) as page:
+                            name = json.load(page).get("meta_cluster", {}).get("leader")
+                        if name and self.node(name).running:
+                            return self.node(name)
+            time.sleep(0.1)
+        raise AssertionError(f"the cluster has no meta leader after {timeout}s")
 
     def stream_info(self, stream: str) -> dict[str, Any] | None:
         """``$JS.API.STREAM.INFO`` of ``stream`` from any live node, or ``None`` if none answers."""

@@ -78,6 +78,9 @@ CAS_TRIES = 64
 KNOWN_KEYS = 256
 """Job keys whose last value this process wrote are remembered (most recent first), so the next
 step on the job swaps on that revision without reading it first; a lost swap reads it again."""
+NO_CONSUMERS_FOR = 5.0
+"""Seconds a listing of the jobs reads every key through the stream's leader, without trying a
+consumer, after a consumer could not be made (the cluster's meta leader is being replaced)."""
 INSTANCES_MAX_AGE = 86400.0
 """Seconds the server keeps an instance's last heartbeat (its bucket's ``max_age``)."""
 _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
@@ -124,6 +127,7 @@ class NatsLeaseBackend:
         self._loop = LoopThread(f"relay-nats-{bucket}")
         self._clock = ServerClock(self._read_clock)
         self._known: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._no_consumers_until = 0.0
         try:
             self._nc, self._js = self._call(
                 self._open(servers, storage, replicas, history, read_only), timeout * 3
@@ -133,7 +137,7 @@ class NatsLeaseBackend:
             raise
         # Steps' requests: each attempt waits ATTEMPT seconds, then goes again (see _retried).
         self._jsa = self._nc.jetstream(timeout=min(ATTEMPT, timeout))
-        self._kv = KeyValue(bucket, self._stream, self._prefix, self._js, direct=False)
+        self._kv = KeyValue(bucket, self._stream, self._prefix, self._jsa, direct=False)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> NatsLeaseBackend:
@@ -530,8 +534,34 @@ class NatsLeaseBackend:
     # -- listing -----------------------------------------------------------------------------
 
     async def _all_jobs(self) -> list[JobState]:
-        entries = await self._watch("job.*", meta_only=False)
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._no_consumers_until:
+            return await self._all_jobs_from_leader()
+        try:
+            entries = await self._watch_once("job.*", meta_only=False)
+        except Exception as exc:
+            if not leaderless(exc):
+                raise
+            self._no_consumers_until = loop.time() + NO_CONSUMERS_FOR
+            return await self._all_jobs_from_leader()
         return [JobState.decode(_job_of(e.key), e.value) for e in entries if e.value]
+
+    async def _all_jobs_from_leader(self) -> list[JobState]:
+        """Every job's key read through the stream's leader: the keys from stream info, then a
+        request per key. Slower than a consumer, but it needs none, so it does not wait for the
+        cluster's meta leader (which creates consumers) while that one is being replaced."""
+        info = await self._retried(
+            lambda: self._jsa.stream_info(self._stream, subjects_filter=f"{self._prefix}job.*")
+        )
+        keys = [subject[len(self._prefix) :] for subject in info.state.subjects or {}]
+        found: list[tuple[bytes | None, int]] = []
+        for at in range(0, len(keys), 256):  # a few hundred requests in flight at a time
+            found += await asyncio.gather(*(self._get(key) for key in keys[at : at + 256]))
+        return [
+            JobState.decode(_job_of(k), data)
+            for k, (data, _) in zip(keys, found, strict=True)
+            if data
+        ]
 
     async def _runs(self, job: str | None, limit: int) -> list[RunRecord]:
         if job is None:
@@ -559,13 +589,18 @@ class NatsLeaseBackend:
         return records
 
     async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        """The keys' entries: listed again from the start if the consumer's server dies."""
+        return await self._retried(lambda: self._watch_once(keys, meta_only=meta_only))
+
+    async def _watch_once(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        """The keys' entries through an ordered consumer (each wait is one attempt)."""
         # An ephemeral consumer per listing: let the server drop it soon after we stop reading.
         watcher = await self._kv.watch(
             keys, meta_only=meta_only, ignore_deletes=True, inactive_threshold=10.0
         )
         entries = []
         try:
-            while (entry := await watcher.updates(self._timeout)) is not None:  # type: ignore[no-untyped-call]
+            while (entry := await watcher.updates(min(ATTEMPT, self._timeout))) is not None:  # type: ignore[no-untyped-call]
                 entries.append(entry)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
