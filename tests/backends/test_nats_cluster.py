@@ -109,6 +109,42 @@ def test_a_sweep_does_not_wait_for_a_new_meta_leader() -> None:
             backend.close()
 
 
+def test_dedup_claims_wait_out_the_election_and_no_run_is_won_twice() -> None:
+    with nats_cluster() as cluster:
+        url = f"{cluster.url}?strategy=dedup&stream=CLAIMS&replicas=3&timeout=15"
+        backends = [open_backend(url) for _ in range(2)]
+        wins: list[list[int]] = [[], []]
+        errors: list[Exception] = []
+        try:
+            cluster.current("CLAIMS")
+
+            def claim(which: int) -> None:
+                for index in range(150):
+                    try:
+                        if backends[which].claim("job", slot(index)):  # type: ignore[union-attr]
+                            wins[which].append(index)
+                    except Exception as exc:
+                        errors.append(exc)
+                    time.sleep(0.05)
+
+            workers = [threading.Thread(target=claim, args=(n,)) for n in range(2)]
+            for worker in workers:
+                worker.start()
+            time.sleep(1)
+            cluster.leader("CLAIMS").kill()
+            for worker in workers:
+                worker.join(120)
+        finally:
+            for backend in backends:
+                backend.close()
+        # A message the dying leader took and never answered may have been stored: it is not
+        # sent again (it would come back a duplicate), and its claim says the store did not
+        # answer. One in flight per backend at the kill, at most.
+        assert len(errors) <= 2 and all("did not answer" in str(e) for e in errors), errors
+        assert set(wins[0]) & set(wins[1]) == set()
+        assert len(wins[0]) + len(wins[1]) >= 150 - 2 * len(errors)
+
+
 def test_the_bucket_serves_no_direct_get_and_keeps_its_replicas() -> None:
     with nats_cluster() as cluster:
         open_backend(f"{cluster.url}?bucket=conf&replicas=3").close()
@@ -117,6 +153,13 @@ def test_the_bucket_serves_no_direct_get_and_keeps_its_replicas() -> None:
         assert info["config"].get("allow_direct", False) is False
         with pytest.raises(ConfigurationError, match=r"has 3 replica.*replicas=3"):
             open_backend(f"{cluster.url}?bucket=conf&replicas=1")
+
+
+def test_replicas_a_single_server_cannot_keep_are_refused_naming_the_fix(tmp_path: Path) -> None:
+    from tests.support.nats_server import nats_kv_lease
+
+    with nats_kv_lease(tmp_path) as url, pytest.raises(ConfigurationError, match="replicas=1"):
+        open_backend(f"{url}&replicas=3")
 
 
 # -- instance processes ---------------------------------------------------------------------------

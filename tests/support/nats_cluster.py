@@ -121,16 +121,18 @@ class NatsCluster:
         return next(node for node in self.nodes if node.name == name)
 
     def start(self, timeout: float = 60) -> None:
-        """Start every node and wait until JetStream has a meta leader (so buckets can be made)."""
+        """Start every node and wait until JetStream's meta group has a leader and every node
+        is current in it (else a new replicated stream may find "no suitable peers")."""
         for node in self.nodes:
             node.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            info = self.request("$JS.API.INFO")
-            if info is not None and "error" not in info:
+            meta = self._jsz(self.meta_leader(timeout)).get("meta_cluster", {})
+            peers = meta.get("replicas") or []
+            if len(peers) == len(self.nodes) - 1 and all(p.get("current") for p in peers):
                 return
-            time.sleep(0.2)
-        raise RuntimeError(f"the NATS cluster at {self.url} has no JetStream leader in {timeout}s")
+            time.sleep(0.1)
+        raise RuntimeError(f"the NATS cluster at {self.url} did not form in {timeout}s")
 
     def restart(self, node: NatsNode) -> None:
         """Start a node that was killed again, on its ports and store."""
@@ -143,14 +145,21 @@ class NatsCluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if node.running:
-                    with suppress(OSError, ValueError):
-                        url = f"http://127.0.0.1:{node.http_port}/jsz"
-                        with urllib.request.urlopen(url, timeout=2) as page:
-                            name = json.load(page).get("meta_cluster", {}).get("leader")
-                        if name and self.node(name).running:
-                            return self.node(name)
+                    name = self._jsz(node).get("meta_cluster", {}).get("leader")
+                    if name and self.node(name).running:
+                        return self.node(name)
             time.sleep(0.1)
         raise AssertionError(f"the cluster has no meta leader after {timeout}s")
+
+    @staticmethod
+    def _jsz(node: NatsNode) -> dict[str, Any]:
+        """The node's ``/jsz`` monitoring page, or ``{}`` if it does not answer."""
+        with suppress(OSError, ValueError):
+            url = f"http://127.0.0.1:{node.http_port}/jsz"
+            with urllib.request.urlopen(url, timeout=2) as page:
+                answer: dict[str, Any] = json.load(page)
+                return answer
+        return {}
 
     def stream_info(self, stream: str) -> dict[str, Any] | None:
         """``$JS.API.STREAM.INFO`` of ``stream`` from any live node, or ``None`` if none answers."""

@@ -70,12 +70,15 @@ def leaderless(exc: BaseException) -> bool:
 async def retried(
     attempt: Callable[[], Awaitable[T]],
     within: float,
-    also: tuple[type[Exception], ...] = (),
+    also: Callable[[Exception], bool] = lambda exc: False,
+    unanswered: bool = True,
 ) -> T:
-    """``await attempt()``, again while it fails as :func:`leaderless` says (or with an error of
-    ``also``), for ``within`` seconds; then the last error is raised.
+    """``await attempt()``, again while it fails as :func:`leaderless` says (or as ``also``
+    says), for ``within`` seconds; then the last error is raised.
 
-    Each attempt must time out by itself (after :data:`ATTEMPT` seconds).
+    Each attempt must time out by itself (after :data:`ATTEMPT` seconds). ``unanswered=False``
+    never sends again a request that timed out (it may have been written), only those no server
+    took.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
@@ -84,7 +87,9 @@ async def retried(
         try:
             return await attempt()
         except Exception as exc:
-            if not (leaderless(exc) or isinstance(exc, also)) or loop.time() + PAUSE >= deadline:
+            if isinstance(exc, nats.errors.TimeoutError) and not unanswered:
+                raise
+            if not (leaderless(exc) or also(exc)) or loop.time() + PAUSE >= deadline:
                 raise
         # An attempt that failed at once (no responder) waits a little; a timed-out one waited.
         await asyncio.sleep(max(0.0, PAUSE - (loop.time() - started)))

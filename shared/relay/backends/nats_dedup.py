@@ -23,7 +23,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
-from relay.backends._nats_cluster import server_urls
+from relay.backends._nats_cluster import retried, server_urls
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -37,6 +37,7 @@ DEFAULT_WINDOW = 300.0
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _OUR_OPTIONS = ("strategy", "stream", "window", "timeout", "replicas")
 _STREAM_EXISTS_DIFFERENTLY = 10058
+_IN_PROCESS = 10158
 
 
 class NatsClaimBackend:
@@ -174,10 +175,18 @@ class NatsClaimBackend:
 
         async def publish(job: str, slot: datetime) -> bool:
             rid = run_id(job, slot)
-            ack = await js.publish(
-                self.subject, rid.encode(), headers={"Nats-Msg-Id": rid}, stream=self.stream
-            )
-            return not ack.duplicate
+
+            async def attempt() -> bool:
+                ack = await js.publish(
+                    self.subject, rid.encode(), headers={"Nats-Msg-Id": rid}, stream=self.stream
+                )
+                return not ack.duplicate
+
+            # While a replicated stream elects a leader no server takes the message, and while
+            # another instance's message with this id is being replicated the leader answers "in
+            # process": send it again. Never one that timed out: it may have been stored, and
+            # would come back a duplicate, so lost by everyone.
+            return await retried(attempt, self.timeout, also=_in_process, unanswered=False)
 
         return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
 
@@ -198,7 +207,9 @@ class NatsClaimBackend:
             ) from exc
         except nats.errors.NoRespondersError as exc:
             raise BackendUnavailable(
-                f"NATS at {self.location} has no JetStream: start the server with -js"
+                f"NATS at {self.location} has no JetStream, or no leader for the claims stream "
+                "(most of its replicas are down): start the server with -js, or the stream's "
+                "servers"
             ) from exc
         except nats.errors.Error as exc:
             if "authorization violation" in str(exc).lower():
@@ -209,6 +220,12 @@ class NatsClaimBackend:
             raise BackendUnavailable(
                 f"NATS at {self.location} did not answer ({exc!r}): check the server and JetStream"
             ) from exc
+
+
+def _in_process(exc: Exception) -> bool:
+    """Whether ``exc`` is "duplicate message id is in process": another publish of the same id
+    is being replicated; the next attempt finds it stored (a duplicate) or gone."""
+    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == _IN_PROCESS
 
 
 def _replicas(parsed: BackendURL) -> int:

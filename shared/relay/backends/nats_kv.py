@@ -87,6 +87,8 @@ _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
 _BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 _STREAM_NAME_IN_USE = 10058
+_NO_PEERS = 10005
+_NOT_CLUSTERED = 10074
 _KV_OPERATION = "KV-Operation"
 
 
@@ -688,7 +690,7 @@ class NatsLeaseBackend:
             # until its stream has elected its first leader. Wait for it.
             info = await retried(
                 lambda: js.stream_info(self._stream), self._timeout * 2,
-                also=(nats.js.errors.NotFoundError,),
+                also=lambda exc: isinstance(exc, nats.js.errors.NotFoundError),
             )  # fmt: skip
         self._check_config(info.config, storage, replicas)
 
@@ -702,7 +704,18 @@ class NatsLeaseBackend:
                 bucket=self.bucket, history=history, storage=storage, replicas=replicas,
                 direct=False, description="Relay leases",
             )  # fmt: skip
-        except nats.js.errors.BadRequestError as exc:
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _NOT_CLUSTERED:
+                raise ConfigurationError(
+                    f"NATS at {self._where} is a single server, which keeps one replica: use "
+                    f"replicas=1, or name the servers of a cluster (nats://a:4222,b:4222,c:4222)"
+                ) from exc
+            if exc.err_code == _NO_PEERS:
+                raise BackendUnavailable(
+                    f"NATS at {self._where} cannot place bucket {self.bucket!r} on {replicas} "
+                    f"servers ({exc.description}): replicas={replicas} needs {replicas} servers "
+                    "of the cluster up with JetStream; start them, or lower replicas"
+                ) from exc
             if exc.err_code != _STREAM_NAME_IN_USE:  # else: another instance was first
                 raise
 
