@@ -198,7 +198,8 @@ def main() -> None:
     args = parser.parse_args()
     for row in rows(kills=args.kills, lease=args.lease):
         met = "" if row.met is None else f" (target {row.target}, met: {row.met})"
-        print(f"{row.figure}: {row.value:.3g} {row.unit}{met}")
+        base = "" if row.baseline is None else f", {row.baseline_name} {row.baseline:.3g} s"
+        print(f"{row.figure}: {row.value:.3g} {row.unit}{met}{base}")
 
 
 if __name__ == "__main__":
