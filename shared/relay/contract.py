@@ -224,7 +224,9 @@ class LeaseBackend(Protocol):
 
         Success gives ``SUCCEEDED``. Failure gives ``PENDING`` (any instance may retry it at once)
         while the run has failed fewer than its ``max_attempts`` times, then ``FAILED``.
-        Raises ``LeaseLost`` for a token that is not current or a run that is not running.
+        Raises ``LeaseLost`` for a token that is not current or a run that is not running. A
+        token still current is accepted even after its lease's time ran out: nobody took the run
+        over, so a runner cut off from the store longer than its lease records what it did.
         """
         ...
 

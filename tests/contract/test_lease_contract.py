@@ -157,6 +157,23 @@ def test_expired_lease_is_taken_over_with_a_new_token(backend: LeaseBackend) -> 
     assert backend.finish(run.id, result.run.token, succeeded=True) is RunState.SUCCEEDED
 
 
+def test_a_finish_with_the_current_token_is_accepted_after_the_lease_ran_out(
+    backend: LeaseBackend,
+) -> None:
+    # A runner cut off from the store for longer than its lease finished its work meanwhile:
+    # nobody took the run over, so its finish still carries the current token and is recorded.
+    run = lease_run(backend, lease=0.5, max_attempts=3)
+    assert backend.start(run.id, run.token, "a", 0.5).token == run.token
+    time.sleep(1.0)
+    assert run.id in {r.id for r in backend.reclaimable()}
+    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    assert state_of(backend, run.id) is RunState.SUCCEEDED
+    assert backend.acquire(req(owner="b")).outcome is not Outcome.WON
+    failed = lease_run(backend, 1, lease=0.5, max_attempts=1)
+    time.sleep(1.0)
+    assert backend.finish(failed.id, failed.token, succeeded=False, error="x") is RunState.FAILED
+
+
 def test_heartbeat_keeps_the_lease_alive(backend: LeaseBackend) -> None:
     run = lease_run(backend, lease=1.0)
     for _ in range(4):

@@ -26,6 +26,7 @@ from nats.js.api import StorageType, StreamConfig
 from relay.backends._nats_cluster import retried, server_urls
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id
 
@@ -51,7 +52,7 @@ class NatsClaimBackend:
         *,
         stream: str = DEFAULT_STREAM,
         window: float = DEFAULT_WINDOW,
-        timeout: float = 10.0,
+        timeout: float = DEFAULT_TIMEOUT,
         replicas: int = 1,
         location: str = "NATS",
     ) -> None:
@@ -81,7 +82,7 @@ class NatsClaimBackend:
         URL names (several: a cluster, any of which may answer).
 
         Options: ``stream`` (default ``RELAY_CLAIMS``), ``window`` in seconds (default 300),
-        ``timeout`` of one request in seconds (default 10), ``replicas`` of the stream (1 to 5,
+        ``timeout`` of one request in seconds (default 2), ``replicas`` of the stream (1 to 5,
         default 1; 3 on a cluster keeps the claims through the loss of a server).
         """
         parsed = BackendURL(url)
@@ -90,7 +91,7 @@ class NatsClaimBackend:
             parsed.without_options(_OUR_OPTIONS),
             stream=parsed.option("stream", DEFAULT_STREAM),
             window=parsed.float_option("window", DEFAULT_WINDOW),
-            timeout=parsed.float_option("timeout", 10.0),
+            timeout=parsed.float_option("timeout", DEFAULT_TIMEOUT),
             replicas=_replicas(parsed),
             location=BackendURL(parsed.without_options(_OUR_OPTIONS)).redacted(),
             **kwargs,

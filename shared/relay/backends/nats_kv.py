@@ -48,6 +48,7 @@ from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
+from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -97,7 +98,8 @@ class NatsLeaseBackend:
 
     URL options: ``bucket`` (default ``relay``), ``storage`` (``file``, the default, or
     ``memory``), ``replicas`` (default 1), ``history`` (revisions kept per key, default 5) and
-    ``timeout`` (seconds per request, default 5). The bucket is created if missing, unless
+    ``timeout`` (seconds per request, default 2; one step, a few requests, waits three times
+    that at most). The bucket is created if missing, unless
     ``read_only``: then a missing bucket raises :class:`~relay.errors.StoreNotFound`.
 
     Instances' heartbeats live in a second bucket, ``<bucket>-instances``, one key per instance,
@@ -116,8 +118,9 @@ class NatsLeaseBackend:
         storage: Literal["file", "memory"] = "file",
         replicas: int = 1,
         history: int = 5,
-        timeout: float = 5.0,
+        timeout: float = DEFAULT_TIMEOUT,
         read_only: bool = False,
+        deadline: Deadline | None = None,
     ) -> None:
         self._where = BackendURL(servers).redacted()
         self.bucket = bucket
@@ -126,6 +129,8 @@ class NatsLeaseBackend:
         self._instances = f"{bucket}-instances"
         self._storage, self._replicas = storage, replicas
         self._timeout = timeout
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._loop = LoopThread(f"relay-nats-{bucket}")
         self._clock = ServerClock(self._read_clock)
         self._known: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
@@ -159,7 +164,8 @@ class NatsLeaseBackend:
             "storage": storage,
             "replicas": _int_option(parsed, "replicas", 1, 1, 5),
             "history": _int_option(parsed, "history", 5, 1, 64),
-            "timeout": parsed.float_option("timeout", 5.0),
+            "timeout": parsed.float_option("timeout", DEFAULT_TIMEOUT),
+            "deadline": deadline_of(parsed, calls=3),  # see _call
         }
         return cls(parsed.without_options([*_OPTIONS, "strategy"]), **options, **kwargs)
 

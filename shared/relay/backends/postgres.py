@@ -11,6 +11,7 @@ use under an advisory transaction lock.
 
 from __future__ import annotations
 
+import math
 import re
 import select
 import threading
@@ -28,8 +29,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._pg_watchdog import Watchdog
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -37,7 +40,7 @@ from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, s
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
 UTC = timezone.utc
-_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout")
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
 _SETUP = (
@@ -69,9 +72,12 @@ class PostgresLeaseBackend:
     """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
-    each), ``pool_max`` (connections per process, default 5), ``pool_timeout`` (seconds to wait for
-    a connection before ``BackendUnavailable``, default 5), and any libpq parameter such as
-    ``sslmode``, ``connect_timeout`` (default 10) or ``application_name``.
+    each), ``pool_max`` (connections per process, default 5), ``timeout`` (seconds, default 2:
+    the longest wait for a pooled connection and for each statement's answer, measured here, so
+    it holds when packets vanish), ``pool_timeout`` (the wait for a connection, default
+    ``timeout``), and any libpq parameter such as ``sslmode``, ``connect_timeout`` (default
+    ``timeout``, at least 2: libpq's floor), ``tcp_user_timeout`` (default ``timeout``) or
+    ``application_name``.
 
     ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
     no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
@@ -85,13 +91,18 @@ class PostgresLeaseBackend:
         *,
         schema: str = "relay",
         pool_max: int = 5,
-        pool_timeout: float = 5.0,
+        pool_timeout: float = DEFAULT_TIMEOUT,
         display: str | None = None,
         read_only: bool = False,
+        deadline: Deadline | None = None,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
         self._timeout = pool_timeout
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
+        statement = DEFAULT_TIMEOUT if deadline is None else deadline.timeout
+        self._watchdog = Watchdog(statement, name=f"relay-pg-watchdog-{self.schema}")
         self._queries, self._version = _ensure_schema(
             conninfo, self.schema, self._display, read_only
         )
@@ -120,7 +131,11 @@ class PostgresLeaseBackend:
                 "use postgresql://user:password@host:5432/database"
             ) from None
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
-        libpq.setdefault("connect_timeout", "10")
+        # A call waits for a pooled connection, then for its statement: each up to timeout.
+        deadline = deadline_of(parsed, calls=2)
+        libpq.setdefault("connect_timeout", str(max(2, math.ceil(deadline.timeout))))
+        if "tcp_user_timeout" in _libpq_keywords():  # unacknowledged data ends the connection
+            libpq.setdefault("tcp_user_timeout", str(math.ceil(deadline.timeout * 1000)))
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
         except psycopg.ProgrammingError as exc:
@@ -135,8 +150,9 @@ class PostgresLeaseBackend:
             conninfo,
             schema=parsed.option("schema", "relay"),
             pool_max=int(parsed.float_option("pool_max", 5)),
-            pool_timeout=parsed.float_option("pool_timeout", 5.0),
+            pool_timeout=parsed.float_option("pool_timeout", deadline.timeout),
             display=display,
+            deadline=deadline,
             **kwargs,
         )
 
@@ -331,6 +347,7 @@ class PostgresLeaseBackend:
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
+            self._watchdog.close()
             self._pool.close()
 
     # -- connections and errors --------------------------------------------------------------
@@ -339,8 +356,13 @@ class PostgresLeaseBackend:
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; driver errors leave as ``BackendUnavailable``."""
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            with self._pool.connection() as conn, self._watchdog.watch(conn.pgconn.socket) as w:
+                try:
+                    yield conn
+                except psycopg.OperationalError as exc:
+                    if w.cut:
+                        raise self._no_answer() from exc
+                    raise
         except _MISSING as exc:
             raise BackendUnavailable(
                 f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
@@ -349,13 +371,19 @@ class PostgresLeaseBackend:
         except PoolTimeout as exc:
             raise BackendUnavailable(
                 f"no connection to PostgreSQL at {self._display} within {self._timeout:g}s; "
-                "check that the server is up and reachable (URL option pool_timeout waits longer)"
+                "check that the server is up and reachable (URL option timeout waits longer)"
             ) from exc
         except psycopg.Error as exc:
             raise BackendUnavailable(
                 f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
                 "check that the server is up and reachable"
             ) from exc
+
+    def _no_answer(self) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"PostgreSQL at {self._display} did not answer within {self._watchdog.timeout:g}s; "
+            "check that the server is up and reachable (URL option timeout waits longer)"
+        )
 
     def _lost(
         self, conn: psycopg.Connection[Any], run_id: str, token: int, owner: str | None = None

@@ -34,6 +34,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from relay.backends._ms import positive_ms
 from relay.backends._redis import DEFAULT_PREFIX, check_prefix, driver_url, job_base, translated
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id, slot_ms
 
@@ -53,7 +54,7 @@ STREAM_KEEP = 100
 _SCRIPTS = resources.files("relay.backends")
 _CLAIM_SCRIPT = _SCRIPTS.joinpath("redis_claim.lua").read_text()
 _IDMP_SETUP_SCRIPT = _SCRIPTS.joinpath("redis_claim_idmp.lua").read_text()
-_OUR_OPTIONS = ("strategy", "prefix", "retention")
+_OUR_OPTIONS = ("strategy", "prefix", "retention", "timeout")
 _DRIVER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "client_name")
 _PRODUCER = "relay"
 
@@ -99,20 +100,21 @@ class RedisClaimBackend:
         """Connect to the server a ``redis://…?strategy=…`` URL names.
 
         Options: ``prefix`` of every key (default ``relay:``), ``retention`` (seconds, for
-        ``idmp`` and ``script``), and the driver's ``socket_timeout``,
-        ``socket_connect_timeout``, ``client_name``.
+        ``idmp`` and ``script``), ``timeout`` (seconds for each connect and reply, default
+        2), and the driver's ``socket_timeout``, ``socket_connect_timeout``, ``client_name``.
         """
         parsed = BackendURL(url)
         strategy = parsed.option("strategy", "")
-        known = ["strategy", "prefix", *_DRIVER_OPTIONS]
+        known = ["strategy", "prefix", "timeout", *_DRIVER_OPTIONS]
         if strategy != "stream-id":
             known.append("retention")
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
         url_for_driver = driver_url(parsed, _OUR_OPTIONS)
+        timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
         try:
             client = redis.Redis.from_url(
-                url_for_driver, socket_connect_timeout=5.0, socket_timeout=10.0
+                url_for_driver, socket_connect_timeout=timeout, socket_timeout=timeout
             )
         except ValueError as exc:
             raise ConfigurationError(

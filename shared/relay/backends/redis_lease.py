@@ -46,6 +46,7 @@ from relay.backends._redis import (
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.deadlines import Deadline, deadline_of
 from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import (
@@ -65,7 +66,7 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
-_RELAY_OPTIONS = ("strategy", "prefix", "retention", "cluster")
+_RELAY_OPTIONS = ("strategy", "prefix", "retention", "cluster", "timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
@@ -75,6 +76,8 @@ _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
     "live",
 )  # fmt: skip
+_RETRY_CAP = 0.5
+"""The longest pause before a call whose connection broke is sent again."""
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
 _SWEEP_READS = 1000
@@ -111,6 +114,7 @@ class RedisLeaseBackend:
         description: str = "Redis",
         jobs_per_call: int = 50,
         read_only: bool = False,
+        deadline: Deadline | None = None,
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
@@ -118,6 +122,8 @@ class RedisLeaseBackend:
         self.prefix = prefix
         self.retention_ms = ms(retention)
         self._description = description
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._redis = client
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
@@ -149,11 +155,14 @@ class RedisLeaseBackend:
         where = BackendURL(parsed.redacted()).without_options(parsed.options)
         kind = "Redis Cluster" if cluster else "Redis"
         prefix = parsed.option("prefix", DEFAULT_PREFIX)
+        # A call may find its pooled connection broken, then connect and send again (one retry).
+        deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP)
         return cls(
-            _connect(parsed, cluster, f"{kind} at {where}"),
+            _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout),
             prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             description=f"{kind} ({where}, prefix={prefix})",
+            deadline=deadline,
             **kwargs,
         )
 
@@ -542,16 +551,26 @@ class RedisLeaseBackend:
         return translated(self.name)
 
 
-def _connect(parsed: BackendURL, cluster: bool, where: str) -> redis.Redis | RedisCluster:
-    """A client for the URL without Relay's options (a Cluster client connects at once)."""
+def _connect(
+    parsed: BackendURL, cluster: bool, where: str, timeout: float
+) -> redis.Redis | RedisCluster:
+    """A client for the URL without Relay's options (a Cluster client connects at once).
+
+    Every connect and every reply waits ``timeout`` at most; a call that times out is not
+    retried (it would wait as long again), one whose connection broke is, once.
+    """
     url = driver_url(parsed, _RELAY_OPTIONS)
     factory = RedisCluster.from_url if cluster else redis.Redis.from_url
     try:
         return factory(
             url,
             decode_responses=True,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1),
-            **_timeouts(parsed),
+            retry=Retry(
+                ExponentialBackoff(cap=_RETRY_CAP, base=0.05),
+                retries=1,
+                supported_errors=(redis.ConnectionError,),
+            ),
+            **_timeouts(parsed, timeout),
         )
     except ValueError as exc:
         raise ConfigurationError(
@@ -573,9 +592,9 @@ def _flag(parsed: BackendURL, name: str) -> bool:
     return value in ("yes", "true", "1")
 
 
-def _timeouts(parsed: BackendURL) -> dict[str, float]:
-    """Default timeouts, so an unreachable server fails a step instead of hanging it."""
-    defaults = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+def _timeouts(parsed: BackendURL, timeout: float) -> dict[str, float]:
+    """``timeout`` for connects and replies, unless the URL names redis-py's own options."""
+    defaults = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
     return {name: value for name, value in defaults.items() if name not in parsed.options}
 
 

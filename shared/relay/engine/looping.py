@@ -11,6 +11,11 @@ published task, an enqueued message). The loop owns every rule of timing:
   history), reports :class:`~relay.events.StoreUnavailable` once, and retries after a back-off that
   doubles up to :data:`MAX_BACKOFF`; the first step that succeeds reports
   :class:`~relay.events.StoreRecovered`;
+* after an outage, the loop takes no expired run over for a **grace** (one lease by default): a
+  runner cut off by the same outage keeps retrying its finish, at least every half heartbeat,
+  and records it first, so a run that finished during the outage does not run again. Ticks go on
+  (they only ask for slots after each job's last recorded one: never a takeover); only the sweep
+  waits, and no sweep is tried while the store is failing;
 * given a ``role``, a step the store answered also records the instance's own heartbeat
   (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
 """
@@ -65,8 +70,9 @@ class Loop:
     ``interval`` is the longest wait between two steps (a host's tick); ``sweep_every`` how often
     expired runs are looked for on a lease backend (the heartbeat). ``role`` (``"scheduler"``,
     ``"beat"``, ``"dramatiq-scheduler"``) records the instance's heartbeat for ``relay instances``
-    and ``relay health``. ``monotonic`` times sweeps and back-off; the decider's own clock decides
-    which slots are due. Both exist for tests.
+    and ``relay health``. ``grace`` (default: the lease) is how long after an outage the loop
+    waits before taking expired runs over. ``monotonic`` times sweeps, back-off and the grace; the
+    decider's own clock decides which slots are due. Both exist for tests.
     """
 
     def __init__(
@@ -76,6 +82,7 @@ class Loop:
         interval: float,
         sweep_every: float,
         role: str | None = None,
+        grace: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.decider = decider
@@ -94,6 +101,10 @@ class Loop:
         """This instance's own heartbeat, recorded from the loop (``None``: not recorded)."""
         self.next_sweep = 0.0
         """When the next sweep is due, on ``monotonic``: set it to 0 to sweep at the next step."""
+        self.grace = decider.lease if grace is None else grace
+        """Seconds after an outage before the loop takes expired runs over again."""
+        self.takeover_from = 0.0
+        """When (on ``monotonic``) sweeps may take runs over again: the end of the grace."""
         self._first_backoff = min(interval, FIRST_BACKOFF)
         self._backoff = self._first_backoff
         self._retry_at = 0.0
@@ -104,7 +115,8 @@ class Loop:
     def step(self, send: Send, *, force: bool = False) -> Step:
         """Tick, sweep when due, pass each won run to ``send``, and say when to step again.
 
-        ``force`` ticks and sweeps now, even while backing off or before anything is due.
+        ``force`` ticks and sweeps now, even while backing off or before anything is due; never
+        a sweep during an outage or the grace after it.
         Never raises: ``BackendUnavailable`` is reported as an event, anything else (a bug) is
         logged with its traceback, and either way the step backs off and says when to retry.
         """
@@ -115,7 +127,7 @@ class Loop:
         failure: Exception | None = None
         try:
             won += self._tick(force)
-            if is_lease(self.decider.backend) and (force or now >= self.next_sweep):
+            if self._may_sweep(now, force):
                 self.next_sweep = now + self.sweep_every
                 won += self.decider.sweep()
         except Exception as exc:  # a host's loop never dies of one step
@@ -130,6 +142,13 @@ class Loop:
         if self.instance is not None:
             self.instance.maybe_record()
         return Step(won, self._next_in(now))
+
+    def _may_sweep(self, now: float, force: bool) -> bool:
+        """Whether this step sweeps: due (or forced), on a lease backend, with the store
+        answering and the grace after an outage over."""
+        if not is_lease(self.decider.backend) or self._down_since is not None:
+            return False
+        return now >= self.takeover_from and (force or now >= self.next_sweep)
 
     def _tick(self, force: bool) -> list[Won]:
         """A decider tick, unless no job has a new slot since the last one."""
@@ -196,8 +215,11 @@ class Loop:
         self._retry_at = 0.0
         if self._down_since is not None:
             down_for, self._down_since = now - self._down_since, None
+            grace = self.grace if is_lease(self.decider.backend) else 0.0
+            self.takeover_from = self.next_sweep = now + grace
             self.events.emit(
                 StoreRecovered(
-                    backend=self.decider.backend.name, owner=self.decider.owner, down_for=down_for
+                    backend=self.decider.backend.name, owner=self.decider.owner,
+                    down_for=down_for, takeover_in=grace,
                 )
-            )
+            )  # fmt: skip
