@@ -50,8 +50,9 @@ def follower(cluster: NatsCluster, stream: str) -> NatsNode:
 
 
 def test_steps_wait_out_the_election_after_the_leader_is_killed() -> None:
+    """With timeout=5 a call may wait 15 s: long enough for an election (4 to 9 s)."""
     with nats_cluster() as cluster:
-        backend = open_backend(f"{cluster.url}?bucket=steps&replicas=3")
+        backend = open_backend(f"{cluster.url}?bucket=steps&replicas=3&timeout=5")
         assert isinstance(backend, NatsLeaseBackend)
         try:
             cluster.current("KV_steps")
@@ -216,7 +217,9 @@ def test_instances_starting_together_on_a_new_replicated_bucket_all_start(tmp_pa
 
 LEASE = 15.0
 """Longer than an election (up to 9 s) and its wait: a run in flight keeps its lease through a
-leader's death, so only a finish that never lands could let another instance run it again."""
+leader's death. (With 3 s, the issue's, a run whose handler ended during the election was run
+again about one test in eight: a tick that had failed during the outage retried the slot and
+took the expired lease over before the finish landed. See docs/backends/nats.md.)"""
 
 
 def test_runs_are_neither_lost_nor_doubled_while_servers_are_killed(tmp_path: Path) -> None:
@@ -266,7 +269,8 @@ def check_runs(events: list[list[Any]], stopping: float) -> None:
     done = [e[0] for e in events if e[4] == "done"]
     run_ids = [e[0] for e in starts]
     doubled = sorted({r for r in run_ids + done if (run_ids + done).count(r) > 2})
-    assert doubled == [], f"runs started or finished twice: {doubled}"
+    seen = [e for e in events if e[0] in doubled]
+    assert doubled == [], f"runs started or finished twice: {doubled}: {seen}"
     unfinished = [e[0] for e in starts if e[0] not in done and e[5] < stopping - 6]
     assert unfinished == [], f"runs started and never finished: {unfinished}"
     tokens = [e[2] for e in starts]
