@@ -163,6 +163,37 @@ def test_replicas_a_single_server_cannot_keep_are_refused_naming_the_fix(tmp_pat
         open_backend(f"{url}&replicas=3")
 
 
+def test_a_swap_whose_answer_was_lost_counts_as_written(tmp_path: Path) -> None:
+    """The first attempt of an acquire's swap lands but its answer comes after the attempt gave
+    up (a proxy delays every byte 2 s): the next attempt finds the key moved on, to the very
+    value it wrote, so the acquire is won (not "held", by itself)."""
+    from tests.support.fault_proxy import proxied
+    from tests.support.nats_server import nats_kv_lease
+
+    with nats_kv_lease(tmp_path) as url, proxied(url) as (proxy, through):
+        backend = open_backend(through)
+        try:
+            assert backend.acquire(AcquireRequest("job", slot(0), "me", lease=30)).run  # type: ignore[union-attr]
+            # Within a second: the clock and the key are remembered, so the next step only swaps.
+            proxy.set("delay", 2.0)
+            result: list[Any] = []
+            worker = threading.Thread(
+                target=lambda: result.append(
+                    backend.acquire(AcquireRequest("job", slot(1), "me", lease=30))  # type: ignore[union-attr]
+                )
+            )
+            worker.start()
+            time.sleep(1.3)  # the first attempt gave up (1 s); its bytes are still held
+            proxy.set("pass")
+            worker.join(30)
+            assert result and result[0].outcome is Outcome.WON, result
+            stored = {r.id: r for r in backend.runs("job")}  # type: ignore[union-attr]
+            assert stored[result[0].run.id].token == result[0].run.token
+            assert stored[result[0].run.id].owner == "me"
+        finally:
+            backend.close()
+
+
 # -- instance processes ---------------------------------------------------------------------------
 
 
