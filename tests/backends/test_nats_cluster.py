@@ -146,6 +146,21 @@ def test_dedup_claims_wait_out_the_election_and_no_run_is_won_twice() -> None:
         assert len(wins[0]) + len(wins[1]) >= 150 - 2 * len(errors)
 
 
+def test_a_dead_server_in_the_url_does_not_keep_instances_from_opening_the_bucket() -> None:
+    with nats_cluster() as cluster:
+        url = f"{cluster.url}?bucket=opening&replicas=3"
+        open_backend(url).close()
+        cluster.current("KV_opening")
+        cluster.nodes[0].kill()
+        for index in range(3):  # the client tries the servers in random order
+            backend = open_backend(url)
+            try:
+                won = backend.acquire(AcquireRequest("job", slot(index), "me", lease=30))  # type: ignore[union-attr]
+                assert won.outcome is Outcome.WON
+            finally:
+                backend.close()
+
+
 def test_the_bucket_serves_no_direct_get_and_keeps_its_replicas() -> None:
     with nats_cluster() as cluster:
         open_backend(f"{cluster.url}?bucket=conf&replicas=3").close()

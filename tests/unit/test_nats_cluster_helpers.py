@@ -85,3 +85,11 @@ def test_other_errors_are_raised_at_once() -> None:
     with pytest.raises(nats.errors.AuthorizationError):
         asyncio.run(retried(attempt, 5))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("replicas", ["0", "6", "three"])
+def test_dedup_replicas_out_of_range_are_refused_before_connecting(replicas: str) -> None:
+    from relay import open_backend
+
+    with pytest.raises(ConfigurationError, match=f"replicas={replicas!r} must be"):
+        open_backend(f"nats://127.0.0.1:1,127.0.0.1:2?strategy=dedup&replicas={replicas}")
