@@ -7,6 +7,7 @@ election timeout (4 to 9 s, not configurable): steps wait it out, and none fails
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import pytest
 
 from relay import AcquireRequest, Outcome, open_backend
 from relay.backends.nats_kv import NatsLeaseBackend
-from relay.errors import ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import parse_run_id
 from tests.support.nats_cluster import NatsCluster, NatsNode, nats_cluster
 from tests.support.procs import ROOT
@@ -159,6 +160,31 @@ def test_a_dead_server_in_the_url_does_not_keep_instances_from_opening_the_bucke
                 assert won.outcome is Outcome.WON
             finally:
                 backend.close()
+
+
+def test_an_instance_beat_does_not_wait_out_an_election() -> None:
+    """The scheduler's loop records its beat between ticks: one attempt, then on (logged)."""
+    from relay.health import InstanceInfo
+
+    with nats_cluster() as cluster:
+        backend = open_backend(f"{cluster.url}?bucket=beats&replicas=3")
+        assert isinstance(backend, NatsLeaseBackend)
+        info = InstanceInfo("me", "scheduler", "host", 1, datetime.now(UTC), "1", 10.0)
+        try:
+            backend.record_instance(info, 30)
+            stream = "KV_beats-instances"
+            cluster.current(stream)
+            if cluster.leader(stream) is cluster.leader("KV_beats"):  # keep the leases' leader
+                cluster.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}")
+                wait_for(lambda: cluster.leader(stream) is not cluster.leader("KV_beats"), 30, "")
+            cluster.leader(stream).kill()
+            for _ in range(3):
+                began = time.monotonic()
+                with contextlib.suppress(BackendUnavailable):
+                    backend.record_instance(info, 30)
+                assert time.monotonic() - began < 3  # an attempt (1 s), not an election (4-9 s)
+        finally:
+            backend.close()
 
 
 def test_the_bucket_serves_no_direct_get_and_keeps_its_replicas() -> None:

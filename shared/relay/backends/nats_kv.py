@@ -502,15 +502,17 @@ class NatsLeaseBackend:
             "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
         }  # fmt: skip
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
+        # One attempt, never waiting out an election: the scheduler's loop records its beat
+        # between ticks, and a beat missed is only logged (the next one comes an interval later).
         try:
-            await self._js.publish(subject, json.dumps(value).encode())
+            await self._jsa.publish(subject, json.dumps(value).encode())
         except nats.js.errors.NoStreamResponseError:  # the first heartbeat: create the bucket
             await self._create_instances_bucket(ttl)
-            await self._retried(lambda: self._jsa.publish(subject, json.dumps(value).encode()))
+            await self._jsa.publish(subject, json.dumps(value).encode())
 
     async def _create_instances_bucket(self, ttl: float) -> None:
         try:
-            await self._js.create_key_value(
+            await self._jsa.create_key_value(
                 bucket=self._instances, history=1, ttl=max(ttl, INSTANCES_MAX_AGE),
                 replicas=self._replicas,
                 storage=api.StorageType(self._storage), direct=False,
@@ -759,9 +761,9 @@ class NatsLeaseBackend:
         """The words for a driver error."""
         if leaderless(exc):
             return BackendUnavailable(
-                f"NATS at {self._where} did not answer for {self._timeout * 2:g}s: no server is "
-                "reachable, or the bucket's stream has no leader (are most of its replicas up?); "
-                f"last error: {_describe(exc)}"
+                f"NATS at {self._where} did not answer in time: no server is reachable, or the "
+                "bucket's stream has no leader (are most of its replicas up?); last error: "
+                f"{_describe(exc)}"
             )
         if isinstance(exc, nats.js.errors.ServiceUnavailableError):
             return BackendUnavailable(
