@@ -2,8 +2,9 @@
 
 It runs one job on the given backend URL; each run appends ``(run id, attempt, token, owner,
 event, time)`` lines to a log file so that the test can see who started and who finished which
-run, and when (this process's ``time.time()``).
-With ``"events": PATH`` it also logs Relay's events to PATH as JSON lines.
+run, and when (this process's ``time.time()``). With ``"events": PATH`` it also logs Relay's
+events to PATH as JSON lines; with ``"start_at": EPOCH`` it opens the store at that wall time
+(instances starting together).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.support.event_log import record_events
 def main(args: dict[str, Any]) -> None:
     log = Path(args["log"])
     record_events(args.get("events"))
+    time.sleep(max(0.0, args.get("start_at", 0) - time.time()))
     scheduler = relay.Scheduler(
         args["url"], lease=args["lease"], heartbeat=args["heartbeat"], tick=0.1,
         owner=f"{args['name']}:{os.getpid()}", stop_timeout=args.get("stop_timeout", 1),
