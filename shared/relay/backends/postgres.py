@@ -144,6 +144,25 @@ class PostgresLeaseBackend:
     def name(self) -> str:
         return f"PostgreSQL ({self._display}, schema {self.schema})"
 
+    def durability_facts(self) -> dict[str, object]:
+        """What ``relay doctor`` judges (:mod:`relay.doctor`): ``fsync``, ``synchronous_commit``,
+        ``synchronous_standby_names`` and the standbys in ``pg_stat_replication``. Only reads."""
+        with self._connection() as conn:
+            row = conn.execute(self._queries["durability"]).fetchone()
+            standbys = conn.execute(self._queries["standbys"]).fetchall()
+        assert row is not None
+        version, recovery, fsync, commit, names = row
+        states = [state for _, state in standbys]
+        synchronous = sum(state in ("sync", "quorum") for state in states)
+        return {
+            "store": "postgresql", "version": version,
+            "role": "standby" if recovery else "primary", "fsync": fsync,
+            "synchronous_commit": commit, "synchronous_standby_names": names,
+            "standbys": len(standbys), "standby_names": [name for name, _ in standbys],
+            # sync_state is hidden from a user without pg_read_all_stats: unknown, then
+            "sync_standbys": None if None in states else synchronous,
+        }  # fmt: skip
+
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:
