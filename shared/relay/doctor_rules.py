@@ -130,9 +130,9 @@ _REDIS_NO_AOF = (
 REDIS: dict[Failure, tuple[Rule, ...]] = {
     "instance crash": (_TAKEN_OVER,),
     "store restart": (
-        Rule(lambda f: f.text("appendonly") == "yes", "nothing", "appendonly yes: every step "
-             "is written to the append-only file before Redis answers; a restart reloads it"),
         *_REDIS_NO_AOF,
+        Rule(ALWAYS, "nothing", "appendonly {appendonly}: every step is written to the "
+             "append-only file before Redis answers; a restart reloads it"),
     ),
     "power loss": (
         *_REDIS_NO_AOF,
