@@ -26,7 +26,7 @@ from relay.cli import main
 from relay.doctor import FAILURES, DoctorReport
 from tests.support.backends import postgres_lease, redis_lease
 from tests.support.nats_server import nats_kv_lease
-from tests.support.redis_server import RedisServer, own_redis
+from tests.support.redis_server import RedisServer, own_redis, own_redis_cluster
 from tests.test_cli_read_only import store_exists
 
 
@@ -88,9 +88,12 @@ def snapshot(url: str) -> object:
             return tables, meta
     if parts.scheme == "redis":
         import redis
+        from redis.cluster import RedisCluster
 
-        with redis.Redis.from_url(url.split("?")[0], decode_responses=True) as client:
+        factory = RedisCluster if option.get("cluster") == "yes" else redis.Redis
+        with factory.from_url(url.split("?")[0], decode_responses=True) as client:
             keys = sorted(client.scan_iter(match=f"{option['prefix']}*"))
+            assert keys, "the store holds no key"
             return [(key, client.type(key), client.dump(key)) for key in keys]
     return _nats_streams(url.split("?")[0])
 
@@ -301,6 +304,20 @@ def test_redis_refusing_config_get_makes_a_setting_unknown_not_an_error(tmp_path
         assert "appendfsync=unknown" in table.output
         assert "Cannot tell what these cost: power loss." in table.output
         assert "s3cret-doc" not in table.output + doctor(url, "--json").output
+
+
+def test_redis_cluster_is_read_on_every_primary(tmp_path: Path) -> None:
+    with own_redis_cluster(tmp_path, nodes=3) as node:
+        url = f"{node}?cluster=yes&prefix=doc:"
+        make_store(url)
+        before = snapshot(url)
+        report = report_of(url)
+        facts = report["facts"]
+        assert facts["cluster_primaries"] == 3 and facts["role"] == "primary"
+        assert facts["connected_replicas"] == 0 and facts["appendonly"] == "no"
+        assert costs(report)["store restart"] == "run twice"
+        assert costs(report)["failover"] == "nothing"
+        assert snapshot(url) == before
 
 
 # -- NATS KV --------------------------------------------------------------------------------
