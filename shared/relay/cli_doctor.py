@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -48,7 +49,7 @@ def doctor(url: str | None, as_json: bool, strict: bool) -> None:
 
 def doctor_table(report: DoctorReport) -> Table:
     """The findings as a terminal table: failure, cost, why, and what to change."""
-    table = Table(title=f"What can fail: {escape(report.store)}")
+    table = Table(title=f"What can fail: {escape(report.store)}", expand=True)
     table.add_column("failure", no_wrap=True)
     table.add_column("cost", no_wrap=True)
     table.add_column("why", overflow="fold", ratio=3)
@@ -61,8 +62,8 @@ def doctor_table(report: DoctorReport) -> Table:
 
 def _print(report: DoctorReport) -> None:
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=140)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=140)  # rather than 80: the reasons are sentences
     console.print(doctor_table(report))
     shown = "  ".join(f"{k}={_shown(v)}" for k, v in report.facts.items() if k != "store")
     console.print(f"settings read: {escape(shown)}", highlight=False)
