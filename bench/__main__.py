@@ -44,6 +44,7 @@ BENCHES = [
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
+    "store_failover",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

@@ -23,12 +23,18 @@ _SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
 _UNESCAPED = {"25": "%", "7B": "{", "7D": "}"}
 
 
+_PREFIX = re.compile(r"[A-Za-z0-9_.:/-]{0,100}")
+
+
 def check_prefix(prefix: str) -> None:
-    """Refuse a key prefix with a brace, which would end a job's hash tag early."""
-    if "{" in prefix or "}" in prefix:
+    """Refuse a key prefix that is not plain text: a brace would end a job's hash tag early, and
+    a glob character (``*?[]\\``) would make Relay's key patterns match other applications' keys
+    (and break an ACL rule written for the prefix)."""
+    if not _PREFIX.fullmatch(prefix):
         raise ConfigurationError(
-            f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
-            "per-job hash tags: choose a prefix without braces, such as 'relay:'"
+            f"Redis key prefix {prefix!r} is not usable (braces would break the per-job hash "
+            "tags, glob characters would match other keys): use at most 100 letters, digits "
+            "and '_', '-', '.', ':', '/', such as ?prefix=relay: or ?prefix=myapp:relay:"
         )
 
 
