@@ -28,6 +28,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._postgres_replication import check_replication, replication_facts
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
@@ -37,7 +38,8 @@ from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, s
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
 UTC = timezone.utc
-_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout")
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "require_sync")
+_WRITABLE_ATTRS = ("read-write", "primary")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
 _SETUP = (
@@ -70,8 +72,13 @@ class PostgresLeaseBackend:
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
     each), ``pool_max`` (connections per process, default 5), ``pool_timeout`` (seconds to wait for
-    a connection before ``BackendUnavailable``, default 5), and any libpq parameter such as
-    ``sslmode``, ``connect_timeout`` (default 10) or ``application_name``.
+    a connection before ``BackendUnavailable``, default 5), ``require_sync`` (``1``: refuse a
+    server whose commits do not wait for a standby), and any libpq parameter such as ``sslmode``,
+    ``connect_timeout`` (default 10) or ``application_name``.
+
+    A URL may name several hosts (``postgresql://a:5432,b:5432/db``): each connection goes to the
+    one that accepts writes (``target_session_attrs=read-write``, the default with several hosts),
+    so after a standby's promotion the pool reaches it without a restart.
 
     ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
     no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
@@ -88,12 +95,13 @@ class PostgresLeaseBackend:
         pool_timeout: float = 5.0,
         display: str | None = None,
         read_only: bool = False,
+        require_sync: bool = False,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
         self._timeout = pool_timeout
         self._queries, self._version = _ensure_schema(
-            conninfo, self.schema, self._display, read_only
+            conninfo, self.schema, self._display, read_only, require_sync
         )
         self._closed = threading.Event()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -112,15 +120,10 @@ class PostgresLeaseBackend:
         """Open the backend a ``postgresql://`` (or ``postgres://``) URL names."""
         parsed = BackendURL(url)
         parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
-        try:
-            parsed.parts.port  # noqa: B018 (urlsplit checks the port only when asked)
-        except ValueError:
-            raise ConfigurationError(
-                f"PostgreSQL URL {parsed.redacted()!r} has a malformed port; "
-                "use postgresql://user:password@host:5432/database"
-            ) from None
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
         libpq.setdefault("connect_timeout", "10")
+        if parsed.multi_host:  # BackendURL checked each host's port
+            _check_session_attrs(parsed, libpq, read_only=bool(kwargs.get("read_only")))
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
         except psycopg.ProgrammingError as exc:
@@ -137,6 +140,7 @@ class PostgresLeaseBackend:
             pool_max=int(parsed.float_option("pool_max", 5)),
             pool_timeout=parsed.float_option("pool_timeout", 5.0),
             display=display,
+            require_sync=_flag(parsed, "require_sync"),
             **kwargs,
         )
 
@@ -359,12 +363,18 @@ class PostgresLeaseBackend:
         """A pooled connection; driver errors leave as ``BackendUnavailable``."""
         try:
             with self._pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.errors.ReadOnlySqlTransaction:
+                    conn.close()  # a standby's: the pool discards it and connects anew
+                    raise
         except _MISSING as exc:
             raise BackendUnavailable(
                 f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
                 f"(was the schema dropped?); reopen the backend to create them again: {exc}"
             ) from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise self._read_only_server(exc) from exc
         except PoolTimeout as exc:
             raise BackendUnavailable(
                 f"no connection to PostgreSQL at {self._display} within {self._timeout:g}s; "
@@ -375,6 +385,14 @@ class PostgresLeaseBackend:
                 f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
                 "check that the server is up and reachable"
             ) from exc
+
+    def _read_only_server(self, exc: psycopg.Error) -> BackendUnavailable:
+        """A write reached a standby (or a demoted primary), over a connection now closed."""
+        return BackendUnavailable(
+            f"PostgreSQL at {self._display} refused a write, as a standby does "
+            f"({_first_line(exc)}); Relay reconnects: list every server in the URL "
+            "(postgresql://a:5432,b:5432/db) with target_session_attrs=read-write"
+        )
 
     def _lost(
         self, conn: psycopg.Connection[Any], run_id: str, token: int, owner: str | None = None
@@ -391,12 +409,13 @@ class PostgresLeaseBackend:
 
 
 def _ensure_schema(
-    conninfo: str, schema: str, display: str, read_only: bool
+    conninfo: str, schema: str, display: str, read_only: bool, require_sync: bool = False
 ) -> tuple[dict[str, str], int]:
     """Create or migrate the schema once, on a direct connection; the queries and the version.
 
     A direct connection (not the pool) so that a refused login surfaces as its real cause.
-    ``read_only`` checks that the schema exists and changes nothing.
+    ``read_only`` checks that the schema exists and changes nothing. A writer also checks what
+    the server's replication may lose (``require_sync``: refuse, otherwise warn).
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
@@ -404,9 +423,12 @@ def _ensure_schema(
             version = _installed_version(conn, schema)
             if read_only:
                 _check_readable(conn, schema, display, version)
-            elif version != SCHEMA_VERSION:
-                _migrate(conn, schema, name)
-                version = SCHEMA_VERSION
+            else:
+                facts = replication_facts(conn)
+                check_replication(facts, require_sync=require_sync, display=display)
+                if version != SCHEMA_VERSION:
+                    _migrate(conn, schema, name)
+                    version = SCHEMA_VERSION
             queries = {
                 key: sql.SQL(text).format(schema=name).as_string(conn)
                 for key, text in _QUERIES.items()
@@ -488,6 +510,25 @@ def _connect_error(exc: psycopg.OperationalError, display: str) -> BackendUnavai
     return BackendUnavailable(
         f"cannot connect to PostgreSQL at {display}: {_first_line(exc)}; {fix}"
     )
+
+
+def _check_session_attrs(parsed: BackendURL, libpq: dict[str, str], *, read_only: bool) -> None:
+    """With several hosts, connect to the one that takes writes; refuse a writer told otherwise."""
+    attrs = libpq.setdefault("target_session_attrs", "read-write")
+    if not read_only and attrs not in _WRITABLE_ATTRS:
+        raise ConfigurationError(
+            f"PostgreSQL URL {parsed.redacted()!r} names {len(parsed.hosts)} hosts with "
+            f"target_session_attrs={attrs}: a scheduler may land on a standby, which refuses "
+            "writes; use target_session_attrs=read-write (the default with several hosts)"
+        )
+
+
+def _flag(parsed: BackendURL, name: str) -> bool:
+    """A yes/no URL option (``1``/``0``, ``yes``/``no``, ``true``/``false``)."""
+    value = parsed.option(name, "0").lower()
+    if value not in ("yes", "true", "1", "no", "false", "0"):
+        raise ConfigurationError(f"URL option {name}={value!r} must be 1 or 0 (yes or no)")
+    return value in ("yes", "true", "1")
 
 
 def _check_idle(conn: psycopg.Connection[Any]) -> None:
