@@ -24,8 +24,10 @@ from click.testing import CliRunner, Result
 from relay import Control, open_backend
 from relay.cli import main
 from relay.doctor import FAILURES, DoctorReport
+from tests.backends.pg_server import find_bin
 from tests.support.backends import postgres_lease, redis_lease
 from tests.support.nats_server import nats_kv_lease
+from tests.support.pg_standby import pg_pair
 from tests.support.redis_server import RedisServer, own_redis, own_redis_cluster
 from tests.test_cli_read_only import store_exists
 
@@ -206,6 +208,43 @@ def test_postgres_with_fsync_and_no_standby_loses_nothing_and_masks_the_password
         for output in (doctor(secret).output, doctor(secret, "--json").output):
             assert "s3cret-doc" not in output and "postgres:***@" in output
         assert doctor(secret, "--strict").exit_code == 0
+
+
+@pytest.mark.parametrize("synchronous", [False, True], ids=["async", "sync"])
+def test_postgres_standby_costs_a_failover_unless_commits_wait_for_it(
+    synchronous: bool, tmp_path: Path
+) -> None:
+    if find_bin() is None:
+        pytest.skip("PostgreSQL's initdb, pg_ctl and pg_basebackup are not installed")
+    with pg_pair(synchronous=synchronous) as pair:
+        url = f"{pair.url}?schema=doctor_t"
+        make_store(url)
+        report = report_of(url)
+        facts = report["facts"]
+        assert facts["role"] == "primary" and facts["standbys"] == 1
+        assert facts["sync_standbys"] == int(synchronous)
+        assert facts["fsync"] == "off"  # the pair's own setting, for speed
+        assert costs(report)["power loss"] == "run twice"
+        expected = "nothing" if synchronous else "run twice"
+        assert costs(report)["failover"] == costs(report)["partition"] == expected
+        if not synchronous:
+            assert "synchronous_standby_names" in finding(report, "failover")["fix"]
+        standby = f"postgresql://postgres@127.0.0.1:{pair.standby.port}/postgres?schema=doctor_t"
+        _wait_for_schema(standby, "doctor_t")
+        on_standby = report_of(standby)
+        assert on_standby["facts"]["role"] == "standby"
+        assert any("is a standby" in w for w in on_standby["warnings"])
+
+
+def _wait_for_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        query = "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'meta'"
+        while conn.execute(query, (schema,)).fetchone() is None:
+            assert time.monotonic() < deadline, f"schema {schema} never reached the standby"
+            time.sleep(0.1)
 
 
 # -- Redis ----------------------------------------------------------------------------------

@@ -149,22 +149,22 @@ class PostgresLeaseBackend:
         return f"PostgreSQL ({self._display}, schema {self.schema})"
 
     def durability_facts(self) -> dict[str, object]:
-        """What ``relay doctor`` judges (:mod:`relay.doctor`): ``fsync``, ``synchronous_commit``,
-        ``synchronous_standby_names`` and the standbys in ``pg_stat_replication``. Only reads."""
+        """What ``relay doctor`` judges (:mod:`relay.doctor`): ``fsync``, and the replication
+        facts (:func:`~relay.backends._postgres_replication.replication_facts`). Only reads."""
         with self._connection() as conn:
             row = conn.execute(self._queries["durability"]).fetchone()
-            standbys = conn.execute(self._queries["standbys"]).fetchall()
+            replication = replication_facts(conn)
         assert row is not None
-        version, recovery, fsync, commit, names = row
-        states = [state for _, state in standbys]
-        synchronous = sum(state in ("sync", "quorum") for state in states)
+        version, fsync = row
+        states = [state for _, state in replication.standbys]
         return {
             "store": "postgresql", "version": version,
-            "role": "standby" if recovery else "primary", "fsync": fsync,
-            "synchronous_commit": commit, "synchronous_standby_names": names,
-            "standbys": len(standbys), "standby_names": [name for name, _ in standbys],
+            "role": "standby" if replication.in_recovery else "primary", "fsync": fsync,
+            "synchronous_commit": replication.synchronous_commit,
+            "synchronous_standby_names": replication.synchronous_standby_names,
+            "standbys": len(states), "standby_names": [n for n, _ in replication.standbys],
             # sync_state is hidden from a user without pg_read_all_stats: unknown, then
-            "sync_standbys": None if None in states else synchronous,
+            "sync_standbys": None if None in states else replication.sync_standbys,
         }  # fmt: skip
 
     # -- the lease contract ------------------------------------------------------------------

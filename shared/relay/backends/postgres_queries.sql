@@ -180,10 +180,5 @@ SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expi
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
 
 -- name: durability
--- What relay doctor judges; current_setting() reads this session's values (a role's or
--- database's own synchronous_commit included).
-SELECT current_setting('server_version'), pg_is_in_recovery(), current_setting('fsync'),
-       current_setting('synchronous_commit'), current_setting('synchronous_standby_names')
-
--- name: standbys
-SELECT application_name, sync_state FROM pg_stat_replication ORDER BY application_name
+-- What relay doctor judges beside the replication facts (relay.backends._postgres_replication).
+SELECT current_setting('server_version'), current_setting('fsync')
