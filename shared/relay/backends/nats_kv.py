@@ -203,7 +203,11 @@ class NatsLeaseBackend:
     ) -> RunState:
         job, slot = _parse(run_id)
         return self._call(
-            self._step(job, [], lambda s, now, _: s.finish(slot, token, succeeded, error, now))
+            self._step(
+                job,
+                [slot],
+                lambda s, now, old: s.finish(slot, token, succeeded, error, now, old.get(slot)),
+            )
         )
 
     def release(self, run_id: str, token: int) -> None:

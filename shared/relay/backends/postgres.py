@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
 from relay.backends._postgres_replication import check_replication, replication_facts
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
@@ -221,7 +221,11 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             row = conn.execute(self._queries["finish"], params).fetchone()
             if row is None:
-                raise self._lost(conn, run_id, token)
+                row = conn.execute(self._queries["finished_again"], params).fetchone()
+                again = None if row is None else finished_again(row[0], row[1])
+                if again is None:
+                    raise self._lost(conn, run_id, token)
+                return again
         return RunState(row[0])
 
     def release(self, run_id: str, token: int) -> None:

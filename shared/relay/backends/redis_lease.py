@@ -29,7 +29,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import (
+    MovedError,
+    NoPermissionError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.retry import Retry
 
 from relay.backends._lost import no_lease, not_running, stale_token, started_elsewhere
@@ -44,6 +51,7 @@ from relay.backends._redis import (
     time_ms,
     translated,
 )
+from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
@@ -65,7 +73,7 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
-_RELAY_OPTIONS = ("strategy", "prefix", "retention", "cluster")
+_RELAY_OPTIONS = ("strategy", "prefix", "retention", "cluster", "wait_replicas", "wait_timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
@@ -77,6 +85,8 @@ _STEPS = (
 )  # fmt: skip
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
+_WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control"})
+"""The steps that change a run or a job, followed by WAIT when ``wait_replicas`` is set."""
 _SWEEP_READS = 1000
 """The most index entries one sweep reads (pending runs first, then the oldest expired leases)."""
 
@@ -98,6 +108,10 @@ class RedisLeaseBackend:
 
     ``read_only`` writes no key (loading the scripts writes none): a prefix under which no key
     exists raises :class:`~relay.errors.StoreNotFound`, and reads leave expired index entries be.
+
+    ``wait_replicas`` (0: off) replicas must confirm each step that changes a run or a job within
+    ``wait_timeout`` seconds, or it raises :class:`~relay.errors.NotAcknowledged` (see
+    :mod:`relay.backends._redis_wait`).
     """
 
     capability: Literal["lease"] = "lease"
@@ -111,6 +125,8 @@ class RedisLeaseBackend:
         description: str = "Redis",
         jobs_per_call: int = 50,
         read_only: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
@@ -131,10 +147,21 @@ class RedisLeaseBackend:
         self._read_only = read_only
         self._live: list[str] = [] if isinstance(client, RedisCluster) else [f"{prefix}live"]
         """The key after a job's keys in every script call: the index of live runs, if kept."""
-        with self._errors():
-            self._load_scripts()
-            if read_only:
-                self._check_exists()
+        self._wait = WaitFor(wait_replicas, wait_timeout)
+        self.wait_replicas = wait_replicas
+        """Replicas that must confirm each changing step (0: not waited for)."""
+        self.wait_timeout = wait_timeout
+        """Seconds a changing step waits for its replicas before it counts as not done."""
+        try:
+            with self._errors():
+                self._load_scripts()
+                if read_only:
+                    self._check_exists()
+                else:
+                    check_replication(self._replication(), self._wait, self.name)
+        except ConfigurationError:
+            client.close()
+            raise
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisLeaseBackend:
@@ -149,6 +176,9 @@ class RedisLeaseBackend:
         where = BackendURL(parsed.redacted()).without_options(parsed.options)
         kind = "Redis Cluster" if cluster else "Redis"
         prefix = parsed.option("prefix", DEFAULT_PREFIX)
+        wait = WaitFor.from_url(parsed)
+        kwargs.setdefault("wait_replicas", wait.replicas)
+        kwargs.setdefault("wait_timeout", wait.timeout)
         return cls(
             _connect(parsed, cluster, f"{kind} at {where}"),
             prefix=prefix,
@@ -178,11 +208,13 @@ class RedisLeaseBackend:
             return self.acquire_many([request])[0]
         member = _member(request)
         args = [self.retention_ms, request.owner, _request_line(request, member)]
-        (reply,) = self._call_many("acquire", [(self._keys(job), args)])
+        (reply,), confirmed = self._send("acquire", [(self._keys(job), args)])
         words = reply.split(" ")
         if words[0] == "1":
             self._list_again([job])
-        return _acquire_result(request, member, words, 1)
+        result = _acquire_result(request, member, words, 1)
+        self._confirm("acquire", confirmed, [result])
+        return result
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
         # Each (owner, job)'s requests in order; a script call decides up to jobs_per_call jobs
@@ -203,7 +235,8 @@ class RedisLeaseBackend:
         jobs = list(dict.fromkeys(job for _, job in order))
         listed = self._listed.intersection(jobs)
         # Per group its new_job flag, then per request: outcome, attempt, token.
-        words = " ".join(self._call_jobs("acquire", jobs, calls)).split(" ")
+        replies, confirmed = self._send_jobs("acquire", jobs, calls)
+        words = " ".join(replies).split(" ")
         results: list[AcquireResult] = [_HELD] * len(requests)
         lost, at = [], 0
         for group in order:
@@ -215,6 +248,7 @@ class RedisLeaseBackend:
                 at += 3
         if lost:
             self._list_again(lost)
+        self._confirm("acquire", confirmed, results)
         return results
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
@@ -318,7 +352,7 @@ class RedisLeaseBackend:
         with self._errors():
             names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
         calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
-        replies = self._call_many("control", calls) if calls else []
+        replies = self._call_many("control", calls, wait=False) if calls else []
         return [
             JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
             for job, (spec, at, by, why) in zip(names, replies, strict=True)
@@ -488,53 +522,157 @@ class RedisLeaseBackend:
     # -- calling scripts ---------------------------------------------------------------------
 
     def _call_one(self, step: str, job: str, args: list[Any]) -> Any:
+        keys, args = self._keys(job), [*args, self.retention_ms]
+        if self.wait_replicas and step in _WAITED:
+            return self._call_many(step, [(keys, args)])[0]
         with self._errors():
-            return self._scripts[step](self._keys(job), [*args, self.retention_ms])
+            return self._scripts[step](keys, args)
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
     ) -> list[Any]:
         """:meth:`_call_many`, first adding to the set of job names those not added yet."""
+        replies, confirmed = self._send_jobs(step, jobs, calls)
+        self._confirm(step, confirmed)
+        return replies
+
+    def _send_jobs(
+        self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
+    ) -> tuple[list[Any], int | None]:
+        """:meth:`_send`, first adding to the set of job names those not added yet."""
         unlisted = [job for job in jobs if job not in self._listed]
         before = ("SADD", self._jobs_key(), *unlisted) if unlisted else None
-        replies = self._call_many(step, calls, before)
+        sent = self._send(step, calls, before)
         self._listed.update(unlisted)
-        return replies
+        return sent
 
     def _call_many(
         self,
         step: str,
         calls: Sequence[tuple[list[str], list[Any]]],
         before: tuple[Any, ...] | None = None,
+        *,
+        wait: bool = True,
     ) -> list[Any]:
-        """Call a script once per ``(keys, args)`` in one round trip (``before`` goes first)."""
+        """Call a script once per ``(keys, args)`` in one round trip (``before`` goes first);
+        raise :class:`~relay.errors.NotAcknowledged` if too few replicas confirmed a change."""
+        replies, confirmed = self._send(step, calls, before, wait=wait)
+        self._confirm(step, confirmed)
+        return replies
+
+    def _confirm(
+        self, step: str, confirmed: int | None, results: Sequence[AcquireResult] = ()
+    ) -> None:
+        """Raise NotAcknowledged unless ``confirmed`` (None: not waited for) is enough."""
+        if confirmed is not None:
+            won = [result.run for result in results if result.run is not None]
+            self._wait.confirm(confirmed, self.name, step, won)
+
+    def _send(
+        self,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None = None,
+        *,
+        wait: bool = True,
+    ) -> tuple[list[Any], int | None]:
+        """The replies of the script calls, and how many replicas confirmed them (None: the step
+        is not waited for). The calls and WAIT go in one round trip on one connection."""
+        wait = wait and bool(self.wait_replicas) and step in _WAITED
+        with self._errors():
+            if not wait:
+                if len(calls) == 1 and before is None:
+                    keys, args = calls[0]
+                    return [self._scripts[step](keys, args)], None
+                return self._pipelined(self._redis, step, calls, before, wait=False)
+            if isinstance(self._redis, RedisCluster):
+                return self._send_by_node(self._redis, step, calls, before)
+            return self._pipelined(self._redis, step, calls, before, wait=True)
+
+    def _send_by_node(
+        self,
+        cluster: RedisCluster,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None,
+    ) -> tuple[list[Any], int | None]:
+        """On Redis Cluster, each node's calls and a WAIT on that node: WAIT counts the replicas
+        of the node it is sent to, which must be the primary of the job's slot."""
+        if before is not None:
+            cluster.execute_command(*before)  # type: ignore[no-untyped-call]
+        for _ in range(2):
+            by_node: dict[str, list[int]] = {}
+            nodes = {}
+            for index, (keys, _) in enumerate(calls):
+                node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+                nodes[node.name] = node
+                by_node.setdefault(node.name, []).append(index)
+            replies: list[Any] = [None] * len(calls)
+            fewest = self.wait_replicas
+            try:
+                for name, indexes in by_node.items():
+                    client = cluster.get_redis_connection(nodes[name])
+                    part = [calls[i] for i in indexes]
+                    answers, confirmed = self._pipelined(client, step, part, None, wait=True)
+                    for index, answer in zip(indexes, answers, strict=True):
+                        replies[index] = answer
+                    fewest = min(fewest, confirmed or 0)
+                return replies, fewest
+            except MovedError:
+                # A failover moved the slot before the script ran: refresh the map, send again.
+                cluster.nodes_manager.initialize()
+            except (redis.ConnectionError, redis.TimeoutError):
+                cluster.nodes_manager.initialize()  # the next step asks the promoted node
+                raise
+        raise BackendUnavailable(f"{self.name}: the job's slot keeps moving (a failover?)")
+
+    def _pipelined(
+        self,
+        client: redis.Redis | RedisCluster,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None,
+        *,
+        wait: bool,
+    ) -> tuple[list[Any], int | None]:
+        """The script calls (then WAIT, if ``wait``) in one pipeline, without a transaction."""
         script = self._scripts[step]
-        if len(calls) == 1 and before is None:
-            keys, args = calls[0]
-            with self._errors():
-                return [script(keys, args)]
         pending = list(range(len(calls)))
         replies: list[Any] = [None] * len(calls)
-        with self._errors():
-            for _ in range(2):
-                pipe = self._redis.pipeline(transaction=False)
-                if before is not None:
-                    pipe.execute_command(*before)
-                for index in pending:
-                    keys, args = calls[index]
-                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
-                for index, answer in zip(pending, answers, strict=True):
-                    if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
-                        raise answer
-                    replies[index] = answer
-                # The server forgot the scripts (a restart): load them, redo only those calls.
-                pending = [i for i in pending if isinstance(replies[i], NoScriptError)]
-                if not pending:
-                    return replies
-                self._load_scripts()
-                before = None
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            if before is not None:
+                pipe.execute_command(*before)
+            for index in pending:
+                keys, args = calls[index]
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            if wait:
+                pipe.execute_command(*self._wait.command)
+            answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
+            confirmed = answers.pop() if wait else None
+            for index, answer in zip(pending, answers, strict=True):
+                if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
+                    raise answer
+                replies[index] = answer
+            if isinstance(confirmed, Exception):
+                raise confirmed
+            # The server forgot the scripts (a restart): load them, redo only those calls.
+            pending = [i for i in pending if isinstance(replies[i], NoScriptError)]
+            if not pending:
+                return replies, None if confirmed is None else int(confirmed)
+            self._load_scripts()
+            before = None
         raise BackendUnavailable(f"{self.name} keeps forgetting its Lua scripts (SCRIPT FLUSH?)")
+
+    def _replication(self) -> list[dict[str, Any]]:
+        """``INFO replication`` of the server, or of each Cluster primary ([]: ACL forbids it)."""
+        try:
+            if isinstance(self._redis, RedisCluster):
+                found = self._redis.info("replication", target_nodes=RedisCluster.PRIMARIES)
+                return [found] if "role" in found else list(found.values())
+            return [self._redis.info("replication")]
+        except (NoPermissionError, ResponseError):
+            return []
 
     def _load_scripts(self) -> None:
         if isinstance(self._redis, RedisCluster):  # SCRIPT LOAD goes to every primary

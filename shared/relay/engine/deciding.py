@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.engine.reporting import decision_event, missed_events
-from relay.errors import ConfigurationError
+from relay.engine.unacknowledged import hand_back
+from relay.errors import ConfigurationError, NotAcknowledged
 from relay.events import EventBus
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
 from relay.runs import Run, RunRecord, is_manual, run_id
@@ -301,7 +302,11 @@ class Decider:
             )
             for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
-        results = backend.acquire_many(requests)
+        try:
+            results = backend.acquire_many(requests)
+        except NotAcknowledged as exc:
+            hand_back(backend, exc.won, "acquire")
+            raise
         won = []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):

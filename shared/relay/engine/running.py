@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
-from relay.errors import BackendUnavailable, LeaseLost
+from relay.engine.unacknowledged import hand_back
+from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
 from relay.events import (
     EventBus,
     FencedOff,
@@ -101,7 +102,9 @@ class Runner:
 
         A run is refused (and reported fenced off) when its token is no longer current, it
         already finished, or another owner started it: a stale or duplicate delivery.
-        ``BackendUnavailable`` propagates: the caller must not run what it cannot confirm.
+        ``BackendUnavailable`` propagates: the caller must not run what it cannot confirm (a
+        start the store's replicas did not confirm is handed back first, see
+        :mod:`relay.engine.unacknowledged`).
         ``max_attempts`` is the job's, for the failed event (0: not known here).
         """
         backend = self.backend
@@ -112,6 +115,9 @@ class Runner:
         except LeaseLost as exc:
             ActiveRun(self, run, max_attempts).fenced_off("start", str(exc))
             return None
+        except NotAcknowledged:
+            hand_back(backend, [run], "start")
+            raise
         active = ActiveRun(self, started, max_attempts)
         active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
         return self._started(active)
