@@ -12,8 +12,6 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,7 +26,7 @@ from tests.backends.pg_server import find_bin
 from tests.support.backends import postgres_lease, redis_lease
 from tests.support.nats_server import nats_kv_lease
 from tests.support.pg_standby import pg_pair
-from tests.support.redis_server import RedisServer, own_redis, own_redis_cluster
+from tests.support.redis_server import own_redis, own_redis_cluster, own_redis_replicated
 from tests.test_cli_read_only import store_exists
 
 
@@ -265,26 +263,8 @@ def test_redis_without_persistence_may_run_a_run_twice_after_a_restart(tmp_path:
         assert doctor(url, "--strict").exit_code == 1
 
 
-@contextmanager
-def replicated(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
-    """A Redis primary and a replica of it, each of the test's own; both killed afterwards."""
-    (tmp_path / "primary").mkdir()
-    (tmp_path / "replica").mkdir()
-    with own_redis(tmp_path / "primary") as primary:
-        at = ("--replicaof", "127.0.0.1", str(primary.port))
-        with own_redis(tmp_path / "replica", *at) as replica:
-            import redis
-
-            with redis.Redis(port=primary.port, decode_responses=True) as client:
-                deadline = time.monotonic() + 60
-                while client.info("replication")["connected_slaves"] < 1:
-                    assert time.monotonic() < deadline, "the replica never connected"
-                    time.sleep(0.1)
-            yield primary, replica
-
-
 def test_redis_with_a_replica_may_run_a_run_twice_after_a_failover(tmp_path: Path) -> None:
-    with replicated(tmp_path) as (primary, replica):
+    with own_redis_replicated(tmp_path) as (primary, replica):
         url = f"{primary.url}?prefix=doc:"
         make_store(url)
         report = report_of(url)
@@ -296,6 +276,11 @@ def test_redis_with_a_replica_may_run_a_run_twice_after_a_failover(tmp_path: Pat
         assert "asynchronous" in failover["why"] and "wait_replicas=1" in failover["fix"]
         assert failover["settings"] == {"connected_replicas": 1, "wait_replicas": 0}
         assert not report["warnings"]
+
+        waiting = report_of(f"{url}&wait_replicas=1")
+        assert waiting["facts"]["wait_replicas"] == 1
+        assert costs(waiting)["failover"] == costs(waiting)["partition"] == "nothing"
+        assert "WAIT" in finding(waiting, "failover")["why"]
 
         on_replica = f"{replica.url}?prefix=doc:"
         _wait_for_key(replica.port, "doc:jobs")

@@ -198,7 +198,7 @@ class RedisLeaseBackend:
 
         with self._errors():
             facts = redis_facts(self._redis)
-        return {"store": "redis", **facts, "wait_replicas": getattr(self, "wait_replicas", 0)}
+        return {"store": "redis", **facts, "wait_replicas": self.wait_replicas}
 
     # -- the lease contract ------------------------------------------------------------------
 
