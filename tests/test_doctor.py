@@ -322,6 +322,7 @@ def test_redis_refusing_config_get_makes_a_setting_unknown_not_an_error(tmp_path
         assert facts["appendfsync"] is None and facts["save"] is None
         loss = finding(report, "power loss")
         assert loss["cost"] == "unknown" and "appendfsync" in loss["why"]
+        assert "CONFIG GET" in loss["fix"]
         assert costs(report)["store restart"] == "nothing"
         table = doctor(url, "--strict")
         assert table.exit_code == 1

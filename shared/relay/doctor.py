@@ -192,16 +192,20 @@ def claim_store_refusal(store: str) -> str:
 
 
 def _judge(failure: Failure, rules: tuple[Rule, ...], values: Mapping[str, object]) -> Finding:
+    from relay.doctor_rules import READ_HINTS
+
     facts = Facts(values)
     for rule in rules:
         try:
             holds = rule.when(facts)
         except UnknownFact as unknown:
+            name = unknown.name
             return Finding(
                 failure, "unknown",
-                f"the store would not show {unknown.name} (an ACL or a managed service hides "
-                "it), so what this failure costs cannot be told",
-                _settings(facts, ""), f"grant the doctor's user the right to read {unknown.name}",
+                f"the store would not show {name} (an ACL or a managed service hides it), so "
+                "what this failure costs cannot be told",
+                _settings(facts, ""),
+                READ_HINTS.get(name, f"let the URL's user read {name}"),
             )  # fmt: skip
         if holds:
             why, fix = _format(rule.why, values), _format(rule.fix, values)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from relay.doctor import Facts, Failure, Rule
 
-__all__ = ["TABLES", "WARNINGS"]
+__all__ = ["READ_HINTS", "TABLES", "WARNINGS"]
 
 
 def ALWAYS(facts: Facts) -> bool:
@@ -238,3 +238,16 @@ WARNINGS: dict[str, tuple[tuple[Callable[[Facts], bool], str], ...]] = {
     ),
 }  # fmt: skip
 """States that stop or slow every step now, by store."""
+
+_CONFIG_GET = (
+    "let the URL's user run CONFIG GET (ACL: +config|get), or read {} in the service's console"
+)
+READ_HINTS: dict[str, str] = {
+    "sync_standbys": "grant the URL's user pg_monitor, so that it reads pg_stat_replication's "
+    "sync_state",
+    **{name: _CONFIG_GET.format(name) for name in ("appendfsync", "save")},
+    "appendonly": _CONFIG_GET.format("appendonly") + " (or allow INFO persistence)",
+    "connected_replicas": "let the URL's user run INFO replication",
+    "role": "let the URL's user run INFO replication",
+}
+"""How to let the doctor read a setting the store hid, by the setting's name."""

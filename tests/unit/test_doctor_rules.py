@@ -92,6 +92,7 @@ def test_postgres_hidden_standby_states_are_unknown_and_warnings() -> None:
     assert costs["failover"] == "unknown" and report.runs_twice
     failover = next(f for f in report.findings if f.failure == "failover")
     assert "sync_standbys" in failover.why and failover.settings["sync_standbys"] is None
+    assert "pg_monitor" in failover.fix
     _, waiting = judged(**{**PG, "synchronous_standby_names": "a", "role": "standby"})
     assert len(waiting.warnings) == 2
     assert "standby (in recovery)" in waiting.warnings[0]
