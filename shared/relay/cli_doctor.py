@@ -44,7 +44,7 @@ def doctor(url: str | None, as_json: bool, strict: bool) -> None:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
         _print(report)
-    sys.exit(1 if strict and report.runs_twice else 0)
+    sys.exit(1 if strict and not report.passes_strict else 0)
 
 
 def doctor_table(report: DoctorReport) -> Table:
@@ -70,12 +70,11 @@ def _print(report: DoctorReport) -> None:
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     twice = [f.failure for f in report.findings if f.cost == "run twice"]
-    unknown = [f.failure for f in report.findings if f.cost == "unknown"]
     if twice:
         console.print(f"[red]A run may run twice after: {', '.join(twice)}.[/]")
-    if unknown:
-        console.print(f"[yellow]Cannot tell what these cost: {', '.join(unknown)}.[/]")
-    if not twice and not unknown:
+    if report.unknown:
+        console.print(f"[yellow]Cannot tell what these cost: {', '.join(report.unknown)}.[/]")
+    if report.passes_strict:
         console.print("[green]No failure listed can run a run twice.[/]")
 
 

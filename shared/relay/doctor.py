@@ -17,35 +17,31 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from relay.doctor_rules import (
+    FAILURES,
+    READ_HINTS,
+    TABLES,
+    WARNINGS,
+    Cost,
+    Facts,
+    Failure,
+    Rule,
+    UnknownFact,
+)
 from relay.errors import ConfigurationError
 
 __all__ = [
     "FAILURES",
+    "Cost",
     "DoctorReport",
     "DurabilityReader",
-    "Facts",
     "Failure",
     "Finding",
-    "Rule",
-    "UnknownFact",
     "claim_store_refusal",
     "diagnose",
 ]
-
-Failure = Literal["instance crash", "store restart", "power loss", "failover", "partition"]
-Cost = Literal["nothing", "run twice", "unknown"]
-FAILURES: tuple[Failure, ...] = (
-    "instance crash",
-    "store restart",
-    "power loss",
-    "failover",
-    "partition",
-)
-"""What can fail: a Relay instance's process (SIGKILL, out of memory), the store's server process,
-the store host's power or OS, the store's primary (a replica is promoted), the network between
-instances and the store or between the store's own servers."""
 
 
 @runtime_checkable
@@ -56,55 +52,6 @@ class DurabilityReader(Protocol):
         """The settings, by name, with ``"store"`` naming the store's table of rules; ``None``
         for a setting the server refused to show. Reads only: never writes or creates."""
         ...
-
-
-class UnknownFact(Exception):
-    """Raised inside a rule that needs a setting the store would not show."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-class Facts:
-    """A store's settings for the rules: reading one that is ``None`` raises :class:`UnknownFact`,
-    and every name read is remembered, so a finding can show what it was decided on."""
-
-    def __init__(self, values: Mapping[str, object]) -> None:
-        self.values = dict(values)
-        self.read: list[str] = []
-
-    def get(self, name: str) -> object:
-        """The setting ``name``; :class:`UnknownFact` if the store did not show it."""
-        if name not in self.read:
-            self.read.append(name)
-        value = self.values.get(name)
-        if value is None:
-            raise UnknownFact(name)
-        return value
-
-    def text(self, name: str) -> str:
-        """The setting as lower-case text."""
-        return str(self.get(name)).lower()
-
-    def number(self, name: str) -> int:
-        """The setting as a whole number."""
-        value = self.get(name)
-        return int(value) if isinstance(value, int | float | str) else 0
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One line of a store's table: if ``when`` holds, the failure costs ``cost``.
-
-    ``why`` and ``fix`` may name settings in braces (``{appendfsync}``); the first line whose
-    ``when`` holds decides.
-    """
-
-    when: Callable[[Facts], bool]
-    cost: Cost
-    why: str
-    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,8 +82,19 @@ class DoctorReport:
 
     @property
     def runs_twice(self) -> bool:
-        """Whether some failure may run a run twice, or cannot be judged (``--strict``)."""
-        return any(f.cost != "nothing" for f in self.findings)
+        """Whether some failure may run a run twice."""
+        return any(f.cost == "run twice" for f in self.findings)
+
+    @property
+    def unknown(self) -> tuple[Failure, ...]:
+        """The failures whose cost cannot be told: the store hid a setting their rule needs."""
+        return tuple(f.failure for f in self.findings if f.cost == "unknown")
+
+    @property
+    def passes_strict(self) -> bool:
+        """What ``relay doctor --strict`` asks: no failure may run a run twice, and every
+        failure could be judged (what cannot be told counts as what could happen)."""
+        return not self.runs_twice and not self.unknown
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON values (``relay doctor --json``)."""
@@ -149,7 +107,8 @@ class DoctorReport:
                 for f in self.findings
             ],
             "warnings": list(self.warnings),
-            "runs_twice": self.runs_twice,
+            "runs_twice": self.runs_twice, "unknown": list(self.unknown),
+            "passes_strict": self.passes_strict,
         }  # fmt: skip
 
 
@@ -159,8 +118,6 @@ def diagnose(backend: object) -> DoctorReport:
     Raises :class:`ConfigurationError` for a backend that cannot tell its settings (a claim
     store, or a third-party backend without ``durability_facts()``).
     """
-    from relay.doctor_rules import TABLES, WARNINGS
-
     name = str(getattr(backend, "name", type(backend).__name__))
     if getattr(backend, "capability", "lease") != "lease":
         raise ConfigurationError(claim_store_refusal(name))
@@ -192,8 +149,6 @@ def claim_store_refusal(store: str) -> str:
 
 
 def _judge(failure: Failure, rules: tuple[Rule, ...], values: Mapping[str, object]) -> Finding:
-    from relay.doctor_rules import READ_HINTS
-
     facts = Facts(values)
     for rule in rules:
         try:

@@ -1,18 +1,92 @@
 """The doctor's rules: one table per store, from each store's documented semantics.
 
-A table maps every failure of :data:`relay.doctor.FAILURES` to its rules, tried in order; the
-first whose ``when`` holds decides, and each table's last rule always holds. ``WARNINGS`` lists
-states that stop or slow every step now. The settings come from each backend's
-``durability_facts()``; ``docs/doctor.md`` explains each rule in words.
+A table maps every failure of :data:`FAILURES` to its :class:`Rule` list, tried in order; the
+first whose ``when`` holds decides, and each list's last rule always holds (:func:`ALWAYS`). A
+rule reads the settings through :class:`Facts`, which raises :class:`UnknownFact` for a setting the
+store would not show. ``WARNINGS`` lists states that stop or slow every step now. The settings
+come from each backend's ``durability_facts()``; :mod:`relay.doctor` applies the tables, and
+``docs/doctor.md`` explains each rule in words.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
 
-from relay.doctor import Facts, Failure, Rule
+__all__ = [
+    "FAILURES",
+    "READ_HINTS",
+    "TABLES",
+    "WARNINGS",
+    "Cost",
+    "Facts",
+    "Failure",
+    "Rule",
+    "UnknownFact",
+]
 
-__all__ = ["READ_HINTS", "TABLES", "WARNINGS"]
+Failure = Literal["instance crash", "store restart", "power loss", "failover", "partition"]
+Cost = Literal["nothing", "run twice", "unknown"]
+FAILURES: tuple[Failure, ...] = (
+    "instance crash",
+    "store restart",
+    "power loss",
+    "failover",
+    "partition",
+)
+"""What can fail: a Relay instance's process (SIGKILL, out of memory), the store's server process,
+the store host's power or OS, the store's primary (a replica is promoted), the network between
+instances and the store or between the store's own servers."""
+
+
+class UnknownFact(Exception):
+    """Raised inside a rule that needs a setting the store would not show."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class Facts:
+    """A store's settings for the rules: reading one that is ``None`` raises :class:`UnknownFact`,
+    and every name read is remembered, so a finding can show what it was decided on."""
+
+    def __init__(self, values: Mapping[str, object]) -> None:
+        self.values = dict(values)
+        self.read: list[str] = []
+
+    def get(self, name: str) -> object:
+        """The setting ``name``; :class:`UnknownFact` if the store did not show it."""
+        if name not in self.read:
+            self.read.append(name)
+        value = self.values.get(name)
+        if value is None:
+            raise UnknownFact(name)
+        return value
+
+    def text(self, name: str) -> str:
+        """The setting as lower-case text."""
+        return str(self.get(name)).lower()
+
+    def number(self, name: str) -> int:
+        """The setting as a whole number."""
+        value = self.get(name)
+        return int(value) if isinstance(value, int | float | str) else 0
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of a store's table: if ``when`` holds, the failure costs ``cost``.
+
+    ``why`` and ``fix`` may name settings in braces (``{appendfsync}``); the first line whose
+    ``when`` holds decides.
+    """
+
+    when: Callable[[Facts], bool]
+    cost: Cost
+    why: str
+    fix: str = ""
 
 
 def ALWAYS(facts: Facts) -> bool:
@@ -116,26 +190,22 @@ def _replicas(f: Facts) -> int:
 
 
 _REDIS_AOF = "CONFIG SET appendonly yes (and appendonly yes in redis.conf)"
-_REDIS_NO_AOF = (
-    Rule(lambda f: f.text("appendonly") == "no" and f.text("save") != "", "run twice",
-         "appendonly no: the server comes back with its last snapshot (save '{save}') and "
-         "forgets every step since, so those runs may run again (its replicas copy the old data "
-         "too)", _REDIS_AOF),
-    Rule(lambda f: f.text("appendonly") == "no", "run twice", "appendonly no and no "
-         "snapshots (save ''): the server comes back empty, without a lease, record or job, so "
-         "recent runs may run again (tokens stay safe: they are at least the server's clock)",
-         _REDIS_AOF),
+_REDIS_NO_AOF = Rule(
+    lambda f: f.text("appendonly") == "no", "run twice",
+    "appendonly no: the server comes back with its last snapshot at best (save '{save}'; '' "
+    "takes none), without the leases, records and jobs written since, so recent runs may run "
+    "again (tokens stay safe: they are at least the server's clock)", _REDIS_AOF,
 )  # fmt: skip
 
 REDIS: dict[Failure, tuple[Rule, ...]] = {
     "instance crash": (_TAKEN_OVER,),
     "store restart": (
-        *_REDIS_NO_AOF,
+        _REDIS_NO_AOF,
         Rule(ALWAYS, "nothing", "appendonly {appendonly}: every step is written to the "
              "append-only file before Redis answers; a restart reloads it"),
     ),
     "power loss": (
-        *_REDIS_NO_AOF,
+        _REDIS_NO_AOF,
         Rule(lambda f: f.text("appendfsync") == "always", "nothing", "appendfsync always: "
              "each step is on disk before Redis answers"),
         Rule(ALWAYS, "run twice", "appendfsync {appendfsync}: the append-only file is flushed "
@@ -240,14 +310,14 @@ WARNINGS: dict[str, tuple[tuple[Callable[[Facts], bool], str], ...]] = {
 """States that stop or slow every step now, by store."""
 
 _CONFIG_GET = (
-    "let the URL's user run CONFIG GET (ACL: +config|get), or read {} in the service's console"
+    "run relay doctor as a user that may run CONFIG GET (an operator's: Relay's own user needs "
+    "no CONFIG, see docs/security.md), or read {} in the service's console"
 )
 READ_HINTS: dict[str, str] = {
     "sync_standbys": "grant the URL's user pg_monitor, so that it reads pg_stat_replication's "
     "sync_state",
-    **{name: _CONFIG_GET.format(name) for name in ("appendfsync", "save")},
-    "appendonly": _CONFIG_GET.format("appendonly") + " (or allow INFO persistence)",
-    "connected_replicas": "let the URL's user run INFO replication",
-    "role": "let the URL's user run INFO replication",
+    **{name: _CONFIG_GET.format(name) for name in ("appendfsync", "save", "appendonly")},
+    "connected_replicas": "let the URL's user run INFO (+info)",
+    "role": "let the URL's user run INFO (+info)",
 }
 """How to let the doctor read a setting the store hid, by the setting's name."""

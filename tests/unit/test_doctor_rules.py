@@ -68,7 +68,7 @@ def test_postgres_async_standbys_may_run_a_run_twice_after_a_failover() -> None:
 def test_postgres_a_synchronous_standby_makes_a_failover_cost_nothing(commit: str) -> None:
     settings = {"synchronous_commit": commit, "synchronous_standby_names": "FIRST 1 (a)"}
     costs, report = judged(**{**PG, **settings, "standbys": 2, "sync_standbys": 1})
-    assert set(costs.values()) == {"nothing"} and not report.runs_twice
+    assert set(costs.values()) == {"nothing"} and report.passes_strict
 
 
 def test_postgres_synchronous_commit_local_with_a_sync_standby_is_still_asynchronous() -> None:
@@ -89,7 +89,8 @@ def test_postgres_commit_and_fsync_off() -> None:
 def test_postgres_hidden_standby_states_are_unknown_and_warnings() -> None:
     names = {"synchronous_standby_names": "a"}
     costs, report = judged(**{**PG, **names, "standbys": 1, "sync_standbys": None})
-    assert costs["failover"] == "unknown" and report.runs_twice
+    assert costs["failover"] == "unknown" and report.unknown == ("failover", "partition")
+    assert not report.runs_twice and not report.passes_strict
     failover = next(f for f in report.findings if f.failure == "failover")
     assert "sync_standbys" in failover.why and failover.settings["sync_standbys"] is None
     assert "pg_monitor" in failover.fix
@@ -118,7 +119,10 @@ def test_redis_append_only_file_fsync_policies() -> None:
         assert costs["store restart"] == "nothing" and costs["power loss"] == cost, fsync
     costs, report = judged(**{**REDIS, "appendonly": "no", "save": "3600 1"})
     assert costs["store restart"] == costs["power loss"] == "run twice"
-    assert "last snapshot (save '3600 1')" in report.findings[1].why
+    assert "last snapshot at best (save '3600 1'" in report.findings[1].why
+    costs, report = judged(**{**REDIS, "appendonly": "no", "save": None})  # CONFIG refused
+    assert costs["store restart"] == costs["power loss"] == "run twice"
+    assert "(save 'unknown'" in report.findings[1].why
 
 
 def test_nats_three_replicas_cost_nothing_and_a_missing_peer_is_a_warning() -> None:
