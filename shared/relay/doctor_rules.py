@@ -65,6 +65,12 @@ class Facts:
             raise UnknownFact(name)
         return value
 
+    def peek(self, name: str) -> object:
+        """The setting ``name``, or ``None`` if the store did not show it (no exception)."""
+        if name not in self.read:
+            self.read.append(name)
+        return self.values.get(name)
+
     def text(self, name: str) -> str:
         """The setting as lower-case text."""
         return str(self.get(name)).lower()
@@ -190,22 +196,25 @@ def _replicas(f: Facts) -> int:
 
 
 _REDIS_AOF = "CONFIG SET appendonly yes (and appendonly yes in redis.conf)"
-_REDIS_NO_AOF = Rule(
-    lambda f: f.text("appendonly") == "no", "run twice",
-    "appendonly no: the server comes back with its last snapshot at best (save '{save}'; '' "
-    "takes none), without the leases, records and jobs written since, so recent runs may run "
-    "again (tokens stay safe: they are at least the server's clock)", _REDIS_AOF,
+_REDIS_NO_AOF = (
+    Rule(lambda f: f.text("appendonly") == "no" and f.peek("save") == "", "run twice",
+         "appendonly no and no snapshots (save ''): the server comes back empty, without a "
+         "lease, record or job, so recent runs may run again (tokens stay safe: they are at "
+         "least the server's clock)", _REDIS_AOF),
+    Rule(lambda f: f.text("appendonly") == "no", "run twice", "appendonly no: the server "
+         "comes back with its last snapshot (save '{save}'), without the steps written since, "
+         "so those runs may run again (its replicas copy the old data too)", _REDIS_AOF),
 )  # fmt: skip
 
 REDIS: dict[Failure, tuple[Rule, ...]] = {
     "instance crash": (_TAKEN_OVER,),
     "store restart": (
-        _REDIS_NO_AOF,
+        *_REDIS_NO_AOF,
         Rule(ALWAYS, "nothing", "appendonly {appendonly}: every step is written to the "
              "append-only file before Redis answers; a restart reloads it"),
     ),
     "power loss": (
-        _REDIS_NO_AOF,
+        *_REDIS_NO_AOF,
         Rule(lambda f: f.text("appendfsync") == "always", "nothing", "appendfsync always: "
              "each step is on disk before Redis answers"),
         Rule(ALWAYS, "run twice", "appendfsync {appendfsync}: the append-only file is flushed "
