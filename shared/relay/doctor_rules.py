@@ -237,9 +237,15 @@ REDIS: dict[Failure, tuple[Rule, ...]] = {
     "partition": (
         Rule(lambda f: _replicas(f) == 0, "nothing", "one server: instances cut off from it "
              "wait, and a runner cut off past its lease is taken over and fenced by its token"),
-        Rule(lambda f: f.number("wait_replicas") >= 1, "nothing", "a primary cut off from its "
-             "replicas gets no step confirmed (wait_replicas={wait_replicas}): its steps fail "
-             "instead of being lost when a replica is promoted on the other side"),
+        Rule(lambda f: f.number("wait_replicas") >= _replicas(f), "nothing", "every replica "
+             "confirms each step (wait_replicas={wait_replicas}): a primary cut off from any of "
+             "them gets no step confirmed, and whichever replica is promoted holds every step "
+             "Relay acted on"),
+        Rule(lambda f: f.number("wait_replicas") >= 1, "run twice", "wait_replicas="
+             "{wait_replicas} of {connected_replicas} replicas: a primary cut off with some of "
+             "its replicas still gets steps confirmed, and a replica promoted on the other side "
+             "lacks them", "wait_replicas={connected_replicas} in the URL (every replica; steps "
+             "then fail while one is down)"),
         Rule(ALWAYS, "run twice", "a primary cut off from its replicas keeps answering the "
              "instances on its side (min-replicas-to-write {min_replicas_to_write} stops it "
              "after min-replicas-max-lag, {min_replicas_max_lag} s, at best) while a replica is "

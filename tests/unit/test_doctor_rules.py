@@ -106,6 +106,12 @@ def test_redis_wait_replicas_makes_a_failover_and_a_partition_cost_nothing() -> 
     assert costs["failover"] == costs["partition"] == "run twice"
     costs, report = judged(**{**replicated, "wait_replicas": 1})
     assert set(costs.values()) == {"nothing"} and not report.warnings
+    two = {**REDIS, "connected_replicas": 2, "wait_replicas": 1}
+    costs, report = judged(**two)
+    assert costs["failover"] == "nothing" and costs["partition"] == "run twice"
+    assert "wait_replicas=2" in report.findings[4].fix
+    costs, _ = judged(**{**two, "wait_replicas": 2})
+    assert costs["partition"] == "nothing"
     _, short = judged(**{**replicated, "wait_replicas": 2, "min_replicas_to_write": 3})
     assert ["not acknowledged" in w or "refuses every write" in w for w in short.warnings] == [
         True,
