@@ -175,9 +175,10 @@ POSTGRESQL: dict[Failure, tuple[Rule, ...]] = {
         Rule(lambda f: f.number("standbys") == 0, "nothing", "no standby is connected "
              "(pg_stat_replication is empty): none to promote (a restore from a backup would "
              "lose the commits since it)"),
-        Rule(_pg_sync, "nothing", "commits wait for {sync_standbys} synchronous standby(s) "
-             "(synchronous_standby_names='{synchronous_standby_names}'): promoting one loses "
-             "nothing"),
+        Rule(_pg_sync, "nothing", "commits wait for a synchronous standby ({sync_standbys} of "
+             "the {standbys} connected; synchronous_standby_names="
+             "'{synchronous_standby_names}'): promoting a synchronous one loses nothing (a "
+             "failover that promotes another may lose the last commits)"),
         _PG_ASYNC,
     ),
     "partition": (
@@ -185,7 +186,7 @@ POSTGRESQL: dict[Failure, tuple[Rule, ...]] = {
              "from it wait, and a runner cut off past its lease is taken over and fenced by its "
              "token"),
         Rule(_pg_sync, "nothing", "a primary cut off from its synchronous standby cannot "
-             "commit: its steps wait instead of being lost when a standby is promoted"),
+             "commit: its steps wait instead of being lost when that standby is promoted"),
         _PG_ASYNC,
     ),
 }  # fmt: skip
