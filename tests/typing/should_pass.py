@@ -7,6 +7,7 @@ from datetime import timedelta
 import relay
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.backends.sqlite_claim import SQLiteClaimBackend
+from relay.doctor import DoctorReport, Failure
 from relay.fencing import SQLFence
 
 by_url = relay.Scheduler("sqlite:///relay.db", lease=30, heartbeat=10)
@@ -34,3 +35,10 @@ def ping(run: relay.Run) -> None: ...
 
 
 current: relay.Run | None = relay.current_run()
+
+
+def doctor(url: str) -> bool:
+    with relay.Control(url, read_only=True) as control:
+        checked: DoctorReport = control.doctor()
+    twice: list[Failure] = [f.failure for f in checked.findings if f.cost == "run twice"]
+    return checked.passes_strict and not twice
