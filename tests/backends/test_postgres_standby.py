@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
-from relay.backends._postgres_replication import replication_facts
 from relay.backends.postgres import PostgresLeaseBackend
 from tests.backends.pg_server import find_bin
 from tests.support.backends import unique
@@ -152,10 +151,10 @@ def test_require_sync_opens_on_a_synchronous_primary_without_a_warning(
 ) -> None:
     caplog.set_level(logging.WARNING, "relay.backends.postgres")
     backend = open_backend(f"{pair.url}?schema={unique()}&require_sync=1")
+    assert isinstance(backend, PostgresLeaseBackend)
+    facts = backend.replication()
     backend.close()
     assert not caplog.records
-    with psycopg.connect(pair.primary.conninfo) as conn:
-        facts = replication_facts(conn)
     assert facts.commits_wait and facts.sync_standbys == 1 and not facts.in_recovery
     assert facts.standbys == (("b", "sync"),) or facts.standbys == (("a", "sync"),)
 

@@ -28,7 +28,11 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._lost import is_held, lease_lost, started_elsewhere
-from relay.backends._postgres_replication import check_replication, replication_facts
+from relay.backends._postgres_replication import (
+    ReplicationFacts,
+    check_replication,
+    replication_facts,
+)
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
@@ -331,6 +335,11 @@ class PostgresLeaseBackend:
         params = {"older_than": float(older_than), "limit": limit}
         with self._connection() as conn:
             return conn.execute(self._queries["prune"], params).rowcount
+
+    def replication(self) -> ReplicationFacts:
+        """What the server's replication may lose now: its settings and connected standbys."""
+        with self._connection() as conn:
+            return replication_facts(conn)
 
     def close(self) -> None:
         if not self._closed.is_set():
