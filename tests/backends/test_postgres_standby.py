@@ -76,6 +76,12 @@ def test_several_hosts_connect_to_the_writable_one_unless_only_reading(schema: s
         with pytest.raises(ConfigurationError) as caught:
             open_backend(url)
         assert "target_session_attrs=read-write" in str(caught.value)
+    shared = urlsplit(SERVICES["postgres"].url)
+    ports = f"{_refused_port()},{shared.port or 5432}"
+    libpq_form = f"postgresql://{shared.username}@{shared.path}?host=127.0.0.1,{shared.hostname}&port={ports}"
+    with pytest.raises(ConfigurationError):
+        open_backend(f"{libpq_form}&schema={schema}&target_session_attrs=any")
+    open_backend(f"{libpq_form}&schema={schema}").close()
     # relay runs reads: a standby will do
     url = _multi_host(f"?schema={schema}&target_session_attrs=any")
     open_backend(url, read_only=True).close()

@@ -126,7 +126,7 @@ class PostgresLeaseBackend:
         parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
         libpq.setdefault("connect_timeout", "10")
-        if parsed.multi_host:  # BackendURL checked each host's port
+        if parsed.multi_host or "," in libpq.get("host", ""):  # a:1,b:2 or ?host=a,b&port=1,2
             _check_session_attrs(parsed, libpq, read_only=bool(kwargs.get("read_only")))
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
@@ -507,7 +507,7 @@ def _check_session_attrs(parsed: BackendURL, libpq: dict[str, str], *, read_only
     attrs = libpq.setdefault("target_session_attrs", "read-write")
     if not read_only and attrs not in _WRITABLE_ATTRS:
         raise ConfigurationError(
-            f"PostgreSQL URL {parsed.redacted()!r} names {len(parsed.hosts)} hosts with "
+            f"PostgreSQL URL {parsed.redacted()!r} names several hosts with "
             f"target_session_attrs={attrs}: a scheduler may land on a standby, which refuses "
             "writes; use target_session_attrs=read-write (the default with several hosts)"
         )
