@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
-from relay.backends._postgres_replication import replication_facts
 from relay.backends.postgres import PostgresLeaseBackend
 from tests.backends.pg_server import find_bin
 from tests.support.backends import unique
@@ -77,6 +76,12 @@ def test_several_hosts_connect_to_the_writable_one_unless_only_reading(schema: s
         with pytest.raises(ConfigurationError) as caught:
             open_backend(url)
         assert "target_session_attrs=read-write" in str(caught.value)
+    shared = urlsplit(SERVICES["postgres"].url)
+    ports = f"{_refused_port()},{shared.port or 5432}"
+    libpq_form = f"postgresql://{shared.username}@{shared.path}?host=127.0.0.1,{shared.hostname}&port={ports}"
+    with pytest.raises(ConfigurationError):
+        open_backend(f"{libpq_form}&schema={schema}&target_session_attrs=any")
+    open_backend(f"{libpq_form}&schema={schema}").close()
     # relay runs reads: a standby will do
     url = _multi_host(f"?schema={schema}&target_session_attrs=any")
     open_backend(url, read_only=True).close()
@@ -152,10 +157,10 @@ def test_require_sync_opens_on_a_synchronous_primary_without_a_warning(
 ) -> None:
     caplog.set_level(logging.WARNING, "relay.backends.postgres")
     backend = open_backend(f"{pair.url}?schema={unique()}&require_sync=1")
+    assert isinstance(backend, PostgresLeaseBackend)
+    facts = backend.replication()
     backend.close()
     assert not caplog.records
-    with psycopg.connect(pair.primary.conninfo) as conn:
-        facts = replication_facts(conn)
     assert facts.commits_wait and facts.sync_standbys == 1 and not facts.in_recovery
     assert facts.standbys == (("b", "sync"),) or facts.standbys == (("a", "sync"),)
 

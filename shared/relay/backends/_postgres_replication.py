@@ -82,7 +82,8 @@ def check_replication(facts: ReplicationFacts, *, require_sync: bool, display: s
     """Refuse (``require_sync``) or warn once about a primary whose commits do not wait for a
     standby; say nothing about a server without standbys that nobody asked to replicate."""
     if facts.commits_wait:
-        if require_sync and not facts.sync_standbys:
+        unknown = any(state is None for _, state in facts.standbys)  # not ours to read
+        if require_sync and not facts.sync_standbys and not unknown:
             log.warning(
                 "PostgreSQL at %s waits for a synchronous standby but none is connected now "
                 "(%s): every commit waits until one connects",

@@ -28,7 +28,11 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
-from relay.backends._postgres_replication import check_replication, replication_facts
+from relay.backends._postgres_replication import (
+    ReplicationFacts,
+    check_replication,
+    replication_facts,
+)
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
@@ -122,7 +126,7 @@ class PostgresLeaseBackend:
         parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
         libpq.setdefault("connect_timeout", "10")
-        if parsed.multi_host:  # BackendURL checked each host's port
+        if parsed.multi_host or "," in libpq.get("host", ""):  # a:1,b:2 or ?host=a,b&port=1,2
             _check_session_attrs(parsed, libpq, read_only=bool(kwargs.get("read_only")))
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
@@ -150,10 +154,10 @@ class PostgresLeaseBackend:
 
     def durability_facts(self) -> dict[str, object]:
         """What ``relay doctor`` judges (:mod:`relay.doctor`): ``fsync``, and the replication
-        facts (:func:`~relay.backends._postgres_replication.replication_facts`). Only reads."""
+        facts (:meth:`replication`). Only reads."""
         with self._connection() as conn:
             row = conn.execute(self._queries["durability"]).fetchone()
-            replication = replication_facts(conn)
+        replication = self.replication()
         assert row is not None
         version, fsync = row
         states = [state for _, state in replication.standbys]
@@ -355,6 +359,11 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             return conn.execute(self._queries["prune"], params).rowcount
 
+    def replication(self) -> ReplicationFacts:
+        """What the server's replication may lose now: its settings and connected standbys."""
+        with self._connection() as conn:
+            return replication_facts(conn)
+
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
@@ -521,7 +530,7 @@ def _check_session_attrs(parsed: BackendURL, libpq: dict[str, str], *, read_only
     attrs = libpq.setdefault("target_session_attrs", "read-write")
     if not read_only and attrs not in _WRITABLE_ATTRS:
         raise ConfigurationError(
-            f"PostgreSQL URL {parsed.redacted()!r} names {len(parsed.hosts)} hosts with "
+            f"PostgreSQL URL {parsed.redacted()!r} names several hosts with "
             f"target_session_attrs={attrs}: a scheduler may land on a standby, which refuses "
             "writes; use target_session_attrs=read-write (the default with several hosts)"
         )
