@@ -44,6 +44,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 UTC = timezone.utc
 _OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "require_sync")
 _WRITABLE_ATTRS = ("read-write", "primary")
+_RECONNECT_TIMEOUT = 1.0
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
 _SETUP = (
@@ -117,6 +118,10 @@ class PostgresLeaseBackend:
             check=_check_idle,
             name=f"relay-{self.schema}",
             open=True,
+            # The pool retries a failed connection after 1, 2, 4, 8… s: after a long outage (a
+            # failover) its next try could come long after the server is back. Giving up after
+            # a second makes the next step that needs a connection try again at once.
+            reconnect_timeout=_RECONNECT_TIMEOUT,
         )
 
     @classmethod
