@@ -102,6 +102,15 @@ def test_bad_multi_host_input_names_the_fix(url: str, words: list[str]) -> None:
         assert word in str(caught.value)
 
 
+def test_hosts_that_all_fail_are_each_named() -> None:
+    first, second = _refused_port(), _refused_port()
+    with pytest.raises(BackendUnavailable) as caught:
+        open_backend(f"postgresql://postgres:sekrit@127.0.0.1:{first},127.0.0.1:{second}/db")
+    message = str(caught.value)
+    assert f"127.0.0.1:{first} Connection refused; 127.0.0.1:{second} Connection refused" in message
+    assert "sekrit" not in message and "check that the server is running" in message
+
+
 def test_the_password_never_shows_with_several_hosts(schema: str) -> None:
     backend = open_backend(_multi_host(f"?schema={schema}", password="sekrit"))
     backend.close()
@@ -215,6 +224,12 @@ def test_a_standby_serves_reads_and_refuses_writes_as_unavailable(pair: PgPair) 
         assert reader._pool.get_stats().get("returns_bad", 0) == 2
     finally:
         reader.close()
+    standbys_only = (
+        f"postgresql://postgres@127.0.0.1:{_refused_port()},127.0.0.1:{pair.standby.port}"
+    )
+    with pytest.raises(BackendUnavailable) as caught:
+        open_backend(f"{standbys_only}/postgres?schema={schema}")
+    assert "no server in the URL takes writes now" in str(caught.value)
 
 
 def _eventually(step: Callable[[], T], timeout: float = 30) -> T:

@@ -500,11 +500,22 @@ def _connect_error(exc: psycopg.OperationalError, display: str) -> BackendUnavai
         return BackendUnavailable(
             f"PostgreSQL URL {display!r} was refused: {_first_line(exc)}; fix the URL"
         )
+    elif "session is read-only" in message:
+        fix = (
+            "no server in the URL takes writes now (each is a standby, or a promotion is under "
+            "way): name the primary in the URL, or wait for the failover to end"
+        )
     else:
         fix = "check that the server is running and reachable at the URL's host and port"
-    return BackendUnavailable(
-        f"cannot connect to PostgreSQL at {display}: {_first_line(exc)}; {fix}"
-    )
+    return BackendUnavailable(f"cannot connect to PostgreSQL at {display}: {_reason(exc)}; {fix}")
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """The first line of a driver error, or with several hosts what each one answered."""
+    hosts = re.findall(r"^- host: '([^']*)', port: '([^']*)'.*failed: (.*)$", str(exc), re.M)
+    if len(hosts) < 2:
+        return _first_line(exc)
+    return "; ".join(f"{host}:{port} {why.strip()}" for host, port, why in hosts)
 
 
 def _check_session_attrs(parsed: BackendURL, libpq: dict[str, str], *, read_only: bool) -> None:
