@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -18,8 +19,15 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
+from relay import (
+    AcquireRequest,
+    BackendUnavailable,
+    ConfigurationError,
+    Outcome,
+    open_backend,
+)
 from relay.backends.postgres import PostgresLeaseBackend
+from relay.errors import NotAcknowledged
 from tests.backends.pg_server import find_bin
 from tests.support.backends import unique
 from tests.support.pg_standby import PgPair, pg_pair
@@ -289,3 +297,35 @@ def test_after_a_long_outage_the_pool_reconnects_as_soon_as_the_new_primary_is_u
             assert time.monotonic() - promoted < 3.0  # was about 10 s
         finally:
             backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_commit_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged() -> None:
+    # A cancelled wait (pg_cancel_backend here; a client's cancel does the same) leaves the commit
+    # on the primary alone, and the server answers success with a WARNING. (statement_timeout is
+    # off by then: it does not end the wait.)
+    _need_binaries()
+    slot = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    with pg_pair(synchronous=True) as pair:
+        backend = open_backend(f"{pair.url}?schema=relay&require_sync=1")
+        canceller = threading.Thread(target=_cancel_a_wait_for_the_standby, args=(pair,))
+        try:
+            pair.pause_wal_sender()  # the standby stops confirming: every commit waits
+            canceller.start()
+            with pytest.raises(NotAcknowledged) as caught:
+                backend.acquire(AcquireRequest("job", slot, "a", 60))
+            assert "no synchronous standby confirmed" in str(caught.value)
+            assert backend.now()  # a read needs no standby, and the notice is not carried over
+        finally:
+            canceller.join(timeout=60)
+            backend.close()
+
+
+def _cancel_a_wait_for_the_standby(pair: PgPair) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        query = "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+        if pair.primary.query(query):
+            return
+        time.sleep(0.1)

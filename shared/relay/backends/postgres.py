@@ -35,7 +35,13 @@ from relay.backends._postgres_replication import (
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    NotAcknowledged,
+    StoreNotFound,
+)
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -45,6 +51,9 @@ UTC = timezone.utc
 _OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "require_sync")
 _WRITABLE_ATTRS = ("read-write", "primary")
 _RECONNECT_TIMEOUT = 1.0
+# The server's WARNING when a commit's wait for a synchronous standby is cancelled (a cancel, a
+# statement_timeout): the commit stands on the primary alone, and the statement succeeds.
+_UNREPLICATED = "canceling wait for synchronous replication"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
 _SETUP = (
@@ -109,6 +118,7 @@ class PostgresLeaseBackend:
             conninfo, self.schema, self._display, read_only, require_sync
         )
         self._closed = threading.Event()
+        self._unreplicated = threading.local()  # a step's notices arrive in its own thread
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
             min_size=1,
@@ -116,6 +126,7 @@ class PostgresLeaseBackend:
             timeout=pool_timeout,
             kwargs={"autocommit": True, "prepare_threshold": None},
             check=_check_idle,
+            configure=lambda conn: conn.add_notice_handler(self._notice),
             name=f"relay-{self.schema}",
             open=True,
             # The pool retries a failed connection after 1, 2, 4, 8… s: after a long outage (a
@@ -355,7 +366,9 @@ class PostgresLeaseBackend:
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; driver errors leave as ``BackendUnavailable``."""
+        """A pooled connection; driver errors leave as ``BackendUnavailable``, and a commit no
+        synchronous standby confirmed as ``NotAcknowledged``."""
+        self._unreplicated.detail = None
         try:
             with self._pool.connection() as conn:
                 try:
@@ -380,6 +393,17 @@ class PostgresLeaseBackend:
                 f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
                 "check that the server is up and reachable"
             ) from exc
+        if self._unreplicated.detail is not None:
+            raise NotAcknowledged(
+                f"PostgreSQL at {self._display} committed a step that no synchronous standby "
+                f"confirmed (its wait was cancelled: {self._unreplicated.detail}); a failover now "
+                "would lose it, so it counts as not done"
+            )
+
+    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        """Note a commit that stands on the primary alone, for the step that made it."""
+        if (diagnostic.message_primary or "").startswith(_UNREPLICATED):
+            self._unreplicated.detail = diagnostic.message_detail or diagnostic.message_primary
 
     def _read_only_server(self, exc: psycopg.Error) -> BackendUnavailable:
         """A write reached a standby (or a demoted primary), over a connection now closed."""
