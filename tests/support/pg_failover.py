@@ -198,6 +198,8 @@ def _one_round(pair: PgPair, log: Path, lag: float, down: float, settle: int) ->
     _wait(log, lambda lines: any(e.get("start", 0) > killed_at for e in lines), 90, "a start")
     failover.next_start_at = min(e["start"] for e in _lines(log) if e.get("start", 0) > killed_at)
     _wait(log, lambda lines: _ended(lines, after=killed_at) >= settle, 60, "runs after it")
+    with suppress(AssertionError):  # the store stays up until the outage's slots have run
+        _wait(log, _caught_up, 30, "catch-up")
     return failover
 
 
