@@ -39,11 +39,14 @@ BENCHES = [
     "soak",
     "redbeat",
     "events",
+    "async",
     "metrics",
     "retention",
+    "testing",
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
+    "store_failover",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

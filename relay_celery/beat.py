@@ -9,12 +9,12 @@ own and reports nothing itself: the engine emits the events, on :data:`relay_cel
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, cast
 
 from celery import Celery
 from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler
 
+from relay import clock as relay_clock
 from relay.backends import Backend
 from relay.engine import Decider, Loop, Won
 from relay.errors import ConfigurationError
@@ -27,7 +27,7 @@ from relay_celery.consumer import ConsumerMode, consumer_backend
 from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
 from relay_celery.schedules import schedule_options
-from relay_celery.worker import require_worker_hooks
+from relay_celery.worker import refuse_coroutine_tasks, require_worker_hooks
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
@@ -57,6 +57,7 @@ class RelayScheduler(Scheduler):
         """Read the entries, open the backend and make one Relay job per entry."""
         super().setup_schedule()
         require_worker_hooks(self.app)
+        refuse_coroutine_tasks(self.app)
         self._relay_options = jobs_options(
             self.app.conf.get("relay_jobs"), self._relay_options, self.schedule
         )
@@ -111,11 +112,11 @@ class RelayScheduler(Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Step the engine's loop when it asked to be; return the seconds to sleep until then."""
-        now = time.monotonic()
+        now = relay_clock.monotonic()
         if now < self._next_wake:
             return min(self._next_wake - now, self._max_interval())
         step = self.loop.step(self._publish)
-        self._next_wake = time.monotonic() + step.next_in
+        self._next_wake = relay_clock.monotonic() + step.next_in
         # 0: Celery calls tick() again at once, which then sleeps until the loop's next step.
         return 0.0 if step.healthy else step.next_in
 

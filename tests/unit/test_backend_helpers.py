@@ -198,3 +198,25 @@ def test_a_multi_host_url_is_accepted_where_the_driver_fails_over() -> None:
 
     assert capability_of("postgresql://a:5441,b:5442/db?target_session_attrs=read-write") == "lease"
     assert capability_of("nats://a:4222,b:4222") == "lease"
+
+
+@pytest.mark.parametrize(
+    "prefix", ["a*b", "relay?", "x[y]", "back\\slash", "sp ace", "é", "p" * 101]
+)
+def test_a_prefix_that_is_not_plain_text_is_refused(prefix: str) -> None:
+    with pytest.raises(ConfigurationError, match="glob characters"):
+        check_prefix(prefix)
+
+
+@pytest.mark.parametrize("prefix", ["relay:", "", "myapp:relay:", "a/b.c-d_e:"])
+def test_a_plain_prefix_is_accepted(prefix: str) -> None:
+    check_prefix(prefix)
+
+
+@pytest.mark.parametrize("prefix", ["relay.*", "a#b", "", "relay claim", "(x)", "p" * 101])
+def test_a_rabbitmq_queue_prefix_that_is_not_plain_text_is_refused(prefix: str) -> None:
+    from relay.backends.rabbitmq import GateQueues
+
+    with pytest.raises(ConfigurationError, match="queue prefix"):
+        GateQueues(prefix)
+    GateQueues("myapp.relay:claim")

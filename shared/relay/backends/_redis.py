@@ -12,7 +12,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import redis
-from redis.exceptions import AuthenticationError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    NoPermissionError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
+from redis.sentinel import MasterNotFoundError
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -22,13 +29,34 @@ DEFAULT_PREFIX = "relay:"
 _SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
 _UNESCAPED = {"25": "%", "7B": "{", "7D": "}"}
 
+ACL_COMMANDS = (
+    # the connection: health checks and a database number (redis-py's CLIENT SETINFO, refused,
+    # is ignored by redis-py, and Redis before 7.2 does not know it)
+    "ping", "select",
+    # the backends' own calls
+    "evalsha", "eval", "script|load", "time", "info", "wait", "scan", "exists", "get", "set",
+    "sadd", "srem", "smembers", "multi", "exec", "xadd", "xrevrange",
+    # the commands the Lua scripts call (Redis checks them against the user too)
+    "del", "hdel", "hexists", "hgetall", "hmget", "hset", "pexpire", "pexpireat", "pttl",
+    "zadd", "zrange", "zrangebyscore", "zrem", "zrevrange", "zscore",
+)  # fmt: skip
+"""Every command Relay's Redis backends send, directly or from their scripts: what a
+least-privilege ACL user needs (:func:`acl_rule`). The claim strategy ``idmp`` (Redis 8.6+)
+also needs ``+xcfgset``, a command older servers refuse in an ACL rule."""
+
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.:/-]{0,100}")
+
 
 def check_prefix(prefix: str) -> None:
-    """Refuse a key prefix with a brace, which would end a job's hash tag early."""
-    if "{" in prefix or "}" in prefix:
+    """Refuse a key prefix that is not plain text: a brace would end a job's hash tag early, and
+    a glob character (``*?[]\\``) would make Relay's key patterns match other applications' keys
+    (and break an ACL rule written for the prefix)."""
+    if not _PREFIX.fullmatch(prefix):
         raise ConfigurationError(
-            f"Redis key prefix {prefix!r} contains '{{' or '}}', which would break the "
-            "per-job hash tags: choose a prefix without braces, such as 'relay:'"
+            f"Redis key prefix {prefix!r} is not usable (braces would break the per-job hash "
+            "tags, glob characters would match other keys): use at most 100 letters, digits "
+            "and '_', '-', '.', ':', '/', such as ?prefix=relay: or ?prefix=myapp:relay:"
         )
 
 
@@ -64,11 +92,43 @@ def driver_url(parsed: BackendURL, ours: Sequence[str]) -> str:
     return _SCHEMES.get(parsed.scheme, parsed.scheme) + url[len(parsed.scheme) :]
 
 
+def acl_rule(prefix: str = DEFAULT_PREFIX, user: str = "relay") -> str:
+    """The ``ACL SETUSER`` line of a user that may do what Relay does under ``prefix``, no more.
+
+    Its keys are those starting with the prefix; its commands are :data:`ACL_COMMANDS`; it may
+    use no Pub/Sub channel. ``docs/security.md`` shows it, and a test runs instances as that user.
+    """
+    commands = " ".join(f"+{command}" for command in ACL_COMMANDS)
+    return f"ACL SETUSER {user} on >PASSWORD resetkeys ~{prefix}* resetchannels -@all {commands}"
+
+
+def _permission_hint(exc: ResponseError) -> str:
+    """What to grant, for a command or key the server's ACL refused."""
+    named = re.search(r"run the '([^']+)' command", str(exc))
+    if named:
+        missing = f"add +{named.group(1).lower()} to the user's ACL rules"
+    elif "keys" in str(exc):
+        missing = "allow the keys of Relay's prefix (~<prefix>*)"
+    else:  # a command called by a script: the server does not say which
+        missing = "a command one of Relay's scripts calls is not allowed"
+    return f"{missing}; Relay's user needs: {acl_rule('<prefix>', '<user>')} (docs/security.md)"
+
+
 @contextmanager
 def translated(where: str) -> Iterator[None]:
     """Raise redis-py's errors as :class:`~relay.errors.BackendUnavailable` naming ``where``."""
     try:
         yield
+    except NoPermissionError as exc:
+        raise BackendUnavailable(
+            f"{where} refused a command for lack of permission ({exc}): {_permission_hint(exc)}"
+        ) from exc
+    except MasterNotFoundError as exc:
+        raise BackendUnavailable(
+            f"{where}: no sentinel names a primary ({exc}): check that the sentinels run, that "
+            "the URL lists them (host:port, port 26379 by default) and names the service they "
+            "monitor, and that a failover is not under way"
+        ) from exc
     except AuthenticationError as exc:
         raise BackendUnavailable(
             f"{where} refused the credentials ({exc}): check the user name and password "
@@ -80,9 +140,15 @@ def translated(where: str) -> Iterator[None]:
             "host and port in the URL are right"
         ) from exc
     except ResponseError as exc:
+        if "can't run this command" in str(exc):  # refused inside a script
+            raise BackendUnavailable(
+                f"{where} refused a command for lack of permission ({exc}): {_permission_hint(exc)}"
+            ) from exc
         hint = ""
         if "DB index" in str(exc):
             hint = "; use a database number the server has (0-15 unless configured)"
+        elif "unknown command 'SENTINEL'" in str(exc):
+            hint = "; a redis+sentinel:// URL lists the sentinels (port 26379), not the data nodes"
         raise BackendUnavailable(f"{where} refused a command: {exc}{hint}") from exc
     except (RedisError, RedisClusterException) as exc:
         raise BackendUnavailable(f"{where} failed: {exc}") from exc

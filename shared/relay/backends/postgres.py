@@ -11,6 +11,7 @@ use under an advisory transaction lock.
 
 from __future__ import annotations
 
+import math
 import re
 import select
 import threading
@@ -27,7 +28,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
+from relay.backends._pg_watchdog import Watchdog
 from relay.backends._postgres_replication import (
     ReplicationFacts,
     check_replication,
@@ -35,6 +37,7 @@ from relay.backends._postgres_replication import (
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -48,11 +51,11 @@ from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, s
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
 UTC = timezone.utc
-_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "require_sync")
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "require_sync")
 _WRITABLE_ATTRS = ("read-write", "primary")
 _RECONNECT_TIMEOUT = 1.0
-# The server's WARNING when a commit's wait for a synchronous standby is cancelled (a cancel, a
-# statement_timeout): the commit stands on the primary alone, and the statement succeeds.
+# The server's WARNING when a commit's wait for a synchronous standby is cancelled (a cancel
+# request): the commit stands on the primary alone, and the statement succeeds.
 _UNREPLICATED = "canceling wait for synchronous replication"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
@@ -85,10 +88,13 @@ class PostgresLeaseBackend:
     """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
-    each), ``pool_max`` (connections per process, default 5), ``pool_timeout`` (seconds to wait for
-    a connection before ``BackendUnavailable``, default 5), ``require_sync`` (``1``: refuse a
-    server whose commits do not wait for a standby), and any libpq parameter such as ``sslmode``,
-    ``connect_timeout`` (default 10) or ``application_name``.
+    each), ``pool_max`` (connections per process, default 5), ``timeout`` (seconds, default 2:
+    the longest wait for a pooled connection and for each statement's answer, measured here, so
+    it holds when packets vanish), ``pool_timeout`` (the wait for a connection, default
+    ``timeout``), ``require_sync`` (``1``: refuse a server whose commits do not wait for a
+    standby), and any libpq parameter such as ``sslmode``, ``connect_timeout`` (default
+    ``timeout``, at least 2: libpq's floor), ``tcp_user_timeout`` (default ``timeout``) or
+    ``application_name``.
 
     A URL may name several hosts (``postgresql://a:5432,b:5432/db``): each connection goes to the
     one that accepts writes (``target_session_attrs=read-write``, the default with several hosts),
@@ -106,14 +112,19 @@ class PostgresLeaseBackend:
         *,
         schema: str = "relay",
         pool_max: int = 5,
-        pool_timeout: float = 5.0,
+        pool_timeout: float = DEFAULT_TIMEOUT,
         display: str | None = None,
         read_only: bool = False,
+        deadline: Deadline | None = None,
         require_sync: bool = False,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
         self._timeout = pool_timeout
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
+        statement = DEFAULT_TIMEOUT if deadline is None else deadline.timeout
+        self._watchdog = Watchdog(statement, name=f"relay-pg-watchdog-{self.schema}")
         self._queries, self._version = _ensure_schema(
             conninfo, self.schema, self._display, read_only, require_sync
         )
@@ -141,7 +152,11 @@ class PostgresLeaseBackend:
         parsed = BackendURL(url)
         parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
-        libpq.setdefault("connect_timeout", "10")
+        # A call waits for a pooled connection, then for its statement: each up to timeout.
+        deadline = deadline_of(parsed, calls=2)
+        libpq.setdefault("connect_timeout", str(max(2, math.ceil(deadline.timeout))))
+        if "tcp_user_timeout" in _libpq_keywords():  # unacknowledged data ends the connection
+            libpq.setdefault("tcp_user_timeout", str(math.ceil(deadline.timeout * 1000)))
         if parsed.multi_host or "," in libpq.get("host", ""):  # a:1,b:2 or ?host=a,b&port=1,2
             _check_session_attrs(parsed, libpq, read_only=bool(kwargs.get("read_only")))
         try:
@@ -158,8 +173,9 @@ class PostgresLeaseBackend:
             conninfo,
             schema=parsed.option("schema", "relay"),
             pool_max=int(parsed.float_option("pool_max", 5)),
-            pool_timeout=parsed.float_option("pool_timeout", 5.0),
+            pool_timeout=parsed.float_option("pool_timeout", deadline.timeout),
             display=display,
+            deadline=deadline,
             require_sync=_flag(parsed, "require_sync"),
             **kwargs,
         )
@@ -192,7 +208,7 @@ class PostgresLeaseBackend:
             [None if r.stale_after is None else float(r.stale_after) for r in requests],
             [r.buffer_one for r in requests],
         )  # fmt: skip
-        with self._connection() as conn:
+        with self._connection(len(requests)) as conn:
             rows = conn.execute(self._queries["acquire_many"], params).fetchall()
         decided = {index: (outcome, attempt, token) for index, outcome, attempt, token in rows}
         return [
@@ -222,7 +238,11 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             row = conn.execute(self._queries["finish"], params).fetchone()
             if row is None:
-                raise self._lost(conn, run_id, token)
+                row = conn.execute(self._queries["finished_again"], params).fetchone()
+                again = None if row is None else finished_again(row[0], row[1])
+                if again is None:
+                    raise self._lost(conn, run_id, token)
+                return again
         return RunState(row[0])
 
     def release(self, run_id: str, token: int) -> None:
@@ -244,7 +264,7 @@ class PostgresLeaseBackend:
             reason, [run_id(*runs[i]) for i in order], [runs[i][0] for i in order],
             [runs[i][1] for i in order],
         )  # fmt: skip
-        with self._connection() as conn:
+        with self._connection(len(runs)) as conn:
             rows = conn.execute(self._queries["skip_many"], params).fetchall()
         recorded = [False] * len(runs)
         for position, done in rows:
@@ -255,7 +275,7 @@ class PostgresLeaseBackend:
         return self.last_slots([job])[job]
 
     def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
-        with self._connection() as conn:
+        with self._connection(len(jobs)) as conn:
             rows = conn.execute(self._queries["last_slots"], (list(jobs),)).fetchall()
         return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
 
@@ -304,7 +324,7 @@ class PostgresLeaseBackend:
 
     def register_jobs(self, specs: dict[str, str]) -> None:
         names = sorted(specs, key=str.encode)  # rows taken in name order, as acquires take them
-        with self._connection() as conn:
+        with self._connection(len(names)) as conn:
             conn.execute(self._queries["register_jobs"], (names, [specs[n] for n in names]))
 
     def jobs(self) -> list[JobInfo]:
@@ -360,21 +380,30 @@ class PostgresLeaseBackend:
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
+            self._watchdog.close()
             self._pool.close()
 
     # -- connections and errors --------------------------------------------------------------
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self, jobs: int = 0) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; driver errors leave as ``BackendUnavailable``, and a commit no
-        synchronous standby confirmed as ``NotAcknowledged``."""
+        synchronous standby confirmed as ``NotAcknowledged``. Its statement is cut past the
+        deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
         self._unreplicated.detail = None
         try:
-            with self._pool.connection() as conn:
+            with (
+                self._pool.connection() as conn,
+                self._watchdog.watch(conn.pgconn.socket, jobs * PER_JOB) as w,
+            ):
                 try:
                     yield conn
                 except psycopg.errors.ReadOnlySqlTransaction:
                     conn.close()  # a standby's: the pool discards it and connects anew
+                    raise
+                except psycopg.OperationalError as exc:
+                    if w.cut:
+                        raise self._no_answer() from exc
                     raise
         except _MISSING as exc:
             raise BackendUnavailable(
@@ -386,7 +415,7 @@ class PostgresLeaseBackend:
         except PoolTimeout as exc:
             raise BackendUnavailable(
                 f"no connection to PostgreSQL at {self._display} within {self._timeout:g}s; "
-                "check that the server is up and reachable (URL option pool_timeout waits longer)"
+                "check that the server is up and reachable (URL option timeout waits longer)"
             ) from exc
         except psycopg.Error as exc:
             raise BackendUnavailable(
@@ -411,6 +440,12 @@ class PostgresLeaseBackend:
             f"PostgreSQL at {self._display} refused a write, as a standby does "
             f"({_first_line(exc)}); Relay reconnects: list every server in the URL "
             "(postgresql://a:5432,b:5432/db) with target_session_attrs=read-write"
+        )
+
+    def _no_answer(self) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"PostgreSQL at {self._display} did not answer within {self._watchdog.timeout:g}s; "
+            "check that the server is up and reachable (URL option timeout waits longer)"
         )
 
     def _lost(

@@ -12,6 +12,7 @@ Quorum queues would not do: they accept one message beyond ``x-max-length``.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ __all__ = ["DEFAULT_RETENTION", "GateQueues", "RabbitMQClaimBackend", "pika_para
 DEFAULT_RETENTION = 600.0
 """Seconds an unused gate queue (and so a claim) lives unless told: queues cost broker memory."""
 _OUR_OPTIONS = ("prefix", "retention")
+_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _DRIVER_OPTIONS = (
     "heartbeat",
     "socket_timeout",
@@ -68,6 +70,15 @@ class GateQueues:
 
     prefix: str = "relay.claim"
     retention: float = DEFAULT_RETENTION
+
+    def __post_init__(self) -> None:
+        # Operators grant a Relay user its queues by a regular expression on this prefix
+        # (docs/security.md): a prefix with other characters would widen or break that rule.
+        if not _PREFIX.fullmatch(self.prefix):
+            raise ConfigurationError(
+                f"RabbitMQ queue prefix {self.prefix!r} is not usable: use at most 100 letters, "
+                "digits and '_', '-', '.', ':', such as ?prefix=relay or ?prefix=myapp.relay"
+            )
 
     def queue(self, job: str, slot: datetime) -> str:
         """The gate queue's name: ``<prefix>.<run id>``, hashed if that is too long for AMQP."""
