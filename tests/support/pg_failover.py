@@ -43,7 +43,7 @@ class Timing:
     work: float = 0.5
     catch_up: float = 60.0
     pool_timeout: float = 5.0
-    """The backend's default: how long a step waits for a connection while the store is away."""
+    """How long a step waits for a connection while the store is away (given in the URL)."""
 
 
 @dataclass
