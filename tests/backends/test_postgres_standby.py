@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -18,8 +19,15 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
+from relay import (
+    AcquireRequest,
+    BackendUnavailable,
+    ConfigurationError,
+    Outcome,
+    open_backend,
+)
 from relay.backends.postgres import PostgresLeaseBackend
+from relay.errors import NotAcknowledged
 from tests.backends.pg_server import find_bin
 from tests.support.backends import unique
 from tests.support.pg_standby import PgPair, pg_pair
@@ -100,6 +108,15 @@ def test_bad_multi_host_input_names_the_fix(url: str, words: list[str]) -> None:
         open_backend(url)
     for word in words:
         assert word in str(caught.value)
+
+
+def test_hosts_that_all_fail_are_each_named() -> None:
+    first, second = _refused_port(), _refused_port()
+    with pytest.raises(BackendUnavailable) as caught:
+        open_backend(f"postgresql://postgres:sekrit@127.0.0.1:{first},127.0.0.1:{second}/db")
+    message = str(caught.value)
+    assert f"127.0.0.1:{first} Connection refused; 127.0.0.1:{second} Connection refused" in message
+    assert "sekrit" not in message and "check that the server is running" in message
 
 
 def test_the_password_never_shows_with_several_hosts(schema: str) -> None:
@@ -215,6 +232,12 @@ def test_a_standby_serves_reads_and_refuses_writes_as_unavailable(pair: PgPair) 
         assert reader._pool.get_stats().get("returns_bad", 0) == 2
     finally:
         reader.close()
+    standbys_only = (
+        f"postgresql://postgres@127.0.0.1:{_refused_port()},127.0.0.1:{pair.standby.port}"
+    )
+    with pytest.raises(BackendUnavailable) as caught:
+        open_backend(f"{standbys_only}/postgres?schema={schema}")
+    assert "no server in the URL takes writes now" in str(caught.value)
 
 
 def _eventually(step: Callable[[], T], timeout: float = 30) -> T:
@@ -251,3 +274,58 @@ def test_one_backend_follows_a_promotion_without_reopening() -> None:
             assert later.run is not None and later.run.token > held.token
         finally:
             backend.close()
+
+
+@pytest.mark.slow
+def test_after_a_long_outage_the_pool_reconnects_as_soon_as_the_new_primary_is_up() -> None:
+    # psycopg_pool alone retries a connection after 1, 2, 4, 8, 16 s: promoted 20 s after the
+    # kill, a step waited about 10 s more for its next try (measured), here it need not wait.
+    _need_binaries()
+    with pg_pair(synchronous=False) as pair:
+        backend = open_backend(f"{pair.url}?schema=relay&pool_timeout=0.5")
+        try:
+            backend.now()
+            pair.kill_primary()
+            down_until = time.monotonic() + 20
+            while time.monotonic() < down_until:  # a scheduler keeps asking, as its loop does
+                with pytest.raises(BackendUnavailable):
+                    backend.now()
+                time.sleep(0.2)
+            pair.promote()
+            promoted = time.monotonic()
+            _eventually(backend.now)
+            assert time.monotonic() - promoted < 3.0  # was about 10 s
+        finally:
+            backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_commit_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged() -> None:
+    # A cancelled wait (pg_cancel_backend here; a client's cancel does the same) leaves the commit
+    # on the primary alone, and the server answers success with a WARNING. (statement_timeout is
+    # off by then: it does not end the wait.)
+    _need_binaries()
+    slot = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    with pg_pair(synchronous=True) as pair:
+        backend = open_backend(f"{pair.url}?schema=relay&require_sync=1")
+        canceller = threading.Thread(target=_cancel_a_wait_for_the_standby, args=(pair,))
+        try:
+            pair.pause_wal_sender()  # the standby stops confirming: every commit waits
+            canceller.start()
+            with pytest.raises(NotAcknowledged) as caught:
+                backend.acquire(AcquireRequest("job", slot, "a", 60))
+            assert "no synchronous standby confirmed" in str(caught.value)
+            assert backend.now()  # a read needs no standby, and the notice is not carried over
+        finally:
+            canceller.join(timeout=60)
+            backend.close()
+
+
+def _cancel_a_wait_for_the_standby(pair: PgPair) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        query = "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+        if pair.primary.query(query):
+            return
+        time.sleep(0.1)

@@ -6,7 +6,8 @@ multi-host URL. Each round waits for a run in flight, SIGKILLs the primary, prom
 and rebuilds the dead server as the new standby, then waits for the next started run and a few
 more. ``lag`` then holds the standby that many seconds behind (its WAL sender stopped) before the
 kill: on an asynchronous pair the commits of that lag are what the promotion loses, on a
-synchronous one they wait (and fail with the primary) instead. What happened is
+synchronous one they wait (and fail with the primary) instead. ``down`` waits that many seconds
+between the kill and the promotion, as a failover manager takes time to notice. What happened is
 a :class:`RaceReport`; the test asserts on it, the benchmark counts it.
 """
 
@@ -16,6 +17,7 @@ import json
 import signal
 import time
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -41,7 +43,7 @@ class Timing:
     work: float = 0.5
     catch_up: float = 60.0
     pool_timeout: float = 5.0
-    """The backend's default: how long a step waits for a connection while the store is away."""
+    """How long a step waits for a connection while the store is away (given in the URL)."""
 
 
 @dataclass
@@ -136,6 +138,7 @@ def race(
     *,
     failovers: int,
     lag: float = 0.0,
+    down: float = 0.0,
     settle: int = 3,
     timing: Timing | None = None,
 ) -> RaceReport:
@@ -159,7 +162,9 @@ def race(
             assert procs.next_event(proc)["event"] == "ready"
         _wait(log, lambda lines: _ended(lines) >= settle, 60, "the first runs")
         for _ in range(failovers):
-            rounds.append(_one_round(pair, log, lag, settle))
+            rounds.append(_one_round(pair, log, lag, down, settle))
+        with suppress(AssertionError):  # what is still missing then is reported as lost
+            _wait(log, _caught_up, 30, "catch-up")
         for proc in instances:
             proc.send_signal(signal.SIGTERM)
         stopped_at = time.time()
@@ -177,7 +182,7 @@ def race(
     return report
 
 
-def _one_round(pair: PgPair, log: Path, lag: float, settle: int) -> Failover:
+def _one_round(pair: PgPair, log: Path, lag: float, down: float, settle: int) -> Failover:
     """Wait for a run in flight, fail the store over under it, wait for the runs after."""
     _wait(log, _in_flight, 30, "a run in flight")
     if lag:
@@ -185,6 +190,7 @@ def _one_round(pair: PgPair, log: Path, lag: float, settle: int) -> Failover:
         time.sleep(lag)  # the standby falls behind; commits wait for it only if synchronous
     killed_at = time.time()
     pair.kill_primary()
+    time.sleep(down)  # a failover manager's detection time
     pair.promote()
     promoted_at = time.time()
     pair.rebuild()
@@ -192,6 +198,8 @@ def _one_round(pair: PgPair, log: Path, lag: float, settle: int) -> Failover:
     _wait(log, lambda lines: any(e.get("start", 0) > killed_at for e in lines), 90, "a start")
     failover.next_start_at = min(e["start"] for e in _lines(log) if e.get("start", 0) > killed_at)
     _wait(log, lambda lines: _ended(lines, after=killed_at) >= settle, 60, "runs after it")
+    with suppress(AssertionError):  # the store stays up until the outage's slots have run
+        _wait(log, _caught_up, 30, "catch-up")
     return failover
 
 
@@ -200,7 +208,22 @@ def _lines(log: Path) -> list[dict[str, Any]]:
 
 
 def _ended(lines: list[dict[str, Any]], after: float = 0.0) -> int:
-    return sum(1 for e in lines if e.get("end", 0) > after)
+    """How many runs that started after ``after`` have ended."""
+    started = {e["run"] for e in lines if e.get("start", 0) > after}
+    return sum(1 for e in lines if "end" in e and e["run"] in started)
+
+
+def _caught_up(lines: list[dict[str, Any]]) -> bool:
+    """Whether every slot from the first run's to two seconds ago has a run that started."""
+    ran = {parse_run_id(e["run"])[1] for e in lines if "start" in e}
+    if not ran:
+        return False
+    slot, last = min(ran), datetime.fromtimestamp(time.time() - 2, min(ran).tzinfo)
+    while slot <= last:
+        if slot not in ran:
+            return False
+        slot += timedelta(seconds=1)
+    return True
 
 
 def _in_flight(lines: list[dict[str, Any]]) -> bool:

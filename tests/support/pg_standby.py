@@ -14,8 +14,10 @@ again. :func:`pg_pair` stops everything, even when the test fails.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.backends.pg_server import _free_port, find_bin
+from tests.backends.pg_server import find_bin
 
 __all__ = ["PgNode", "PgPair", "pg_pair"]
 
@@ -45,7 +47,7 @@ class PgNode:
     def __init__(self, pair: PgPair, name: str) -> None:
         self.pair = pair
         self.name = name
-        self.port = _free_port()
+        self.port = _pick_port()
         self.data = pair.root / name
 
     @property
@@ -218,6 +220,19 @@ def pg_pair(*, synchronous: bool) -> Iterator[PgPair]:
         yield pair
     finally:
         pair.stop()
+
+
+def _pick_port() -> int:
+    """A free loopback port below the ephemeral range: no outgoing connection takes it while a
+    node is down between a kill and its rebuild (the URL names it for good)."""
+    while True:
+        port = random.randint(15000, 30000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
 
 
 def _children(parent: int) -> list[int]:

@@ -38,7 +38,13 @@ from relay.backends._postgres_replication import (
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    NotAcknowledged,
+    StoreNotFound,
+)
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -47,6 +53,10 @@ __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 UTC = timezone.utc
 _OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "require_sync")
 _WRITABLE_ATTRS = ("read-write", "primary")
+_RECONNECT_TIMEOUT = 1.0
+# The server's WARNING when a commit's wait for a synchronous standby is cancelled (a cancel
+# request): the commit stands on the primary alone, and the statement succeeds.
+_UNREPLICATED = "canceling wait for synchronous replication"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
 _SETUP = (
@@ -119,6 +129,7 @@ class PostgresLeaseBackend:
             conninfo, self.schema, self._display, read_only, require_sync
         )
         self._closed = threading.Event()
+        self._unreplicated = threading.local()  # a step's notices arrive in its own thread
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
             min_size=1,
@@ -126,8 +137,13 @@ class PostgresLeaseBackend:
             timeout=pool_timeout,
             kwargs={"autocommit": True, "prepare_threshold": None},
             check=_check_idle,
+            configure=lambda conn: conn.add_notice_handler(self._notice),
             name=f"relay-{self.schema}",
             open=True,
+            # The pool retries a failed connection after 1, 2, 4, 8… s: after a long outage (a
+            # failover) its next try could come long after the server is back. Giving up after
+            # a second makes the next step that needs a connection try again at once.
+            reconnect_timeout=_RECONNECT_TIMEOUT,
         )
 
     @classmethod
@@ -390,8 +406,10 @@ class PostgresLeaseBackend:
 
     @contextmanager
     def _connection(self, jobs: int = 0) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; driver errors leave as ``BackendUnavailable``. Its statement
-        is cut past the deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
+        """A pooled connection; driver errors leave as ``BackendUnavailable``, and a commit no
+        synchronous standby confirmed as ``NotAcknowledged``. Its statement is cut past the
+        deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
+        self._unreplicated.detail = None
         try:
             with (
                 self._pool.connection() as conn,
@@ -423,12 +441,17 @@ class PostgresLeaseBackend:
                 f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
                 "check that the server is up and reachable"
             ) from exc
+        if self._unreplicated.detail is not None:
+            raise NotAcknowledged(
+                f"PostgreSQL at {self._display} committed a step that no synchronous standby "
+                f"confirmed (its wait was cancelled: {self._unreplicated.detail}); a failover now "
+                "would lose it, so it counts as not done"
+            )
 
-    def _no_answer(self) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"PostgreSQL at {self._display} did not answer within {self._watchdog.timeout:g}s; "
-            "check that the server is up and reachable (URL option timeout waits longer)"
-        )
+    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        """Note a commit that stands on the primary alone, for the step that made it."""
+        if (diagnostic.message_primary or "").startswith(_UNREPLICATED):
+            self._unreplicated.detail = diagnostic.message_detail or diagnostic.message_primary
 
     def _read_only_server(self, exc: psycopg.Error) -> BackendUnavailable:
         """A write reached a standby (or a demoted primary), over a connection now closed."""
@@ -436,6 +459,12 @@ class PostgresLeaseBackend:
             f"PostgreSQL at {self._display} refused a write, as a standby does "
             f"({_first_line(exc)}); Relay reconnects: list every server in the URL "
             "(postgresql://a:5432,b:5432/db) with target_session_attrs=read-write"
+        )
+
+    def _no_answer(self) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"PostgreSQL at {self._display} did not answer within {self._watchdog.timeout:g}s; "
+            "check that the server is up and reachable (URL option timeout waits longer)"
         )
 
     def _lost(
@@ -549,11 +578,22 @@ def _connect_error(exc: psycopg.OperationalError, display: str) -> BackendUnavai
         return BackendUnavailable(
             f"PostgreSQL URL {display!r} was refused: {_first_line(exc)}; fix the URL"
         )
+    elif "session is read-only" in message:
+        fix = (
+            "no server in the URL takes writes now (each is a standby, or a promotion is under "
+            "way): name the primary in the URL, or wait for the failover to end"
+        )
     else:
         fix = "check that the server is running and reachable at the URL's host and port"
-    return BackendUnavailable(
-        f"cannot connect to PostgreSQL at {display}: {_first_line(exc)}; {fix}"
-    )
+    return BackendUnavailable(f"cannot connect to PostgreSQL at {display}: {_reason(exc)}; {fix}")
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """The first line of a driver error, or with several hosts what each one answered."""
+    hosts = re.findall(r"^- host: '([^']*)', port: '([^']*)'.*failed: (.*)$", str(exc), re.M)
+    if len(hosts) < 2:
+        return _first_line(exc)
+    return "; ".join(f"{host}:{port} {why.strip()}" for host, port, why in hosts)
 
 
 def _check_session_attrs(parsed: BackendURL, libpq: dict[str, str], *, read_only: bool) -> None:
