@@ -121,8 +121,12 @@ def make_job(
     catch_up: Duration | None = None,
     stale_after: Duration | None = None,
     jitter: Duration | None = None,
+    schedule: Schedule | None = None,
 ) -> Job:
     """Validate a job's options against its backend and build it.
+
+    ``schedule``, a schedule built already (a stored schedule's window, see :mod:`relay.stored`),
+    takes the place of ``cron``, ``every`` and ``tz``.
 
     Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
     ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them. ``jitter``
@@ -133,7 +137,8 @@ def make_job(
         raise ConfigurationError(
             f"job name {name!r} must be a non-empty string without '@' or control characters"
         )
-    schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
+    if schedule is None:
+        schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
     stale = (
         None
         if stale_after is None

@@ -441,6 +441,7 @@ class NatsLeaseBackend:
             "role": info.role, "host": info.host, "pid": info.pid,
             "started_ms": slot_ms(info.started_at), "version": info.version,
             "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
+            "tasks": list(info.tasks),
         }  # fmt: skip
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         try:

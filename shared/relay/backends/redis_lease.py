@@ -34,6 +34,7 @@ from redis.retry import Retry
 
 from relay.backends._lost import no_lease, not_running, stale_token, started_elsewhere
 from relay.backends._ms import instance_from_fields, ms
+from relay.backends._redis_schedules import RedisSchedules
 from relay.backends._redis import (
     DEFAULT_PREFIX,
     check_prefix,
@@ -73,7 +74,7 @@ _DRIVER_OPTIONS = (
 )  # fmt: skip
 _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
-    "live",
+    "live", "schedules",
 )  # fmt: skip
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
@@ -90,7 +91,7 @@ def _script_text(step: str) -> str:
 _SCRIPTS = {step: _script_text(step) for step in _STEPS}
 
 
-class RedisLeaseBackend:
+class RedisLeaseBackend(RedisSchedules):
     """Leases in Redis or Valkey, one Lua script per step, on the server's clock.
 
     ``client`` is a redis-py client made with ``decode_responses=True``; ``jobs_per_call`` is how
@@ -283,7 +284,7 @@ class RedisLeaseBackend:
         fields = {
             "role": info.role, "host": info.host, "pid": info.pid,
             "started_ms": slot_ms(info.started_at), "version": info.version,
-            "interval": info.interval,
+            "interval": info.interval, "tasks": list(info.tasks),
         }  # fmt: skip
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
