@@ -1,4 +1,5 @@
-"""The control plane: see every job, pause, resume, trigger, backfill and prune, from anywhere.
+"""The control plane: see every job, pause, resume, trigger, backfill and prune, from anywhere;
+add, change and remove stored schedules (:mod:`relay.control_schedules`).
 
 :class:`Control` is the Python API the ``relay`` command calls. It talks to the lease store only,
 so it works from any machine that reaches the store, while the schedulers run: every instance obeys
@@ -17,6 +18,7 @@ from typing import Any, Literal
 
 from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
+from relay.control_schedules import ScheduleControl
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
 from relay.runs import RunRecord, RunState
@@ -55,8 +57,9 @@ class JobStatus:
         return self.paused_at is not None
 
 
-class Control:
-    """Operate the jobs of one store: ``Control("postgresql://…")`` or a backend object.
+class Control(ScheduleControl):
+    """Operate the jobs and stored schedules of one store: ``Control("postgresql://…")`` or a
+    backend object.
 
     A URL is opened here and closed by :meth:`close` (or ``with Control(url) as control:``); a
     backend passed in stays the caller's. ``read_only=True`` opens the URL for reading only

@@ -23,7 +23,7 @@ from relay.durations import (
 )
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.runs import format_slot
-from relay.schedules import CronSchedule, EverySchedule, Schedule, make_schedule
+from relay.schedules import BoundedSchedule, CronSchedule, EverySchedule, Schedule, make_schedule
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -97,10 +97,14 @@ def job_spec(job: Job) -> str:
     ``relay jobs`` shows it, and :class:`relay.Control` rebuilds the schedule from it (backfill).
     """
     spec: dict[str, Any] = {"schedule": job.schedule.describe()}
-    if isinstance(job.schedule, CronSchedule):
-        spec.update(cron=job.schedule.expression, tz=str(job.schedule.tz))
-    elif isinstance(job.schedule, EverySchedule):
-        spec["every"] = job.schedule.interval
+    schedule = job.schedule
+    if isinstance(schedule, BoundedSchedule):  # a stored schedule: see relay.stored
+        spec["stored"] = True
+        schedule = schedule.inner
+    if isinstance(schedule, CronSchedule):
+        spec.update(cron=schedule.expression, tz=str(schedule.tz))
+    elif isinstance(schedule, EverySchedule):
+        spec["every"] = schedule.interval
     spec.update(
         overlap=job.overlap, max_attempts=job.max_attempts, catch_up=job.catch_up,
         stale_after=job.stale_after, jitter=job.jitter,

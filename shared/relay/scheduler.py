@@ -9,8 +9,10 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import tzinfo
+from functools import partial
 from types import FrameType
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -19,6 +21,7 @@ from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.dispatching import Dispatcher
+from relay.engine.stored import ScheduleFeed
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.events import Event, EventBus
 from relay.jobs import (
@@ -32,6 +35,8 @@ from relay.jobs import (
     make_job,
 )
 from relay.runs import Run
+from relay.schedule_store import stores_schedules
+from relay.stored import Schedule as StoredSchedule
 
 __all__ = ["Handler", "Scheduler", "default_owner"]
 
@@ -148,9 +153,17 @@ class Scheduler(Generic[BackendT]):
             self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
             events=self.events, clock=clock,
         )  # fmt: skip
-        self.loop = Loop(
-            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat, role="scheduler"
+        self.tasks: dict[str, Handler] = {}
+        """The tasks stored schedules may run here, by name (:meth:`task`, :meth:`register`)."""
+        self.feed = (
+            ScheduleFeed(self.decider, self.backend, self._stored_handler)
+            if stores_schedules(self.backend)
+            else None
         )
+        self.loop = Loop(
+            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
+            role="scheduler", schedules=self.feed,
+        )  # fmt: skip
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)
@@ -253,13 +266,54 @@ class Scheduler(Generic[BackendT]):
 
         return register
 
+    def task(self, name: str) -> Callable[[H], H]:
+        """Allow stored schedules (:meth:`relay.Control.add_schedule`) to run the decorated
+        function as task ``name``. It is called with the :class:`~relay.Run`, whose ``args``,
+        ``kwargs`` and ``schedule_version`` are the stored schedule's when the run was won.
+
+        Only tasks allowed here run here: whoever can write to the store cannot run anything
+        else. The instance records its tasks with its heartbeat, so ``add_schedule`` can check.
+        """
+
+        def decorate(handler: H) -> H:
+            self.register(name, handler)
+            return handler
+
+        return decorate
+
+    def register(self, name: str, handler: Handler) -> None:
+        """Allow task ``name`` (see :meth:`task`); refused if the name is taken or not usable."""
+        check_handler(handler, name)
+        if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
+            raise ConfigurationError(
+                f"task name {name!r} must be a non-empty string without '@' or control characters"
+            )
+        if name in self.tasks:
+            raise ConfigurationError(f"task {name!r} is already allowed: give each task one name")
+        self.tasks[name] = handler
+        if self.loop.instance is not None:  # recorded with the next heartbeat
+            self.loop.instance.info = replace(
+                self.loop.instance.info, tasks=tuple(sorted(self.tasks))
+            )
+        if self.feed is not None:
+            self.feed.allowed = ", ".join(sorted(self.tasks))
+
+    def _stored_handler(self, schedule: StoredSchedule) -> Handler | None:
+        """The handler of a stored schedule: its task's function, given the stored arguments."""
+        function = self.tasks.get(schedule.task)
+        if function is None:
+            return None
+        return partial(_call_stored, function, schedule.args, schedule.kwargs, schedule.version)
+
     def run(self) -> None:
         """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish.
 
-        A backend the scheduler opened from a URL is closed when it returns.
+        A backend the scheduler opened from a URL is closed when it returns. An instance whose
+        code job has the name of a stored schedule refuses to start (``ConfigurationError``).
         """
         restore = self._install_signal_handlers()
         try:
+            self._start_feed()
             if self._dispatcher is not None:
                 self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
             self._loop()
@@ -268,6 +322,14 @@ class Scheduler(Generic[BackendT]):
             restore()
             if self._owns_backend:
                 self.backend.close()
+
+    def _start_feed(self) -> None:
+        if self.feed is None:
+            return
+        try:
+            self.feed.start()
+        except BackendUnavailable as exc:  # the loop applies them once the store answers
+            log.warning("could not read the stored schedules yet: %s", exc)
 
     def stop(self) -> None:
         """Ask :meth:`run` to return; safe from any thread or signal handler."""
@@ -389,3 +451,14 @@ class Scheduler(Generic[BackendT]):
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _call_stored(
+    function: Handler,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    version: int,
+    run: Run,
+) -> Any:
+    """Call a stored schedule's task with the run carrying the schedule's arguments."""
+    return function(replace(run, args=args, kwargs=kwargs, schedule_version=version))

@@ -43,9 +43,7 @@ class PostgresSchedules:
             revision, now = conn.execute(bump).fetchone()
             return int(revision), int(now)
 
-        return SQLSchedules(
-            f"{schema}.schedules", f"{schema}.schedule_history", bumped, param="%s"
-        )
+        return SQLSchedules(f"{schema}.schedules", f"{schema}.schedule_history", bumped, param="%s")
 
     def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
         with self._connection() as conn, conn.transaction():

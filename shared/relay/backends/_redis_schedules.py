@@ -30,9 +30,7 @@ class RedisSchedules:
 
     prefix: str
 
-    def _call_many(
-        self, step: str, calls: Any, before: tuple[Any, ...] | None = None
-    ) -> list[Any]:
+    def _call_many(self, step: str, calls: Any, before: tuple[Any, ...] | None = None) -> list[Any]:
         raise NotImplementedError
 
     def _schedules(self, *args: Any) -> Any:
@@ -70,8 +68,14 @@ class RedisSchedules:
         flat = self._schedules("history", name)
         entries = [json.loads(raw) for raw in flat[1::2]]
         return [
-            ScheduleChange(name, int(e["version"]), from_ms(int(e["at_ms"])), e["by"],
-                           e["action"], json.loads(e["changes"]))  # fmt: skip
+            ScheduleChange(
+                name,
+                int(e["version"]),
+                from_ms(int(e["at_ms"])),
+                e["by"],
+                e["action"],
+                json.loads(e["changes"]),
+            )
             for e in sorted(entries, key=lambda e: int(e["version"]))
         ]
 

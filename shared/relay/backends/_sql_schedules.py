@@ -90,9 +90,7 @@ class SQLSchedules:
         new = current.version + 1
         self._write(conn, name, definition, new, revision, now, by)
         self._log(conn, name, new, now, by, "update" if definition else "remove", changes)
-        return StoredRow(
-            name, definition, new, revision, from_ms(now), by, current.created_at
-        )
+        return StoredRow(name, definition, new, revision, from_ms(now), by, current.created_at)
 
     def get(self, conn: Connection, name: str, *, removed: bool = False) -> StoredRow | None:
         """The row of ``name`` (a removed one only if ``removed``)."""

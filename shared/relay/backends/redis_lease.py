@@ -34,7 +34,6 @@ from redis.retry import Retry
 
 from relay.backends._lost import no_lease, not_running, stale_token, started_elsewhere
 from relay.backends._ms import instance_from_fields, ms
-from relay.backends._redis_schedules import RedisSchedules
 from relay.backends._redis import (
     DEFAULT_PREFIX,
     check_prefix,
@@ -45,6 +44,7 @@ from relay.backends._redis import (
     time_ms,
     translated,
 )
+from relay.backends._redis_schedules import RedisSchedules
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound

@@ -99,7 +99,9 @@ class Decider:
         self.prune_batch = PRUNE_BATCH
         """Runs one prune deletes at most."""
         self._next_prune = 0.0
-        self._registered = False
+        self._unregistered: set[str] = set()
+        # Queue entries of jobs replaced or removed since they were queued: skipped when popped.
+        self._dropped: dict[str, int] = {}
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -108,14 +110,32 @@ class Decider:
         self.jobs[job.name] = job
         self._undecided.add(job.name)
         self._order[job.name] = len(self._order)
-        self._registered = False
+        self._unregistered.add(job.name)
+
+    def remove(self, name: str) -> None:
+        """Stop deciding job ``name`` (runs already won go on); nothing if it is not scheduled."""
+        if self.jobs.pop(name, None) is None:
+            return
+        if self._decided.pop(name, None) is not None:  # it has one entry in the queue
+            self._dropped[name] = self._dropped.get(name, 0) + 1
+        self._undecided.discard(name)
+        self._unregistered.discard(name)
+
+    def replace(self, job: Job) -> None:
+        """Decide ``job`` in place of the job of its name (or as a new one) from the next tick.
+
+        Its history is read again from the store, so only slots after its last record are due.
+        """
+        self.remove(job.name)
+        self.add(job)
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
         self._next.clear()
+        self._dropped.clear()
         self._undecided = set(self.jobs)
-        self._registered = False
+        self._unregistered = set(self.jobs)
 
     def next_due(self) -> datetime | None:
         """When the next tick has something to plan: the earliest next slot of any job (once its
@@ -135,7 +155,13 @@ class Decider:
         # A fresh set each tick: an emptied set keeps its size, and walking it would cost O(jobs).
         names, self._undecided = self._undecided, set()
         while self._next and self._next[0][0] <= now:
-            names.add(heapq.heappop(self._next)[1])
+            name = heapq.heappop(self._next)[1]
+            if self._dropped and self._dropped.get(name):
+                self._dropped[name] -= 1  # queued before the job was replaced or removed
+                if not self._dropped[name]:
+                    del self._dropped[name]
+                continue
+            names.add(name)
         if not names:  # the idle tick: nothing came due
             return []
         try:
@@ -182,9 +208,13 @@ class Decider:
         backend = self.backend
         if not is_lease(backend):
             return []
-        if not self._registered:  # what the jobs are, for `relay jobs` and backfills
-            backend.register_jobs({name: job_spec(job) for name, job in self.jobs.items()})
-            self._registered = True
+        if self._unregistered:  # what the jobs are, for `relay jobs` and backfills
+            names, self._unregistered = self._unregistered, set()
+            try:
+                backend.register_jobs({name: job_spec(self.jobs[name]) for name in names})
+            except BaseException:
+                self._unregistered |= names
+                raise
         records = [r for r in backend.reclaimable() if r.job in self.jobs]
         won = self._acquire(
             backend, [(self.jobs[r.job], r.scheduled_for) for r in records], records
@@ -214,6 +244,10 @@ class Decider:
         now = slots.now
         latest = slots.latest(job.schedule)
         after = self._decided.get(job.name)
+        if latest is None and after is None:
+            # No slot yet (a cron with none in the past, a stored schedule changed since its
+            # last slot): nothing to read or decide until its first slot comes.
+            return _Plan((), (), now)
         if latest is None or (after is not None and latest <= after):
             return _NOTHING_NEW
         if job.jitter:

@@ -11,6 +11,8 @@ published task, an enqueued message). The loop owns every rule of timing:
   history), reports :class:`~relay.events.StoreUnavailable` once, and retries after a back-off that
   doubles up to :data:`MAX_BACKOFF`; the first step that succeeds reports
   :class:`~relay.events.StoreRecovered`;
+* with a :class:`~relay.engine.stored.ScheduleFeed`, each step first applies the stored
+  schedules' changes (one cheap read when nothing changed), and ticks at once after a change;
 * given a ``role``, a step the store answered also records the instance's own heartbeat
   (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
 """
@@ -26,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from relay.contract import is_lease
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
+from relay.engine.stored import ScheduleFeed
 from relay.errors import BackendUnavailable
 from relay.events import RunDispatched, StoreRecovered, StoreUnavailable
 from relay.health import InstanceHeartbeat
@@ -77,8 +80,11 @@ class Loop:
         sweep_every: float,
         role: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        schedules: ScheduleFeed | None = None,
     ) -> None:
         self.decider = decider
+        self.schedules = schedules
+        """Stored schedules, applied at the start of each step (``None``: none are read)."""
         self.interval = interval
         self.sweep_every = sweep_every
         self.monotonic = monotonic
@@ -114,7 +120,8 @@ class Loop:
         won: list[Won] = []
         failure: Exception | None = None
         try:
-            won += self._tick(force)
+            changed = self.schedules is not None and self.schedules.apply()
+            won += self._tick(force or changed)
             if is_lease(self.decider.backend) and (force or now >= self.next_sweep):
                 self.next_sweep = now + self.sweep_every
                 won += self.decider.sweep()
