@@ -39,6 +39,7 @@ from relay.backends._ms import instance_from_fields, ms
 from relay.backends._nats_clock import ServerClock
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
+from relay.backends._nats_schedules import NatsSchedules
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
 from relay.errors import (
@@ -80,7 +81,7 @@ _STREAM_NAME_IN_USE = 10058
 _KV_OPERATION = "KV-Operation"
 
 
-class NatsLeaseBackend:
+class NatsLeaseBackend(NatsSchedules):
     """Leases in a JetStream KV bucket, one key per job; needs NATS 2.10 or newer.
 
     URL options: ``bucket`` (default ``relay``), ``storage`` (``file``, the default, or
