@@ -41,6 +41,7 @@ BENCHES = [
     "events",
     "metrics",
     "retention",
+    "testing",
     "timeline",
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",

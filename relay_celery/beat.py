@@ -9,12 +9,12 @@ own and reports nothing itself: the engine emits the events, on :data:`relay_cel
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, cast
 
 from celery import Celery
 from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler
 
+from relay import clock as relay_clock
 from relay.backends import Backend
 from relay.engine import Decider, Loop, Won
 from relay.errors import ConfigurationError
@@ -111,11 +111,11 @@ class RelayScheduler(Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Step the engine's loop when it asked to be; return the seconds to sleep until then."""
-        now = time.monotonic()
+        now = relay_clock.monotonic()
         if now < self._next_wake:
             return min(self._next_wake - now, self._max_interval())
         step = self.loop.step(self._publish)
-        self._next_wake = time.monotonic() + step.next_in
+        self._next_wake = relay_clock.monotonic() + step.next_in
         # 0: Celery calls tick() again at once, which then sleeps until the loop's next step.
         return 0.0 if step.healthy else step.next_in
 

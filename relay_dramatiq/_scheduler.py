@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
+from relay import clock as relay_clock
 from relay.durations import Duration
 from relay.engine import Decider, Loop, Step, Won
 from relay.errors import ConfigurationError
@@ -80,7 +80,7 @@ class Scheduler:
         periodics: Iterable[Periodic],
         *,
         tick: Duration | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_clock.time,
     ) -> None:
         items = list(periodics)
         if not items:
@@ -103,8 +103,7 @@ class Scheduler:
         log.info("deciding %d periodic actor(s)", sum(len(g.actors) for g in self._groups.values()))
         try:
             while not self._stopping.is_set():
-                steps = [group.step() for group in self._groups.values()]
-                self._stopping.wait(min(step.next_in for step in steps))
+                self._stopping.wait(self.step())
         finally:
             restore()
             log.info("stopped")
@@ -112,6 +111,10 @@ class Scheduler:
     def stop(self) -> None:
         """Ask :meth:`run` to return; safe from any thread or signal handler."""
         self._stopping.set()
+
+    def step(self) -> float:
+        """One step of every group's loop; the seconds until the next one is useful."""
+        return min(group.step().next_in for group in self._groups.values())
 
     def run_pending(self) -> bool:
         """One step of every group's loop; ``False`` if a store could not answer."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 import sqlite3
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 import relay
+from relay.testing import FakeClock, SimulatedCrash, runs_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -50,3 +51,44 @@ def test_quickstart_defines_its_job(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     job = quickstart.scheduler.jobs["refresh"]
     assert (job.overlap, job.max_attempts, job.catch_up) == ("skip", 3, 60.0)
     quickstart.scheduler.backend.close()
+
+
+def test_quickstart_runs_every_five_seconds_on_the_fake_clock(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, relay_clock: FakeClock
+) -> None:
+    quickstart = load("quickstart", monkeypatch, tmp_path)
+    relay_clock.drive(quickstart.scheduler)
+    relay_clock.advance(minutes=1)
+    records = runs_of("refresh", store=quickstart.scheduler.backend)
+    start = relay_clock.now() - timedelta(minutes=1)
+    assert [r.scheduled_for for r in records] == [
+        start + timedelta(seconds=5 * k) for k in range(13)
+    ]
+    assert {r.state for r in records} == {relay.RunState.SUCCEEDED}
+    quickstart.scheduler.backend.close()
+
+
+def test_a_bill_taken_over_after_a_crash_charges_once_and_emails_twice(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, relay_clock: FakeClock
+) -> None:
+    payments = load("payments", monkeypatch, tmp_path)
+    receipts: list[tuple[str, int]] = []
+
+    def send_receipt(run: relay.Run) -> None:
+        receipts.append((run.id, run.attempt))
+        if run.attempt == 1 and run.scheduled_for.minute == 1:
+            raise SimulatedCrash  # killed after the email left, before the run was recorded
+
+    monkeypatch.setattr(payments, "send_receipt", send_receipt)
+    relay_clock.drive(payments.scheduler)
+    relay_clock.advance(minutes=3)
+    records = runs_of("bill", store=payments.scheduler.backend)
+    assert [(r.scheduled_for.minute, r.attempt, r.state) for r in records] == [
+        (0, 1, "succeeded"), (1, 2, "succeeded"), (2, 1, "succeeded"), (3, 1, "succeeded")
+    ]  # fmt: skip
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:
+        charged = conn.execute("SELECT run_id FROM payments ORDER BY run_id").fetchall()
+    assert [row[0] for row in charged] == [r.id for r in records]  # once per run
+    crashed = records[1].id
+    assert [attempt for run_id, attempt in receipts if run_id == crashed] == [1, 2]  # twice
+    payments.scheduler.backend.close()

@@ -1,6 +1,7 @@
-"""The ``relay`` control commands: ``jobs``, ``pause``, ``resume``, ``trigger``, ``backfill``,
-``prune``. Each opens the store named by ``--backend`` (default: ``$RELAY_BACKEND``) and calls
-:class:`relay.Control`; errors leave with exit status 1 and the message."""
+"""The ``relay`` control commands: ``jobs``, ``next``, ``pause``, ``resume``, ``trigger``,
+``backfill``, ``prune``. Each opens the store named by ``--backend`` (default:
+``$RELAY_BACKEND``) and calls :class:`relay.Control`; errors leave with exit status 1 and the
+message."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from rich.table import Table
 from relay.control import Control, JobStatus
 from relay.errors import RelayError
 from relay.runs import RunRecord
+from relay.upcoming import HORIZON, NextRun
 
 __all__ = ["COMMANDS"]
 
@@ -149,7 +151,34 @@ def prune(url: str | None, older_than: str) -> None:
     click.echo(f"pruned {deleted} runs")
 
 
-COMMANDS = (jobs, pause, resume, trigger, backfill, prune)
+@click.command(name="next")
+@_backend_option
+@click.argument("job")
+@click.option("--count", default=5, show_default=True, help="How many coming runs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, for scripts.")
+def next_(url: str | None, job: str, count: int, as_json: bool) -> None:
+    """JOB's next runs: each slot and when it starts after jitter, in UTC and the job's time
+    zone, and whether a pause will skip it. Only reads: the store is opened read-only."""
+    with _control(url, read_only=True) as control:
+        runs = control.next_runs(job, count)
+    if as_json:
+        for run in runs:
+            click.echo(json.dumps(_next_json(run)))
+        return
+    if not runs:
+        click.echo(f"{job} has no slot in the next {HORIZON.days} days")
+        return
+    table = Table(
+        title=f"Next runs of {job}" + (" (paused: skipped until resumed)" if runs[0].paused else "")
+    )
+    for column in ("run", "starts (UTC)", "starts (local)"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        table.add_row(run.id, _iso(run.starts_at), _iso(run.local))
+    Console(width=None if not _piped() else 400).print(table)
+
+
+COMMANDS = (jobs, pause, resume, trigger, backfill, prune, next_)
 """The commands ``relay.cli.main`` adds."""
 
 
@@ -185,6 +214,13 @@ def _job_json(s: JobStatus) -> dict[str, Any]:
         "live": [{"id": r.id, "owner": r.owner, "expires_at": _iso(r.expires_at)} for r in s.live],
         "paused": s.paused, "paused_at": _iso(s.paused_at), "paused_by": s.paused_by,
         "paused_reason": s.paused_reason, "spec": s.spec,
+    }  # fmt: skip
+
+
+def _next_json(run: NextRun) -> dict[str, Any]:
+    return {
+        "id": run.id, "slot": _iso(run.slot), "starts_at": _iso(run.starts_at),
+        "local": _iso(run.local), "timezone": str(run.local.tzinfo), "paused": run.paused,
     }  # fmt: skip
 
 

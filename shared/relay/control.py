@@ -23,6 +23,7 @@ from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
 from relay.runs import RunRecord, RunState
 from relay.schedules import Schedule, make_schedule
+from relay.upcoming import NextRun, next_runs
 
 __all__ = ["MAX_BACKFILL", "Control", "JobStatus"]
 
@@ -95,6 +96,15 @@ class Control(ScheduleControl):
         store = self._lease("jobs")
         now = store.now()
         return [self._status(store, info, now) for info in store.jobs()]
+
+    def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
+        """The next ``count`` runs of ``job`` after the store's clock, as its schedulers
+        registered it: each slot, when it starts after the job's jitter (UTC and the job's time
+        zone), and whether the job's pause will skip it. Reads only."""
+        store = self._lease("next")
+        info = self._known(store, job)
+        paused = info.paused_at is not None
+        return next_runs(job, _spec(info), store.now(), count, paused=paused)
 
     def job(self, name: str) -> JobStatus:
         """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""

@@ -113,10 +113,14 @@ class CronSchedule:
         # croniter's get_prev is strict, so step from just after ``at`` to include ``at`` itself.
         start = at.astimezone(self.tz) + timedelta(microseconds=1)
         try:
-            slot = self._iter(start).get_prev(datetime)
+            latest = _utc(self._iter(start).get_prev(datetime))
         except CroniterBadDateError:
             return None
-        return _utc(slot)
+        # get_prev steps back in wall time: in the hour a fall-back repeats it lands on that
+        # hour's first pass, an hour early. Step forward to the last slot at or before ``at``.
+        for slot in self.slots_between(latest, at):
+            latest = slot
+        return latest
 
     def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
         iterator = self._iter(after.astimezone(self.tz))

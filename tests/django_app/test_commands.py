@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from relay import AcquireRequest, Control, open_backend
+from relay.engine import Decider
+from relay.jobs import make_job
 from tests.django_app.support import manage, site_env, spawn_manage
 
 
@@ -104,3 +106,18 @@ def test_relay_pause_resume_and_trigger(tmp_path: Path) -> None:
         assert any("@manual:" in r.id for r in control.backend.runs("cleanup", 10))
     unknown = manage(env, "relay_pause", "reprot")
     assert unknown.returncode == 1 and "reprot" in unknown.stderr
+
+
+def test_relay_next_reads_the_settings_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    store = open_backend(url)
+    decider = Decider(store, owner="h:1", lease=30)
+    decider.add(make_job(store, name="nightly", cron="30 2 * * *", tz="Europe/Paris"))
+    decider.sweep()  # registers the job, as an instance's first sweep does
+    store.close()
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": url})
+    shown = manage(env, "relay_next", "nightly", "--count", "2", "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert len(rows) == 2 and all(row["local"][11:16] in ("02:30", "03:00") for row in rows)
+    assert rows[0]["timezone"] == "Europe/Paris"

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import relay
+import relay.testing
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.backends.sqlite_claim import SQLiteClaimBackend
 from relay.fencing import SQLFence
+from relay.upcoming import NextRun
 
 by_url = relay.Scheduler("sqlite:///relay.db", lease=30, heartbeat=10)
 
@@ -31,6 +33,15 @@ claims = relay.Scheduler(SQLiteClaimBackend("claims.db"), tick=0.5)
 
 @claims.job(every=timedelta(minutes=1), stale_after=30)
 def ping(run: relay.Run) -> None: ...
+
+
+# relay.testing: a FakeClock is a clock, drive() returns what it drives, runs_of gives records.
+fake = relay.testing.FakeClock(1_767_225_600.0)  # or an aware datetime
+in_fake_time = fake.drive(relay.Scheduler("sqlite:///t.db", clock=fake))
+in_fake_time.job(every=60, name="in_fake_time")(refresh)
+fake.advance(timedelta(hours=1), minutes=5)
+records: list[relay.RunRecord] = relay.testing.runs_of("refresh", store="sqlite:///t.db")
+coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)
 
 
 current: relay.Run | None = relay.current_run()

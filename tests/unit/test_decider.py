@@ -16,22 +16,10 @@ from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.backends.sqlite_claim import SQLiteClaimBackend
 from relay.engine import Decider
 from relay.jobs import make_job
+from relay.testing import FakeClock
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC).timestamp()
-
-
-class Clock:
-    """A clock tests move by hand."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Counting:
@@ -55,18 +43,18 @@ class Counting:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[SQLiteLeaseBackend]:
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteLeaseBackend]:
     backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
     yield backend
     backend.close()
 
 
-def decider(store: Any, clock: Clock, owner: str = "a", **job: Any) -> Decider:
+def decider(store: Any, clock: FakeClock, owner: str = "a", **job: Any) -> Decider:
     made = Decider(store, owner=owner, lease=30, clock=clock)
     made.add(make_job(store, name="job", **{"every": 60, **job}))
     return made
@@ -77,7 +65,7 @@ def slots(won: list[Any]) -> list[str]:
 
 
 def test_a_tick_with_nothing_due_asks_the_store_nothing(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     counting = Counting(store)
     d = decider(counting, clock)
@@ -85,13 +73,13 @@ def test_a_tick_with_nothing_due_asks_the_store_nothing(
     calls = counting.calls
     for _ in range(50):
         clock.advance(1)
-        if clock.now < T0 + 60:
+        if clock() < T0 + 60:
             assert d.tick() == []
     assert counting.calls == calls
 
 
 def test_an_instance_joining_late_reads_the_record_once_not_every_tick(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     assert slots(decider(store, clock, "a").tick()) == ["2026-11-29T12:00:00Z"]
     clock.advance(5)
@@ -108,7 +96,7 @@ def test_an_instance_joining_late_reads_the_record_once_not_every_tick(
 
 
 def test_instances_ticking_at_different_moments_race_for_the_same_run(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     first, second = decider(store, clock, "a"), decider(store, clock, "b")
     clock.advance(0.2)
@@ -118,7 +106,7 @@ def test_instances_ticking_at_different_moments_race_for_the_same_run(
 
 
 def test_catch_up_runs_missed_slots_within_the_window(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     before = decider(store, clock, catch_up=600)
     won = before.tick()
@@ -132,7 +120,7 @@ def test_catch_up_runs_missed_slots_within_the_window(
 
 
 def test_without_catch_up_only_the_latest_slot_runs(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     decider(store, clock).tick()
     clock.advance(10 * 60 + 1)
@@ -141,12 +129,14 @@ def test_without_catch_up_only_the_latest_slot_runs(
     assert states["2026-11-29T12:05:00Z"] == (RunState.SKIPPED, "missed")
 
 
-def test_a_new_job_has_nothing_to_catch_up(store: SQLiteLeaseBackend, clock: Clock) -> None:
+def test_a_new_job_has_nothing_to_catch_up(store: SQLiteLeaseBackend, clock: FakeClock) -> None:
     clock.advance(0.5)
     assert slots(decider(store, clock, every=1, catch_up=3600).tick()) == ["2026-11-29T12:00:00Z"]
 
 
-def test_a_new_job_does_not_run_a_long_past_slot(store: SQLiteLeaseBackend, clock: Clock) -> None:
+def test_a_new_job_does_not_run_a_long_past_slot(
+    store: SQLiteLeaseBackend, clock: FakeClock
+) -> None:
     clock.advance(3 * 3600 + 600)  # a daily job created long after its slot
     d = Decider(store, owner="a", lease=30, clock=clock)
     d.add(make_job(store, name="daily", cron="0 12 * * *"))
@@ -154,7 +144,7 @@ def test_a_new_job_does_not_run_a_long_past_slot(store: SQLiteLeaseBackend, cloc
     assert store.runs("daily") == []
 
 
-def test_stale_runs_are_skipped_by_the_store(store: SQLiteLeaseBackend, clock: Clock) -> None:
+def test_stale_runs_are_skipped_by_the_store(store: SQLiteLeaseBackend, clock: FakeClock) -> None:
     decider(store, clock).tick()
     clock.advance(5 * 60 + 30)
     d = decider(store, clock, "b", catch_up=3600, stale_after=60)
@@ -163,7 +153,7 @@ def test_stale_runs_are_skipped_by_the_store(store: SQLiteLeaseBackend, clock: C
     assert reasons["2026-11-29T12:02:00Z"] == "stale"
 
 
-def test_sweep_takes_over_a_dead_runners_run(store: SQLiteLeaseBackend, clock: Clock) -> None:
+def test_sweep_takes_over_a_dead_runners_run(store: SQLiteLeaseBackend, clock: FakeClock) -> None:
     (won,) = decider(store, clock, "dead").tick()
     backup = decider(store, clock, "backup")
     assert backup.sweep() == []
@@ -172,7 +162,7 @@ def test_sweep_takes_over_a_dead_runners_run(store: SQLiteLeaseBackend, clock: C
     assert taken.run.id == won.run.id and taken.run.attempt == 2 and taken.run.token > won.run.token
 
 
-def test_sweep_leaves_other_apps_jobs_alone(store: SQLiteLeaseBackend, clock: Clock) -> None:
+def test_sweep_leaves_other_apps_jobs_alone(store: SQLiteLeaseBackend, clock: FakeClock) -> None:
     decider(store, clock, "other-app").tick()
     clock.advance(31)
     stranger = Decider(store, owner="x", lease=30, clock=clock)
@@ -180,7 +170,7 @@ def test_sweep_leaves_other_apps_jobs_alone(store: SQLiteLeaseBackend, clock: Cl
     assert stranger.sweep() == []
 
 
-def test_claim_backend_claims_only_the_latest_recent_slot(tmp_path: Path, clock: Clock) -> None:
+def test_claim_backend_claims_only_the_latest_recent_slot(tmp_path: Path, clock: FakeClock) -> None:
     claims = SQLiteClaimBackend(tmp_path / "c.db")
     d = Decider(claims, owner="a", lease=0, clock=clock)
     d.add(make_job(claims, name="job", every=60))
@@ -193,14 +183,14 @@ def test_claim_backend_claims_only_the_latest_recent_slot(tmp_path: Path, clock:
 # -- the standalone scheduler on top ----------------------------------------------------------
 
 
-def scheduler(store: Any, clock: Clock, owner: str) -> relay.Scheduler:  # type: ignore[type-arg]
+def scheduler(store: Any, clock: FakeClock, owner: str) -> relay.Scheduler:  # type: ignore[type-arg]
     return relay.Scheduler(
         store, lease=30, heartbeat=10, owner=owner, clock=clock, stop_timeout=0.5
     )
 
 
 def test_failed_runs_are_retried_until_max_attempts(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     attempts: list[tuple[int, int]] = []
     s = scheduler(store, clock, "a")
@@ -219,7 +209,7 @@ def test_failed_runs_are_retried_until_max_attempts(
     assert (record.state, record.failures) == (RunState.FAILED, 3)
 
 
-def test_graceful_stop_hands_running_runs_over(store: SQLiteLeaseBackend, clock: Clock) -> None:
+def test_graceful_stop_hands_running_runs_over(store: SQLiteLeaseBackend, clock: FakeClock) -> None:
     release = threading.Event()
     s = scheduler(store, clock, "leaving")
 
@@ -239,7 +229,7 @@ def test_graceful_stop_hands_running_runs_over(store: SQLiteLeaseBackend, clock:
 
 
 def test_overlap_skip_while_the_previous_run_is_live(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     release = threading.Event()
     # The lease outlasts the minute the clock jumps: the first run is still live at 12:01.
@@ -271,7 +261,7 @@ class Flaky:
 
 
 def test_scheduler_survives_an_unreachable_store_and_runs_nothing_it_did_not_win(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     flaky = Flaky(store)
     ran: list[str] = []
@@ -326,7 +316,7 @@ class CountingSchedule:
 
 
 def test_an_idle_tick_computes_no_schedule_whatever_the_number_of_jobs(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     import dataclasses
 
@@ -361,7 +351,7 @@ class LatestCounting(CountingSchedule):
 
 
 def test_jobs_sharing_a_schedule_compute_it_once_a_tick_and_keep_their_own_jitter(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     import dataclasses
 
@@ -393,7 +383,7 @@ def test_jobs_sharing_a_schedule_compute_it_once_a_tick_and_keep_their_own_jitte
 
 
 def test_jobs_due_in_a_tick_the_store_refused_are_decided_at_the_next(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     d = decider(store, clock)
     assert slots(d.tick()) == ["2026-11-29T12:00:00Z"]

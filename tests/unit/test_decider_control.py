@@ -17,24 +17,25 @@ from relay.backends.sqlite_claim import SQLiteClaimBackend
 from relay.engine import Decider
 from relay.jobs import check_retention, jitter_delay, make_job
 from relay.runs import from_ms, run_from_headers, run_to_headers
-from tests.unit.test_decider import T0, Clock
+from relay.testing import FakeClock
+from tests.unit.test_decider import T0
 
 UTC = timezone.utc
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[SQLiteLeaseBackend]:
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[SQLiteLeaseBackend]:
     backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=clock)
     yield backend
     backend.close()
 
 
-def decider(store: Any, clock: Clock, owner: str = "a", **job: Any) -> Decider:
+def decider(store: Any, clock: FakeClock, owner: str = "a", **job: Any) -> Decider:
     made = Decider(store, owner=owner, lease=30, clock=clock)
     made.add(make_job(store, name="job", **{"every": 60, **job}))
     return made
@@ -50,7 +51,7 @@ def test_jitter_is_the_same_everywhere_and_within_its_window() -> None:
 
 
 def test_a_jittered_slot_starts_after_its_delay_on_every_instance(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     slot = datetime.fromtimestamp(T0, UTC)
     delay = jitter_delay("job", slot, 50)
@@ -63,7 +64,7 @@ def test_a_jittered_slot_starts_after_its_delay_on_every_instance(
 
 
 def test_buffer_one_waits_for_the_live_run_then_runs_at_the_next_sweep(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     d = decider(store, clock, overlap="buffer_one")
     (first,) = d.tick()
@@ -82,7 +83,7 @@ def test_buffer_one_waits_for_the_live_run_then_runs_at_the_next_sweep(
 
 
 def test_a_sweep_leases_a_manual_run_with_the_jobs_attempts(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     d = decider(store, clock, max_attempts=2)
     d.tick()
@@ -97,7 +98,7 @@ def test_a_sweep_leases_a_manual_run_with_the_jobs_attempts(
 
 
 def test_the_first_sweep_registers_each_job_and_a_paused_job_is_skipped(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     d = decider(store, clock, jitter=5, overlap="skip")
     d.sweep()
@@ -112,7 +113,7 @@ def test_the_first_sweep_registers_each_job_and_a_paused_job_is_skipped(
 
 
 def test_sweeps_prune_past_retention_at_most_every_prune_every(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     d = decider(store, clock)
     d.retention, d.prune_every = 300, 3600
@@ -135,7 +136,7 @@ def test_sweeps_prune_past_retention_at_most_every_prune_every(
 
 
 def test_a_full_prune_batch_prunes_again_at_the_next_sweep(
-    store: SQLiteLeaseBackend, clock: Clock
+    store: SQLiteLeaseBackend, clock: FakeClock
 ) -> None:
     d = decider(store, clock)
     d.retention, d.prune_every, d.prune_batch = 300, 3600, 2

@@ -31,6 +31,7 @@ from relay.events import (
     RunWon,
     StoreUnavailable,
 )
+from relay.testing import FakeClock
 
 UTC = timezone.utc
 SLOT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -115,17 +116,9 @@ def test_a_failed_attempt_is_logged_with_the_handlers_traceback(
     assert record.__dict__["relay_final"] is False
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = SLOT.timestamp()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SQLiteLeaseBackend]:
-    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=Clock())
+    backend = SQLiteLeaseBackend(tmp_path / "relay.db", clock=FakeClock(SLOT))
     yield backend
     backend.close()
 
@@ -133,7 +126,9 @@ def store(tmp_path: Path) -> Iterator[SQLiteLeaseBackend]:
 def test_a_hook_that_raises_is_logged_and_never_breaks_the_run(
     store: SQLiteLeaseBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    scheduler = relay.Scheduler(store, lease=30, heartbeat=10, clock=Clock(), stop_timeout=1)
+    scheduler = relay.Scheduler(
+        store, lease=30, heartbeat=10, clock=FakeClock(SLOT), stop_timeout=1
+    )
     ran: list[str] = []
     scheduler.job(every=60, name="job")(lambda run: ran.append(run.id))
     seen: list[Event] = []
@@ -156,7 +151,9 @@ def test_a_hook_that_raises_is_logged_and_never_breaks_the_run(
 
 
 def test_unsubscribing_stops_a_hook(store: SQLiteLeaseBackend) -> None:
-    scheduler = relay.Scheduler(store, lease=30, heartbeat=10, clock=Clock(), stop_timeout=1)
+    scheduler = relay.Scheduler(
+        store, lease=30, heartbeat=10, clock=FakeClock(SLOT), stop_timeout=1
+    )
     scheduler.job(every=60, name="job")(lambda run: None)
     seen: list[Event] = []
     off = scheduler.on(RunWon, seen.append)

@@ -36,21 +36,18 @@ from relay.events import (
 )
 from relay.fencing import SQLFence
 from relay.jobs import make_job
+from relay.testing import FakeClock
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC).timestamp()
 E = TypeVar("E", bound=Event)
 
 
-class Clock:
+class Clock(FakeClock):
+    """The test kit's fake clock from T0, moved by hand (nothing is driven)."""
+
     def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+        super().__init__(T0)
 
 
 class Seen:

@@ -88,6 +88,17 @@ def test_cron_across_the_spring_forward_gap_fires_once_a_day() -> None:
     assert all(a < b for a, b in itertools.pairwise(slots))
 
 
+def test_the_latest_slot_in_the_hour_a_fall_back_repeats_is_the_latest() -> None:
+    """Paris goes back from 03:00 CEST to 02:00 CET at 01:00 UTC: 01:30 UTC is 02:30 CET, and
+    the slot before it is 01:30 UTC, not 00:30 UTC (02:30 CEST, the hour's first pass)."""
+    schedule = CronSchedule("*/5 * * * *", tz="Europe/Paris")
+    assert schedule.latest_slot(at("2026-10-25T01:00:00")) == at("2026-10-25T01:00:00")
+    assert schedule.latest_slot(at("2026-10-25T01:32:00")) == at("2026-10-25T01:30:00")
+    assert schedule.latest_slot(at("2026-10-25T00:59:59")) == at("2026-10-25T00:55:00")
+    daily = CronSchedule("30 2 * * *", tz="Europe/Paris")
+    assert daily.latest_slot(at("2026-10-25T01:45:00")) == at("2026-10-25T01:30:00")
+
+
 @pytest.mark.parametrize(
     ("expression", "fragment"),
     [("61 * * * *", "'61 * * * *'"), ("* * *", "'* * *'"), ("every minute", "five fields")],

@@ -33,6 +33,7 @@ from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
 from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
+from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
 from relay.health import InstanceInfo
@@ -128,7 +129,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         path: str | Path,
         *,
         busy_timeout: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_time,
         read_only: bool = False,
         durability: Durability = "full",
     ) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
+from relay import clock as relay_clock
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.engine.reporting import decision_event, missed_events
 from relay.errors import ConfigurationError
@@ -74,7 +75,7 @@ class Decider:
         *,
         owner: str,
         lease: float,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_clock.time,
         grace: float = ON_TIME_GRACE,
         events: EventBus | None = None,
         retention: float | None = DEFAULT_RETENTION,

@@ -20,11 +20,11 @@ published task, an enqueued message). The loop owns every rule of timing:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from relay import clock as relay_clock
 from relay.contract import is_lease
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
@@ -79,7 +79,7 @@ class Loop:
         interval: float,
         sweep_every: float,
         role: str | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = relay_clock.monotonic,
         schedules: ScheduleFeed | None = None,
     ) -> None:
         self.decider = decider

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.errors import BackendUnavailable, LeaseLost
 from relay.events import (
@@ -86,7 +88,7 @@ class Runner:
         lease: float,
         heartbeat: float,
         events: EventBus | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = relay_clock.time,
     ) -> None:
         self.backend = backend
         self.owner = owner
@@ -204,7 +206,10 @@ class ActiveRun:
         )
 
     def start_heartbeat(self) -> None:
-        """Renew the lease every ``heartbeat`` seconds from a background thread."""
+        """Renew the lease every ``heartbeat`` seconds from a background thread (none if the
+        runner's heartbeat is infinite: :mod:`relay.testing` runs take no time)."""
+        if math.isinf(self.runner.heartbeat):
+            return
         self._thread = threading.Thread(
             target=self._beat, name=f"relay-heartbeat-{self.run.id}", daemon=True
         )
@@ -254,6 +259,11 @@ class ActiveRun:
         self._stop_heartbeat()
         if not self.lost:
             self.runner.release(self.run)
+
+    def abandon(self) -> None:
+        """Stop heartbeating and record nothing, as a process that died would: the lease runs
+        out and another instance takes the run over (:mod:`relay.testing` simulates crashes)."""
+        self._stop_heartbeat()
 
     def _finish(self, *, succeeded: bool, error: str | None) -> RunState | None:
         self._stop_heartbeat()
