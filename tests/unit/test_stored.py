@@ -129,7 +129,7 @@ def test_an_update_refuses_unknown_fields_and_checks_the_result(store: SQLiteLea
 
 
 def test_at_must_be_after_the_stores_now(store: SQLiteLeaseBackend) -> None:
-    with pytest.raises(ConfigurationError, match="not in the future.*relay trigger"):
+    with pytest.raises(ConfigurationError, match=r"not in the future.*relay trigger"):
         Control(store).add_schedule("s", "echo", at=at(-20), force=True)
 
 
