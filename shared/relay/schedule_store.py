@@ -68,8 +68,9 @@ class ScheduleStore(Protocol):
         """Every change of schedule ``name``, oldest first (empty if it never existed)."""
         ...
 
-    def schedule_changes(self, since: int) -> list[StoredRow]:
-        """Rows whose last change has a revision above ``since`` (removed ones too), by revision.
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
+        """Rows whose last change has a revision above ``since`` (removed ones too), by revision:
+        the first ``limit`` of them (``None``: all).
 
         ``since=0`` gives every row. The caller keeps the last row's revision for its next call.
         """

@@ -12,8 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import tzinfo
-from functools import partial
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from relay.backends import open_backend
@@ -303,7 +302,7 @@ class Scheduler(Generic[BackendT]):
         function = self.tasks.get(schedule.task)
         if function is None:
             return None
-        return partial(_call_stored, function, schedule.args, schedule.kwargs, schedule.version)
+        return StoredCall(function, schedule.args, schedule.kwargs or _NO_KWARGS, schedule.version)
 
     def run(self) -> None:
         """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish.
@@ -453,12 +452,21 @@ class Scheduler(Generic[BackendT]):
         return restore
 
 
-def _call_stored(
-    function: Handler,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    version: int,
-    run: Run,
-) -> Any:
-    """Call a stored schedule's task with the run carrying the schedule's arguments."""
-    return function(replace(run, args=args, kwargs=kwargs, schedule_version=version))
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
+
+class StoredCall:
+    """A stored schedule's handler: its task's function, called with the run carrying the
+    schedule's arguments and version (one small object per stored schedule)."""
+
+    __slots__ = ("args", "function", "kwargs", "version")
+
+    def __init__(
+        self, function: Handler, args: tuple[Any, ...], kwargs: Mapping[str, Any], version: int
+    ) -> None:
+        self.function, self.args, self.kwargs, self.version = function, args, kwargs, version
+
+    def __call__(self, run: Run) -> Any:
+        return self.function(
+            replace(run, args=self.args, kwargs=self.kwargs, schedule_version=self.version)
+        )

@@ -103,8 +103,9 @@ class NatsSchedules:
 
         return sorted(self._call(read()), key=lambda c: c.version)
 
-    def schedule_changes(self, since: int) -> list[StoredRow]:
-        return self._call(self._changes_since(since))
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
+        rows = self._call(self._changes_since(since))
+        return rows if limit is None else rows[:limit]
 
     # -- steps -------------------------------------------------------------------------------
 

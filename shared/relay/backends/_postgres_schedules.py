@@ -79,8 +79,8 @@ class PostgresSchedules:
         with self._connection() as conn:
             return self._schedule_steps.changes(conn, name)
 
-    def schedule_changes(self, since: int) -> list[StoredRow]:
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         if self._version < VERSION:
             return []
         with self._connection() as conn:
-            return self._schedule_steps.since(conn, since)
+            return self._schedule_steps.since(conn, since, limit)

@@ -79,12 +79,13 @@ class RedisSchedules:
             for e in sorted(entries, key=lambda e: int(e["version"]))
         ]
 
-    def schedule_changes(self, since: int) -> list[StoredRow]:
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         found: list[StoredRow] = []
         while True:
-            page = [_row(raw) for raw in self._schedules("since", since, PAGE) if raw]
+            size = PAGE if limit is None else min(PAGE, limit - len(found))
+            page = [_row(raw) for raw in self._schedules("since", since, size) if raw]
             found += page
-            if len(page) < PAGE:
+            if len(page) < size or len(found) == limit:
                 return found
             since = page[-1].revision
 

@@ -107,11 +107,11 @@ class SQLSchedules:
         ).fetchall()
         return [_row(row) for row in rows]
 
-    def since(self, conn: Connection, revision: int) -> list[StoredRow]:
+    def since(self, conn: Connection, revision: int, limit: int | None) -> list[StoredRow]:
         """Rows changed after ``revision``, by revision (one index range: none when idle)."""
         rows = conn.execute(
-            self._q(f"SELECT {_ROW} FROM {{s}} WHERE revision > ? ORDER BY revision"),
-            (revision,),
+            self._q(f"SELECT {_ROW} FROM {{s}} WHERE revision > ? ORDER BY revision LIMIT ?"),
+            (revision, -1 if limit is None and self.param == "?" else limit),
         ).fetchall()
         return [_row(row) for row in rows]
 

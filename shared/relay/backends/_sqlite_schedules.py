@@ -85,9 +85,9 @@ class SQLiteSchedules:
         with self._reading() as conn:
             return [] if conn is None else self._schedule_steps.changes(conn, name)
 
-    def schedule_changes(self, since: int) -> list[StoredRow]:
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         with self._reading() as conn:
-            return [] if conn is None else self._schedule_steps.since(conn, since)
+            return [] if conn is None else self._schedule_steps.since(conn, since, limit)
 
     def _reading(self) -> AbstractContextManager[sqlite3.Connection | None]:
         """A read; ``None`` on a file (opened read-only) that has no schedules yet."""

@@ -32,6 +32,8 @@ __all__ = ["ScheduleFeed"]
 
 log = logging.getLogger("relay.engine")
 
+PAGE = 1000
+"""Rows read at once: an instance starting on 100,000 schedules never holds them all as rows."""
 HandlerFor = Callable[[Schedule], "Callable[..., Any] | None"]
 
 
@@ -74,11 +76,15 @@ class ScheduleFeed:
         """Apply the changes since the last call; ``True`` if there were any (tick at once)."""
         if self._code is None:
             self._code = set(self.decider.jobs) - set(self.stored)
-        rows = self.store.schedule_changes(self.revision)
-        for row in rows:
-            self._apply(row)
-            self.revision = max(self.revision, row.revision)
-        return bool(rows)
+        changed = False
+        while rows := self.store.schedule_changes(self.revision, PAGE):
+            for row in rows:
+                self._apply(row)
+                self.revision = max(self.revision, row.revision)
+            changed = True
+            if len(rows) < PAGE:
+                break
+        return changed
 
     def _apply(self, row: StoredRow) -> None:
         name = row.name
