@@ -244,3 +244,24 @@ def test_schedule_fields_are_the_contract() -> None:
     assert {"cron", "every", "at", "tz", "args", "kwargs", "enabled", "start", "end", "max_runs",
             "overlap", "catch_up", "max_attempts", "stale_after", "jitter", "options",
             "description", "version", "updated_at", "updated_by"} <= set(names)  # fmt: skip
+
+
+def test_an_edit_to_a_shorter_interval_runs_at_its_new_first_slot(
+    store: SQLiteLeaseBackend, clock: FakeClock
+) -> None:
+    """The job's old place in the decider's queue (an hour away) does not hide the new one."""
+    host = Host(store, clock)
+    control = Control(store)
+    control.add_schedule("s", "echo", every=3600, force=True)
+    clock.advance_to(at(0))
+    assert host.step() == [at(0)]
+    clock.advance_to(at(10))
+    control.update_schedule("s", version=1, every=60)
+    assert host.step() == []
+    clock.advance_to(at(60))
+    assert host.step() == [at(60)]
+    control.update_schedule("s", version=2, every=3600)
+    clock.advance_to(at(120))
+    assert host.step() == []
+    clock.advance_to(at(3600))
+    assert host.step() == [at(3600)]

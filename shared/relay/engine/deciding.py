@@ -92,7 +92,7 @@ class Decider:
         self._decided: dict[str, datetime] = {}
         # A tick plans only the jobs whose next slot has come (a heap of (next slot, name)) and
         # those not decided yet, so an idle tick costs nothing per job.
-        self._next: list[tuple[datetime, str]] = []
+        self._next: list[tuple[datetime, str, int]] = []
         self._undecided: set[str] = set()
         self._order: dict[str, int] = {}
         self.prune_every = PRUNE_EVERY
@@ -101,8 +101,9 @@ class Decider:
         """Runs one prune deletes at most."""
         self._next_prune = 0.0
         self._unregistered: set[str] = set()
-        # Queue entries of jobs replaced or removed since they were queued: skipped when popped.
-        self._dropped: dict[str, int] = {}
+        # How many times each replaced or removed job was (0: never). A queue entry carries the
+        # count of its time: one made before a replace or remove is skipped when it comes up.
+        self._generations: dict[str, int] = {}
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -117,8 +118,8 @@ class Decider:
         """Stop deciding job ``name`` (runs already won go on); nothing if it is not scheduled."""
         if self.jobs.pop(name, None) is None:
             return
-        if self._decided.pop(name, None) is not None:  # it has one entry in the queue
-            self._dropped[name] = self._dropped.get(name, 0) + 1
+        self._generations[name] = self._generations.get(name, 0) + 1
+        self._decided.pop(name, None)
         self._undecided.discard(name)
         self._unregistered.discard(name)
 
@@ -134,7 +135,6 @@ class Decider:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
         self._next.clear()
-        self._dropped.clear()
         self._undecided = set(self.jobs)
         self._unregistered = set(self.jobs)
 
@@ -156,13 +156,9 @@ class Decider:
         # A fresh set each tick: an emptied set keeps its size, and walking it would cost O(jobs).
         names, self._undecided = self._undecided, set()
         while self._next and self._next[0][0] <= now:
-            name = heapq.heappop(self._next)[1]
-            if self._dropped and self._dropped.get(name):
-                self._dropped[name] -= 1  # queued before the job was replaced or removed
-                if not self._dropped[name]:
-                    del self._dropped[name]
-                continue
-            names.add(name)
+            _, name, generation = heapq.heappop(self._next)
+            if generation == self._generations.get(name, 0) and name in self.jobs:
+                names.add(name)  # else queued before the job was replaced or removed
         if not names:  # the idle tick: nothing came due
             return []
         try:
@@ -196,9 +192,8 @@ class Decider:
             if plan.decided_until is not None:
                 self._decided[job.name] = plan.decided_until
             if job.name in self._decided:
-                heapq.heappush(
-                    self._next, (slots.next_check(job, self._decided[job.name]), job.name)
-                )
+                when = slots.next_check(job, self._decided[job.name])
+                heapq.heappush(self._next, (when, job.name, self._generations.get(job.name, 0)))
             else:
                 self._undecided.add(job.name)
         return won
