@@ -123,3 +123,17 @@ def test_reading_commands_create_nothing(tmp_path: Path) -> None:
         result = relay_cli("schedules", *args, "--backend", missing)
         assert result.exit_code == 1 and "does not exist" in result.output
     assert not (tmp_path / "none.db").exists()
+
+
+def test_relay_jobs_shows_where_a_stored_schedule_runs_and_what_remains(url: str) -> None:
+    with Control(url) as control:
+        control.add_schedule("few", "echo", every=60, max_runs=3)
+        control.add_schedule("orphan", "gone", every=60, force=True)
+        control.add_schedule("later", "echo", at=datetime(2099, 1, 1, tzinfo=UTC))
+    lines = relay_cli("jobs", "--json", "--backend", url).output.splitlines()
+    notes = {row["job"]: row["stored"] for row in map(json.loads, lines)}
+    assert notes["few"] == "task echo, on 1 live instance(s); 3 slot(s) left"
+    assert notes["orphan"] == "not runnable: no live instance allows task gone"
+    assert notes["later"] == "task echo, on 1 live instance(s); 1 slot(s) left"
+    table = relay_cli("jobs", "--backend", url).output
+    assert "not runnable" in table and "stored schedule" in table

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relay.cli_control import _backend_option, _control, _duration, _instant, _piped
+from relay.control_schedules import describe
 from relay.schedule_files import apply as apply_plan
 from relay.schedule_files import export_text, load, plan
 from relay.stored import Schedule, ScheduleChange, to_definition
@@ -209,14 +210,6 @@ def _json(schedule: Schedule) -> dict[str, Any]:
     return values
 
 
-def _when(schedule: Schedule) -> str:
-    if schedule.cron is not None:
-        return f"cron {schedule.cron!r} ({schedule.tz or 'UTC'})"
-    if schedule.every is not None:
-        return f"every {schedule.every:g}s"
-    return f"once at {schedule.at.isoformat() if schedule.at else '?'}"
-
-
 def _table(found: list[Schedule], allowed: dict[str, tuple[str, ...]]) -> Table:
     table = Table(title="Stored schedules")
     for column in ("name", "task", "when", "state", "version", "changed", "runnable on"):
@@ -228,7 +221,7 @@ def _table(found: list[Schedule], allowed: dict[str, tuple[str, ...]]) -> Table:
                   if s.end else ""]  # fmt: skip
         state = ", ".join(x for x in ["enabled" if s.enabled else "paused", *limits] if x)
         changed = f"{s.updated_at:%Y-%m-%d %H:%M:%S} by {s.updated_by}" if s.updated_at else ""
-        table.add_row(s.name, s.task, _when(s), state, str(s.version), changed, where)
+        table.add_row(s.name, s.task, describe(s), state, str(s.version), changed, where)
     return table
 
 

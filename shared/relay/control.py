@@ -51,6 +51,10 @@ class JobStatus:
     paused_by: str | None
     paused_reason: str | None
     spec: dict[str, Any]
+    stored: str | None = None
+    """For a stored schedule: where it can run and what remains of it, such as ``"task
+    send_report, on 2 live instance(s); 3 slot(s) left"`` or ``"not runnable: no live instance
+    allows task send_report"``. ``None`` for a code-defined job."""
 
     @property
     def paused(self) -> bool:
@@ -95,7 +99,8 @@ class Control(ScheduleControl):
         """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
         store = self._lease("jobs")
         now = store.now()
-        return [self._status(store, info, now) for info in store.jobs()]
+        statuses = [self._status(store, info, now) for info in store.jobs()]
+        return self._with_stored(statuses, now)
 
     def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
         """The next ``count`` runs of ``job`` after the store's clock, as its schedulers

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, tzinfo
-from typing import Any
+from datetime import datetime, timedelta, tzinfo
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.durations import Duration
@@ -26,12 +27,19 @@ from relay.stored import (
     check_schedule,
     from_row,
     recheck,
+    schedule_job,
     to_definition,
 )
 
-__all__ = ["ScheduleControl", "operator"]
+if TYPE_CHECKING:  # relay.control imports this module
+    from relay.control import JobStatus
+
+__all__ = ["ScheduleControl", "describe", "operator"]
 
 _KINDS = ("cron", "every", "at")
+_CENTURY = timedelta(days=36525)
+_SHOWN = 1000
+"""The most slots left ``relay jobs`` counts."""
 
 
 class ScheduleControl:
@@ -173,6 +181,44 @@ class ScheduleControl:
         now = store.now()
         return {i.owner: i.tasks for i in store.instances() if is_alive(i, now)}
 
+    def _with_stored(self, statuses: list[JobStatus], now: datetime) -> list[JobStatus]:
+        """``relay jobs``'s rows, with each stored schedule's note (and a row for each stored
+        schedule no instance registered: one no live instance can run)."""
+        from relay.control import JobStatus  # relay.control imports this module
+
+        if not stores_schedules(self.backend):
+            return statuses
+        stored = {s.name: s for s in self.schedules()}
+        allowed = self.allowed_tasks()
+        by_name = {status.name: status for status in statuses}
+        for name, schedule in stored.items():
+            note = self._note(schedule, allowed, now)
+            found = by_name.get(name)
+            if found is None:
+                runs = self._lease_backend().runs(name, limit=1)
+                found = JobStatus(
+                    name=name, schedule=describe(schedule), timezone=schedule.tz, next_due=None,
+                    last_run=runs[0] if runs else None, live=(), paused_at=None, paused_by=None,
+                    paused_reason=None, spec={},
+                )  # fmt: skip
+            by_name[name] = replace(found, stored=note)
+        return [by_name[name] for name in sorted(by_name)]
+
+    def _note(self, schedule: Schedule, allowed: dict[str, tuple[str, ...]], now: datetime) -> str:
+        hosts = sum(1 for tasks in allowed.values() if schedule.task in tasks)
+        if not hosts:
+            return f"not runnable: no live instance allows task {schedule.task}"
+        note = f"task {schedule.task}, on {hosts} live instance(s)"
+        if not schedule.enabled:
+            return note + "; paused (enabled=False)"
+        if schedule.max_runs is None and schedule.end is None and schedule.at is None:
+            return note
+        slots = schedule_job(self._lease_backend(), schedule, None).schedule
+        left = len(list(islice(slots.slots_between(now, now + _CENTURY), _SHOWN + 1)))
+        if not left:
+            return note + "; ended"
+        return note + f"; {left if left <= _SHOWN else f'over {_SHOWN}'} slot(s) left"
+
     # -- checks ----------------------------------------------------------------------------
 
     def _schedule_store(self, operation: str) -> ScheduleStore:
@@ -236,6 +282,15 @@ def operator() -> str:
     from relay.control import _operator  # relay.control imports this module
 
     return _operator()
+
+
+def describe(schedule: Schedule) -> str:
+    """When a stored schedule is due, as ``relay jobs`` and ``relay schedules list`` say it."""
+    if schedule.cron is not None:
+        return f"cron {schedule.cron!r} ({schedule.tz or 'UTC'})"
+    if schedule.every is not None:
+        return f"every {schedule.every:g}s"
+    return f"once at {schedule.at.isoformat() if schedule.at else '?'}"
 
 
 def _stored_spec(spec: str | None) -> bool:
