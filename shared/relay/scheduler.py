@@ -21,9 +21,10 @@ from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.dispatching import Dispatcher
 from relay.engine.stored import ScheduleFeed
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.jobs import (
+    LEASE_BACKENDS,
     Job,
     Overlap,
     check_handler,
@@ -281,7 +282,10 @@ class Scheduler(Generic[BackendT]):
         return decorate
 
     def register(self, name: str, handler: Handler) -> None:
-        """Allow task ``name`` (see :meth:`task`); refused if the name is taken or not usable."""
+        """Allow task ``name`` (see :meth:`task`); refused if the name is taken or not usable,
+        and on a claim backend (:class:`~relay.errors.UnsupportedOption`: it stores nothing)."""
+        if self.feed is None:
+            raise UnsupportedOption("task", self.backend.name, LEASE_BACKENDS)
         check_handler(handler, name)
         if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
             raise ConfigurationError(

@@ -265,3 +265,18 @@ def test_an_edit_to_a_shorter_interval_runs_at_its_new_first_slot(
     assert host.step() == []
     clock.advance_to(at(3600))
     assert host.step() == [at(3600)]
+
+
+def test_tasks_are_refused_on_a_claim_backend_and_checked(tmp_path: Path) -> None:
+    from relay import Scheduler, UnsupportedOption
+
+    claim = Scheduler(f"sqlite:///{tmp_path / 'claims.db'}?strategy=claim")
+    with pytest.raises(UnsupportedOption, match="'task' needs a lease backend"):
+        claim.register("echo", lambda run: None)
+    lease = Scheduler(f"sqlite:///{tmp_path / 'leases.db'}")
+    lease.register("echo", lambda run: None)
+    with pytest.raises(ConfigurationError, match="already allowed"):
+        lease.register("echo", lambda run: None)
+    with pytest.raises(ConfigurationError, match="accept the run"):
+        lease.register("other", lambda: None)
+    assert lease.loop.instance is not None and lease.loop.instance.info.tasks == ("echo",)
