@@ -280,3 +280,43 @@ def test_tasks_are_refused_on_a_claim_backend_and_checked(tmp_path: Path) -> Non
     with pytest.raises(ConfigurationError, match="accept the run"):
         lease.register("other", lambda: None)
     assert lease.loop.instance is not None and lease.loop.instance.info.tasks == ("echo",)
+
+
+def test_a_run_in_flight_finishes_after_its_schedule_is_removed(tmp_path: Path) -> None:
+    """Real time: the run started before the removal succeeds; no slot starts after it."""
+    import threading
+    import time
+
+    from relay import RunState, Scheduler
+
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    scheduler = Scheduler(url, tick=0.05, lease=5, heartbeat=1)
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @scheduler.task("slow")
+    def slow(run: Any) -> None:
+        calls.append(run.id)
+        started.set()
+        release.wait(30)
+
+    instance = threading.Thread(target=scheduler.run)
+    instance.start()
+    try:
+        with Control(url) as control:
+            control.add_schedule("s", "slow", every=1, force=True)
+            assert started.wait(30)
+            control.remove_schedule("s")
+            removed = control.schedule_history("s")[-1].at
+            time.sleep(0.5)  # the instance applies the removal at its next step
+            release.set()
+            time.sleep(2)  # two more slots pass
+    finally:
+        release.set()
+        scheduler.stop()
+        instance.join(30)
+    store = SQLiteLeaseBackend(tmp_path / "relay.db")
+    runs = store.runs("s", limit=10)
+    store.close()
+    assert calls[0] == runs[-1].id and runs[-1].state is RunState.SUCCEEDED
+    assert all(r.scheduled_for <= removed for r in runs)
