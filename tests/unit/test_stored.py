@@ -320,3 +320,22 @@ def test_a_run_in_flight_finishes_after_its_schedule_is_removed(tmp_path: Path) 
     store.close()
     assert calls[0] == runs[-1].id and runs[-1].state is RunState.SUCCEEDED
     assert all(r.scheduled_for <= removed for r in runs)
+
+
+def test_pause_trigger_and_backfill_work_on_a_stored_schedule(
+    store: SQLiteLeaseBackend, clock: FakeClock
+) -> None:
+    host = Host(store, clock)
+    control = Control(store)
+    control.add_schedule("s", "echo", every=60, force=True)
+    clock.advance_to(at(0))
+    assert host.step() == [at(0)]
+    host.decider.sweep()  # registers the stored schedule's job, as every sweep does
+    assert control.job("s").spec["stored"] is True
+    triggered = control.trigger("s")
+    assert [won.run.id for won in host.decider.sweep()] == [triggered.id]
+    control.backfill("s", at(-600), at(-480))
+    assert len(host.decider.sweep()) == 3
+    assert control.pause("s", "maintenance")
+    clock.advance_to(at(60))
+    assert host.step() == []  # recorded skipped (paused), as for a code job
