@@ -27,6 +27,8 @@ Rules every lease backend follows:
 * An operation carrying a token that is not the run's current one raises
   :class:`~relay.errors.LeaseLost` and changes nothing.
 * Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`, never a driver error.
+
+Every lease backend also keeps stored schedules: the contract of :mod:`relay.schedule_store`.
 """
 
 from __future__ import annotations

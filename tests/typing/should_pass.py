@@ -45,3 +45,18 @@ coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)
 
 
 current: relay.Run | None = relay.current_run()
+
+
+# Stored schedules: a task allowed by a lease scheduler, changed through Control.
+@leases.task("send_report")
+def send_report(run: relay.Run) -> None:
+    print(run.args, dict(run.kwargs), run.schedule_version)
+
+
+stored: relay.Schedule = relay.Control("sqlite:///t.db").add_schedule(
+    "report", "send_report", cron="0 3 * * *", tz="Europe/Paris", args=[1], by="ann"
+)
+changed: relay.Schedule = relay.Control("sqlite:///t.db").update_schedule(
+    "report", version=stored.version, every=timedelta(hours=1)
+)
+changes: list[relay.ScheduleChange] = relay.Control("sqlite:///t.db").schedule_history("report")
