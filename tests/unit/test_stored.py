@@ -339,3 +339,16 @@ def test_pause_trigger_and_backfill_work_on_a_stored_schedule(
     assert control.pause("s", "maintenance")
     clock.advance_to(at(60))
     assert host.step() == []  # recorded skipped (paused), as for a code job
+
+
+def test_an_unreadable_row_is_reported_and_the_rest_applied(
+    store: SQLiteLeaseBackend, clock: FakeClock
+) -> None:
+    host = Host(store, clock)
+    store.add_schedule("broken", "{not json", "{}", "hand")
+    Control(store).add_schedule("fine", "echo", every=60, force=True)
+    host.step()
+    refused = [e for e in host.events if isinstance(e, ScheduleNotRunnable)]
+    assert [(e.schedule, e.version) for e in refused] == [("broken", 1)]
+    assert "cannot be read" in refused[0].reason
+    assert set(host.feed.stored) == {"fine"}

@@ -91,7 +91,12 @@ class ScheduleFeed:
         if row.definition is None:
             self._drop(name, row, "removed")
             return
-        schedule = from_row(row)
+        try:
+            schedule = from_row(row)
+        except (ValueError, TypeError, KeyError) as exc:  # a row written by hand, say
+            schedule = Schedule(name=name, task="?", version=row.version)
+            self._refuse(schedule, f"its stored definition cannot be read: {exc!r}")
+            return
         if name in (self._code or ()):
             self._refuse(schedule, "a code-defined job of this instance has this name: rename one")
             return
