@@ -27,14 +27,14 @@ class BackendURL:
         except ValueError as exc:  # such as an unclosed "[" around an IPv6 host
             raise ConfigurationError(f"backend URL {url!r} is malformed: {exc}") from None
         self.scheme = self.parts.scheme.lower()
-        self.hosts = self._hosts()
-        """Every ``(host, port)`` the URL names, in order; more than one in a multi-host URL
-        (``postgresql://a:5432,b:5432/db``). ``port`` is ``None`` where the URL gives none."""
         try:
             pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
         except ValueError as exc:
             raise ConfigurationError(f"backend URL {url!r} has a malformed query: {exc}") from None
         self.options = dict(pairs)
+        self.hosts = self._hosts()
+        """Every ``(host, port)`` the URL names, in order; more than one in a multi-host URL
+        (``postgresql://a:5432,b:5432/db``). ``port`` is ``None`` where the URL gives none."""
         repeated = sorted(key for key, count in Counter(k for k, _ in pairs).items() if count > 1)
         if repeated:
             raise ConfigurationError(
@@ -109,8 +109,14 @@ class BackendURL:
         return urlunsplit(self.parts._replace(query="&".join(kept)))
 
     def redacted(self) -> str:
-        """The URL with any password replaced by ``***``, for messages."""
-        if self.parts.password is None:
+        """The URL with any password (also an option named ``*password``) as ``***``."""
+        secrets = [k for k in self.options if k.endswith("password")]
+        if self.parts.password is None and not secrets:
             return self.url
-        netloc = self.parts.netloc.replace(f":{self.parts.password}@", ":***@")
-        return urlunsplit(self.parts._replace(netloc=netloc))
+        parts = self.parts
+        if parts.password is not None:
+            parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+        if secrets:
+            masked = [f"{k}={'***' if k in secrets else v}" for k, v in self.options.items()]
+            parts = parts._replace(query="&".join(masked))
+        return urlunsplit(parts)
