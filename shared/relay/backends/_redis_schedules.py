@@ -21,6 +21,7 @@ __all__ = ["SCHEDULES_TAG", "RedisSchedules"]
 
 SCHEDULES_TAG = "{relay:schedules}:"
 """What follows the prefix in every key of the stored schedules."""
+_CHANGES = ("add", "update", "remove")
 PAGE = 1000
 """Rows one script call returns at most when reading the revision feed."""
 
@@ -30,11 +31,15 @@ class RedisSchedules:
 
     prefix: str
 
-    def _call_many(self, step: str, calls: Any, before: tuple[Any, ...] | None = None) -> list[Any]:
+    def _call_many(
+        self, step: str, calls: Any, before: tuple[Any, ...] | None = None, *, wait: bool = True
+    ) -> list[Any]:
         raise NotImplementedError
 
     def _schedules(self, *args: Any) -> Any:
-        (reply,) = self._call_many("schedules", [([self.prefix + SCHEDULES_TAG], list(args))])
+        # A change is followed by WAIT when the URL asks for wait_replicas (a read is not).
+        calls = [([self.prefix + SCHEDULES_TAG], list(args))]
+        (reply,) = self._call_many("schedules", calls, wait=args[0] in _CHANGES)
         return reply
 
     def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:

@@ -91,7 +91,7 @@ _RETRY_CAP = 0.5
 """The longest pause before a call whose connection broke is sent again."""
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
-_WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control"})
+_WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control", "schedules"})
 """The steps that change a run or a job, followed by WAIT when ``wait_replicas`` is set."""
 _SWEEP_READS = 1000
 """The most index entries one sweep reads (pending runs first, then the oldest expired leases)."""
