@@ -63,7 +63,8 @@ class ScheduleFeed:
         schedule refuses to start (:class:`~relay.errors.ConfigurationError` naming both).
         """
         self._code = set(self.decider.jobs) - set(self.stored)
-        clash = sorted(n for n in self._code if self.store.stored_schedule(n) is not None)
+        # One read of the stored names, not one per code job: 100,000 code jobs start fast.
+        clash = sorted(self._code.intersection(r.name for r in self.store.stored_schedules()))
         if clash:
             raise ConfigurationError(
                 f"this instance defines code job(s) {', '.join(map(repr, clash))} and the store "
