@@ -168,7 +168,7 @@ class Scheduler(Generic[BackendT]):
         self.tasks: dict[str, Handler] = {}
         """The tasks stored schedules may run here, by name (:meth:`task`, :meth:`register`)."""
         self.feed = (
-            ScheduleFeed(self.decider, self.backend, self._stored_handler)
+            ScheduleFeed(self.decider, self.backend, self._stored_handler, active=False)
             if stores_schedules(self.backend)
             else None
         )
@@ -321,8 +321,9 @@ class Scheduler(Generic[BackendT]):
             self.loop.instance.info = replace(
                 self.loop.instance.info, tasks=tuple(sorted(self.tasks))
             )
-        if self.feed is not None:
+        if self.feed is not None:  # from now on each step reads the stored schedules
             self.feed.allowed = ", ".join(sorted(self.tasks))
+            self.feed.active = True
 
     def _stored_handler(self, schedule: StoredSchedule) -> Handler | None:
         """The handler of a stored schedule: its task's function, given the stored arguments."""

@@ -352,3 +352,17 @@ def test_an_unreadable_row_is_reported_and_the_rest_applied(
     assert [(e.schedule, e.version) for e in refused] == [("broken", 1)]
     assert "cannot be read" in refused[0].reason
     assert set(host.feed.stored) == {"fine"}
+
+
+def test_an_instance_allowing_no_task_reads_no_stored_schedule(tmp_path: Path) -> None:
+    """Its idle tick asks the store nothing, as before stored schedules; a task turns it on."""
+    from relay import Scheduler
+
+    scheduler = Scheduler(f"sqlite:///{tmp_path / 'relay.db'}")
+    assert scheduler.feed is not None and not scheduler.feed.active
+    counting = Counting(scheduler.backend)
+    scheduler.feed.store = counting  # type: ignore[assignment]
+    assert scheduler.feed.apply() is False and counting.calls == 0
+    scheduler.register("echo", lambda run: None)
+    scheduler.feed.apply()
+    assert counting.calls == 1

@@ -41,9 +41,18 @@ class ScheduleFeed:
     """Applies a store's stored schedules to one decider, change by change."""
 
     def __init__(
-        self, decider: Decider, store: ScheduleStore, handler_for: HandlerFor, *, allowed: str = ""
+        self,
+        decider: Decider,
+        store: ScheduleStore,
+        handler_for: HandlerFor,
+        *,
+        allowed: str = "",
+        active: bool = True,
     ) -> None:
         self.decider = decider
+        self.active = active
+        """Whether :meth:`apply` reads the store. A host that allows no task leaves it off: no
+        stored schedule can run there, and its idle tick then asks the store nothing."""
         self.store = store
         self.handler_for = handler_for
         self.allowed = allowed
@@ -75,6 +84,8 @@ class ScheduleFeed:
 
     def apply(self) -> bool:
         """Apply the changes since the last call; ``True`` if there were any (tick at once)."""
+        if not self.active:
+            return False
         if self._code is None:
             self._code = set(self.decider.jobs) - set(self.stored)
         changed = False
