@@ -47,6 +47,7 @@ BENCHES = [
     "rabbitmq_consumer",
     "rabbitmq_lost_runs",
     "store_failover",
+    "schedules",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

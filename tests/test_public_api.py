@@ -17,7 +17,8 @@ PROMISED = {
     "ClaimBackend", "LeaseBackend", "AcquireRequest", "AcquireResult", "Outcome",
     "RelayError", "ConfigurationError", "InvalidSchedule", "UnknownBackend", "UnsupportedOption",
     "MissingDependency", "BackendError", "BackendUnavailable", "LeaseLost", "__version__",
-    "Control", "JobInfo", "JobStatus",
+    "Control", "JobInfo", "JobStatus", "Schedule", "ScheduleChange", "Conflict",
+    "UnknownSchedule",
 }  # fmt: skip
 
 
@@ -33,7 +34,8 @@ def test_all_is_what_the_docs_promise() -> None:
      "relay.schedules", "relay.settings", "relay.engine", "relay.scheduler", "relay.backends",
      "relay.retries", "relay.control", "relay.lease_rules", "relay.upcoming", "relay.testing",
      "relay.testing.plugin", "relay.clock", "relay.deadlines", "relay.doctor",
-     "relay.doctor_rules"],
+     "relay.doctor_rules", "relay.stored", "relay.schedule_store", "relay.control_schedules",
+     "relay.engine.stored"],
 )  # fmt: skip
 def test_every_public_name_has_a_docstring(module: str) -> None:
     loaded = importlib.import_module(module)

@@ -2,7 +2,8 @@
 
 The public surface: :class:`Scheduler` and its ``job`` decorator, the :class:`Run` a handler
 receives, the errors, the backend contract, the fencing helpers, and :class:`Control` (pause,
-resume, trigger, backfill and prune jobs from anywhere).
+resume, trigger, backfill and prune jobs from anywhere; add, change and remove stored
+schedules, :class:`Schedule` and :class:`ScheduleChange`).
 """
 
 from relay.backends import open_backend
@@ -20,16 +21,19 @@ from relay.errors import (
     BackendError,
     BackendUnavailable,
     ConfigurationError,
+    Conflict,
     InvalidSchedule,
     LeaseLost,
     MissingDependency,
     RelayError,
     UnknownBackend,
+    UnknownSchedule,
     UnsupportedOption,
 )
 from relay.jobs import Job
 from relay.runs import Run, RunRecord, RunState, run_id
 from relay.scheduler import Scheduler
+from relay.stored import Schedule, ScheduleChange
 
 __all__ = [
     "AcquireRequest",
@@ -38,6 +42,7 @@ __all__ = [
     "BackendUnavailable",
     "ClaimBackend",
     "ConfigurationError",
+    "Conflict",
     "Control",
     "InvalidSchedule",
     "Job",
@@ -51,8 +56,11 @@ __all__ = [
     "Run",
     "RunRecord",
     "RunState",
+    "Schedule",
+    "ScheduleChange",
     "Scheduler",
     "UnknownBackend",
+    "UnknownSchedule",
     "UnsupportedOption",
     "__version__",
     "current_run",

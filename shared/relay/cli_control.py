@@ -184,7 +184,9 @@ COMMANDS = (jobs, pause, resume, trigger, backfill, prune, next_)
 
 def _jobs_table(statuses: list[JobStatus]) -> Table:
     table = Table(title="Jobs")
-    for column in ("job", "schedule", "next due", "last run", "live lease", "paused"):
+    columns = ["job", "schedule", "next due", "last run", "live lease", "paused"]
+    stored = any(s.stored for s in statuses)
+    for column in columns + (["stored schedule"] if stored else []):
         table.add_column(column, overflow="fold")
     for s in statuses:
         last = (
@@ -198,7 +200,8 @@ def _jobs_table(statuses: list[JobStatus]) -> Table:
             paused = f"since {_iso(s.paused_at)} by {s.paused_by}" + (
                 f": {s.paused_reason}" if s.paused_reason else ""
             )
-        table.add_row(s.name, s.schedule or "?", _iso(s.next_due), last, live, paused)
+        row = [s.name, s.schedule or "?", _iso(s.next_due), last, live, paused]
+        table.add_row(*row, *([s.stored or ""] if stored else []))
     return table
 
 
@@ -213,7 +216,7 @@ def _job_json(s: JobStatus) -> dict[str, Any]:
         },
         "live": [{"id": r.id, "owner": r.owner, "expires_at": _iso(r.expires_at)} for r in s.live],
         "paused": s.paused, "paused_at": _iso(s.paused_at), "paused_by": s.paused_by,
-        "paused_reason": s.paused_reason, "spec": s.spec,
+        "paused_reason": s.paused_reason, "spec": s.spec, "stored": s.stored,
     }  # fmt: skip
 
 

@@ -32,6 +32,8 @@ Rules every lease backend follows:
   may send it again, so a step that changes a run is safe to repeat: a second ``acquire`` answers
   ``HELD``, a second ``release`` or ``heartbeat`` is refused or renews, and a second ``finish`` by
   the same token returns what the first recorded.
+
+Every lease backend also keeps stored schedules: the contract of :mod:`relay.schedule_store`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The control plane: see every job, pause, resume, trigger, backfill and prune, from anywhere.
+"""The control plane: see every job, pause, resume, trigger, backfill and prune, from anywhere;
+add, change and remove stored schedules (:mod:`relay.control_schedules`).
 
 :class:`Control` is the Python API the ``relay`` command calls. It talks to the lease store only,
 so it works from any machine that reaches the store, while the schedulers run: every instance obeys
@@ -17,6 +18,7 @@ from typing import Any, Literal
 
 from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
+from relay.control_schedules import ScheduleControl
 from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
@@ -50,6 +52,10 @@ class JobStatus:
     paused_by: str | None
     paused_reason: str | None
     spec: dict[str, Any]
+    stored: str | None = None
+    """For a stored schedule: where it can run and what remains of it, such as ``"task
+    send_report, on 2 live instance(s); 3 slot(s) left"`` or ``"not runnable: no live instance
+    allows task send_report"``. ``None`` for a code-defined job."""
 
     @property
     def paused(self) -> bool:
@@ -57,8 +63,9 @@ class JobStatus:
         return self.paused_at is not None
 
 
-class Control:
-    """Operate the jobs of one store: ``Control("postgresql://…")`` or a backend object.
+class Control(ScheduleControl):
+    """Operate the jobs and stored schedules of one store: ``Control("postgresql://…")`` or a
+    backend object.
 
     A URL is opened here and closed by :meth:`close` (or ``with Control(url) as control:``); a
     backend passed in stays the caller's. ``read_only=True`` opens the URL for reading only
@@ -93,7 +100,8 @@ class Control:
         """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
         store = self._lease("jobs")
         now = store.now()
-        return [self._status(store, info, now) for info in store.jobs()]
+        statuses = [self._status(store, info, now) for info in store.jobs()]
+        return self._with_stored(statuses, now)
 
     def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
         """The next ``count`` runs of ``job`` after the store's clock, as its schedulers

@@ -7,7 +7,8 @@
     │   ├── InvalidSchedule         a cron expression or interval that cannot be used
     │   ├── UnknownBackend          a backend URL whose scheme Relay does not know
     │   ├── UnsupportedOption       a lease-only option given to a claim backend
-    │   └── MissingDependency       the backend's driver is not installed (names the extra)
+    │   ├── MissingDependency       the backend's driver is not installed (names the extra)
+    │   └── UnknownSchedule         no stored schedule has this name
     └── BackendError                the store misbehaved or refused
         ├── BackendUnavailable      the store cannot be reached, or refused our credentials
         │   └── NotAcknowledged     the primary did the write, but too few replicas confirmed
@@ -15,6 +16,8 @@
         ├── StoreNotFound           a read-only open found no store where the URL points
         └── LeaseLost               the lease is no longer ours: a newer token exists,
                                     or the run already finished
+    Conflict                        a stored schedule changed since the version a change was
+                                    based on (or its name is taken): re-read it and try again
 
 Drivers' own exceptions never leave a backend: each backend translates them at its boundary with
 ``raise BackendUnavailable(...) from exc``.
@@ -23,6 +26,7 @@ Drivers' own exceptions never leave a backend: each backend translates them at i
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # relay.runs builds on this module
@@ -32,6 +36,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "ConfigurationError",
+    "Conflict",
     "InvalidSchedule",
     "LeaseLost",
     "MissingDependency",
@@ -39,6 +44,7 @@ __all__ = [
     "RelayError",
     "StoreNotFound",
     "UnknownBackend",
+    "UnknownSchedule",
     "UnsupportedOption",
 ]
 
@@ -119,3 +125,43 @@ class LeaseLost(BackendError):
 
     The operation that raised it changed nothing.
     """
+
+
+class UnknownSchedule(ConfigurationError, LookupError):
+    """No stored schedule has the name asked for; the message names the stored ones."""
+
+
+class Conflict(RelayError):
+    """A stored schedule is not at the version a change expected (or its name is already taken).
+
+    Nothing was changed. ``version``, ``at`` and ``by`` say what the store holds now: read the
+    schedule again, and change that version if the change still makes sense.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        version: int,
+        at: datetime | None,
+        by: str | None,
+        expected: int | None = None,
+    ) -> None:
+        when = "" if at is None else f" at {at.isoformat(timespec='seconds')}"
+        who = "" if by is None else f" by {by}"
+        if expected is None:
+            text = (
+                f"schedule {name!r} exists already (version {version}, last changed{when}{who}): "
+                "choose another name, or update it with its version"
+            )
+        else:
+            text = (
+                f"schedule {name!r} is at version {version} (changed{when}{who}), not {expected}: "
+                "read it again and apply the change to the current version"
+            )
+        super().__init__(text)
+        self.name = name
+        self.version = version
+        self.at = at
+        self.by = by
+        self.expected = expected

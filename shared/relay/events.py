@@ -46,6 +46,8 @@ __all__ = [
     "RunTakenOver",
     "RunWon",
     "RunsMissed",
+    "ScheduleApplied",
+    "ScheduleNotRunnable",
     "StoreRecovered",
     "StoreUnavailable",
     "log_event",
@@ -400,6 +402,46 @@ class StoreRecovered(Event):
         if self.takeover_in:
             then = f"; expired runs are taken over in {self.takeover_in:g}s"
         return f"{self.backend} answers again after {self.down_for:.1f}s{then}"
+
+
+@dataclass(frozen=True)
+class ScheduleApplied(Event):
+    """This instance applied a change to a stored schedule (added, changed, paused, removed…).
+
+    ``action`` is what the instance now does with it: ``scheduled`` (from its first slot after
+    ``changed_at``, the change's time on the store's clock), ``paused``, ``ended`` or ``removed``.
+    """
+
+    type: ClassVar[str] = "schedule_applied"
+    level: ClassVar[int] = logging.DEBUG
+    schedule: str
+    version: int
+    action: str
+    owner: str
+    changed_at: datetime
+
+    def message(self) -> str:
+        return f"schedule {self.schedule!r} version {self.version}: {self.action}"
+
+
+@dataclass(frozen=True)
+class ScheduleNotRunnable(Event):
+    """A stored schedule names a task this instance does not allow, or a code job's name.
+
+    The instance does not run it (another instance that allows the task does); ``reason`` says
+    why and how to fix it. Reported once per version of the schedule.
+    """
+
+    type: ClassVar[str] = "schedule_not_runnable"
+    level: ClassVar[int] = logging.WARNING
+    schedule: str
+    version: int
+    task: str
+    owner: str
+    reason: str
+
+    def message(self) -> str:
+        return f"schedule {self.schedule!r} (version {self.version}) not run here: {self.reason}"
 
 
 E = TypeVar("E", bound=Event)

@@ -71,6 +71,8 @@ class InstanceInfo:
     """Its last beat, on the store's clock."""
     expires_at: datetime | None = None
     """When the store forgets it unless it beats again, on the store's clock."""
+    tasks: tuple[str, ...] = ()
+    """The tasks it allows stored schedules to run (``@scheduler.task("name")``), by name."""
 
 
 def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:

@@ -24,7 +24,7 @@ from relay.durations import (
 )
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.runs import format_slot
-from relay.schedules import CronSchedule, EverySchedule, Schedule, make_schedule
+from relay.schedules import BoundedSchedule, CronSchedule, EverySchedule, Schedule, make_schedule
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -98,10 +98,14 @@ def job_spec(job: Job) -> str:
     ``relay jobs`` shows it, and :class:`relay.Control` rebuilds the schedule from it (backfill).
     """
     spec: dict[str, Any] = {"schedule": job.schedule.describe()}
-    if isinstance(job.schedule, CronSchedule):
-        spec.update(cron=job.schedule.expression, tz=str(job.schedule.tz))
-    elif isinstance(job.schedule, EverySchedule):
-        spec["every"] = job.schedule.interval
+    schedule = job.schedule
+    if isinstance(schedule, BoundedSchedule):  # a stored schedule: see relay.stored
+        spec["stored"] = True
+        schedule = schedule.inner
+    if isinstance(schedule, CronSchedule):
+        spec.update(cron=schedule.expression, tz=str(schedule.tz))
+    elif isinstance(schedule, EverySchedule):
+        spec["every"] = schedule.interval
     spec.update(
         overlap=job.overlap, max_attempts=job.max_attempts, catch_up=job.catch_up,
         stale_after=job.stale_after, jitter=job.jitter,
@@ -122,8 +126,12 @@ def make_job(
     catch_up: Duration | None = None,
     stale_after: Duration | None = None,
     jitter: Duration | None = None,
+    schedule: Schedule | None = None,
 ) -> Job:
     """Validate a job's options against its backend and build it.
+
+    ``schedule``, a schedule built already (a stored schedule's window, see :mod:`relay.stored`),
+    takes the place of ``cron``, ``every`` and ``tz``.
 
     Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
     ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them. ``jitter``
@@ -134,7 +142,8 @@ def make_job(
         raise ConfigurationError(
             f"job name {name!r} must be a non-empty string without '@' or control characters"
         )
-    schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
+    if schedule is None:
+        schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)
     stale = (
         None
         if stale_after is None

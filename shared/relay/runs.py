@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from relay.errors import ConfigurationError, LeaseLost
 
@@ -156,6 +157,13 @@ class Run:
     renewed before it ran out, or the store gave the run to a newer token. A long handler
     checks it (or calls :meth:`check`) and stops: whatever it does after that may be done
     again by the attempt that took the run over."""
+
+    args: tuple[Any, ...] = ()
+    """A stored schedule's arguments (:mod:`relay.stored`), as stored when the run was won."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """A stored schedule's keyword arguments, as stored when the run was won."""
+    schedule_version: int | None = None
+    """The version of the stored schedule the run was won with (``None``: a code job)."""
 
     def check(self) -> None:
         """Raise :class:`~relay.errors.LeaseLost` if this attempt no longer owns the run.

@@ -11,10 +11,11 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import tzinfo
-from types import FrameType, TracebackType
+from types import FrameType, MappingProxyType, TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from typing_extensions import Self
@@ -25,9 +26,11 @@ from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.coroutines import call_handler, is_coroutine_function
 from relay.engine.dispatching import Dispatcher
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.engine.stored import ScheduleFeed
+from relay.errors import BackendUnavailable, ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.jobs import (
+    LEASE_BACKENDS,
     Job,
     Overlap,
     check_handler,
@@ -38,6 +41,8 @@ from relay.jobs import (
     make_job,
 )
 from relay.runs import Run
+from relay.schedule_store import stores_schedules
+from relay.stored import Schedule as StoredSchedule
 
 __all__ = ["Handler", "Scheduler", "default_owner"]
 
@@ -160,9 +165,17 @@ class Scheduler(Generic[BackendT]):
             self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
             events=self.events, clock=clock,
         )  # fmt: skip
-        self.loop = Loop(
-            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat, role="scheduler"
+        self.tasks: dict[str, Handler] = {}
+        """The tasks stored schedules may run here, by name (:meth:`task`, :meth:`register`)."""
+        self.feed = (
+            ScheduleFeed(self.decider, self.backend, self._stored_handler, active=False)
+            if stores_schedules(self.backend)
+            else None
         )
+        self.loop = Loop(
+            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
+            role="scheduler", schedules=self.feed,
+        )  # fmt: skip
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)
@@ -276,10 +289,54 @@ class Scheduler(Generic[BackendT]):
 
         return register
 
+    def task(self, name: str) -> Callable[[H], H]:
+        """Allow stored schedules (:meth:`relay.Control.add_schedule`) to run the decorated
+        function as task ``name``. It is called with the :class:`~relay.Run`, whose ``args``,
+        ``kwargs`` and ``schedule_version`` are the stored schedule's when the run was won.
+
+        Only tasks allowed here run here: whoever can write to the store cannot run anything
+        else. The instance records its tasks with its heartbeat, so ``add_schedule`` can check.
+        """
+
+        def decorate(handler: H) -> H:
+            self.register(name, handler)
+            return handler
+
+        return decorate
+
+    def register(self, name: str, handler: Handler) -> None:
+        """Allow task ``name`` (see :meth:`task`); refused if the name is taken or not usable,
+        and on a claim backend (:class:`~relay.errors.UnsupportedOption`: it stores nothing)."""
+        if self.feed is None:
+            raise UnsupportedOption("task", self.backend.name, LEASE_BACKENDS)
+        check_handler(handler, name)
+        if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
+            raise ConfigurationError(
+                f"task name {name!r} must be a non-empty string without '@' or control characters"
+            )
+        if name in self.tasks:
+            raise ConfigurationError(f"task {name!r} is already allowed: give each task one name")
+        self.tasks[name] = handler
+        if self.loop.instance is not None:  # recorded with the next heartbeat
+            self.loop.instance.info = replace(
+                self.loop.instance.info, tasks=tuple(sorted(self.tasks))
+            )
+        if self.feed is not None:  # from now on each step reads the stored schedules
+            self.feed.allowed = ", ".join(sorted(self.tasks))
+            self.feed.active = True
+
+    def _stored_handler(self, schedule: StoredSchedule) -> Handler | None:
+        """The handler of a stored schedule: its task's function, given the stored arguments."""
+        function = self.tasks.get(schedule.task)
+        if function is None:
+            return None
+        return StoredCall(function, schedule.args, schedule.kwargs or _NO_KWARGS, schedule.version)
+
     def run(self) -> None:
         """Tick until :meth:`stop` (or SIGTERM / SIGINT), then hand over what will not finish.
 
-        A backend the scheduler opened from a URL is closed when it returns.
+        A backend the scheduler opened from a URL is closed when it returns. An instance whose
+        code job has the name of a stored schedule refuses to start (``ConfigurationError``).
         """
         restore = self._install_signal_handlers()
         try:
@@ -339,6 +396,14 @@ class Scheduler(Generic[BackendT]):
         if self._serve_task is not None:
             await self._serve_task
 
+    def _start_feed(self) -> None:
+        if self.feed is None:
+            return
+        try:
+            self.feed.start()
+        except BackendUnavailable as exc:  # the loop applies them once the store answers
+            log.warning("could not read the stored schedules yet: %s", exc)
+
     def stop(self) -> None:
         """Ask :meth:`run` or :meth:`serve` to return; safe from any thread or signal handler."""
         self._stopping.set()
@@ -386,6 +451,7 @@ class Scheduler(Generic[BackendT]):
             self.join(_LAST_FINISH)  # its last try ends, and reports the run abandoned
 
     def _serve_dispatcher(self) -> None:
+        self._start_feed()  # stored schedules first: a clash with a code job refuses to start
         if self._dispatcher is not None:  # RabbitMQ consumer mode: its consumers run the runs
             self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
 
@@ -493,3 +559,23 @@ class Scheduler(Generic[BackendT]):
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("the scheduler stopped serving", exc_info=task.exception())
+
+
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
+
+class StoredCall:
+    """A stored schedule's handler: its task's function, called with the run carrying the
+    schedule's arguments and version (one small object per stored schedule)."""
+
+    __slots__ = ("args", "function", "kwargs", "version")
+
+    def __init__(
+        self, function: Handler, args: tuple[Any, ...], kwargs: Mapping[str, Any], version: int
+    ) -> None:
+        self.function, self.args, self.kwargs, self.version = function, args, kwargs, version
+
+    def __call__(self, run: Run) -> Any:
+        return self.function(
+            replace(run, args=self.args, kwargs=self.kwargs, schedule_version=self.version)
+        )

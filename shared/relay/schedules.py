@@ -21,7 +21,14 @@ from relay.durations import Duration, seconds
 from relay.errors import InvalidSchedule
 from relay.runs import from_ms
 
-__all__ = ["CronSchedule", "EverySchedule", "Schedule", "make_schedule"]
+__all__ = [
+    "BoundedSchedule",
+    "CronSchedule",
+    "EverySchedule",
+    "OnceSchedule",
+    "Schedule",
+    "make_schedule",
+]
 
 UTC = timezone.utc
 
@@ -125,6 +132,61 @@ class CronSchedule:
 
     def describe(self) -> str:
         return f"cron {self.expression!r} ({self.tz})"
+
+
+class OnceSchedule:
+    """One slot, at ``at`` (an aware datetime, kept in whole milliseconds like every slot)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: datetime) -> None:
+        if not isinstance(at, datetime) or at.utcoffset() is None:
+            raise InvalidSchedule(
+                f"at={at!r} must be an aware datetime, such as datetime(2026, 12, 24, 18, 0, "
+                "tzinfo=ZoneInfo('Europe/Paris')): a naive one means another time on each host"
+            )
+        self.at = from_ms(round(at.timestamp() * 1000))
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        return self.at if self.at <= at else None
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        if after < self.at <= until:
+            yield self.at
+
+    def describe(self) -> str:
+        return f"once at {self.at.isoformat()}"
+
+
+class BoundedSchedule:
+    """The slots of ``inner`` after ``after`` (excluded) and up to ``until`` (included).
+
+    A stored schedule's window: ``after`` is its last change (an edit never fires a slot that
+    came before it) or its ``start``, ``until`` its ``end`` or its ``max_runs``-th slot.
+    """
+
+    __slots__ = ("after", "inner", "until")
+
+    def __init__(self, inner: Schedule, after: datetime, until: datetime | None) -> None:
+        self.inner = inner
+        self.after = after
+        self.until = until
+
+    def latest_slot(self, at: datetime) -> datetime | None:
+        if self.until is not None and at > self.until:
+            at = self.until
+        slot = self.inner.latest_slot(at)
+        return slot if slot is not None and slot > self.after else None
+
+    def slots_between(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        after = max(after, self.after)
+        if self.until is not None:
+            until = min(until, self.until)
+        if after < until:
+            yield from self.inner.slots_between(after, until)
+
+    def describe(self) -> str:
+        return self.inner.describe()
 
 
 def make_schedule(

@@ -139,8 +139,8 @@ def test_schema_is_versioned_and_reopening_changes_nothing(schema: str) -> None:
     for _ in range(2):
         PostgresLeaseBackend.from_url(_url(schema)).close()
     with psycopg.connect(SERVICES["postgres"].url) as conn:
-        rows = conn.execute(f'SELECT key, value FROM "{schema}".meta').fetchall()
-    assert rows == [("schema_version", str(SCHEMA_VERSION))]
+        rows = conn.execute(f'SELECT key, value FROM "{schema}".meta ORDER BY key').fetchall()
+    assert rows == [("schedule_revision", "0"), ("schema_version", str(SCHEMA_VERSION))]
 
 
 def test_a_version_1_schema_is_migrated_and_keeps_its_runs(backend: PostgresLeaseBackend) -> None:
@@ -153,10 +153,13 @@ def test_a_version_1_schema_is_migrated_and_keeps_its_runs(backend: PostgresLeas
         again.heartbeat(first.id, first.token, 30)
         later = again.acquire(AcquireRequest("job", _slot(1), "a", 30)).run
         assert later is not None and later.token > first.token
+        assert again.add_schedule("stored", "{}", "{}", "me").version == 1  # version 6
     finally:
         again.close()
     with psycopg.connect(SERVICES["postgres"].url) as conn:
-        rows = conn.execute(f'SELECT value FROM "{backend.schema}".meta').fetchall()
+        rows = conn.execute(
+            f"SELECT value FROM \"{backend.schema}\".meta WHERE key = 'schema_version'"
+        ).fetchall()
     assert rows == [(str(SCHEMA_VERSION),)]
 
 

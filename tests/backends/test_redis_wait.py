@@ -248,3 +248,21 @@ def test_a_user_the_acl_forbids_info_gets_no_warning_and_no_refusal(
     assert not [r for r in caplog.records if "replica" in r.getMessage()]
     assert backend.acquire(AcquireRequest("job", slot(), "a", 30)).outcome is Outcome.WON
     backend.close()
+
+
+@pytest.mark.redis
+def test_a_schedule_change_not_confirmed_raises_and_reads_do_not_wait(
+    pair: list[RedisServer],
+) -> None:
+    from relay import Control
+
+    primary, replica = pair
+    with Control(url(primary, "wait_replicas=1&wait_timeout=0.5")) as control:
+        control.add_schedule("s", "t", every=60, force=True)  # confirmed
+        replica.freeze()
+        try:
+            with pytest.raises(NotAcknowledged):
+                control.update_schedule("s", version=1, every=30)
+            assert control.schedule("s").version == 2  # the primary did it; reads do not wait
+        finally:
+            thaw(primary, replica)

@@ -285,6 +285,7 @@ def test_a_version_4_file_is_migrated_to_the_control_plane_and_keeps_its_runs(
         assert again.pause("job", "why", "me") is True
         assert [j.paused_reason for j in again.jobs()] == ["why"]
         assert [r.reason for r in again.runs("job")] == ["backfill"]
+        assert again.add_schedule("stored", "{}", "{}", "me").version == 1  # version 6
     finally:
         again.close()
     with sqlite3.connect(path) as conn:

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from relay import AcquireRequest, open_backend
+from relay import AcquireRequest, Control, open_backend
 from tests.django_app.support import manage, site_env
 from tests.support.backends import unique
 from tests.support.procs import ROOT
@@ -140,3 +140,20 @@ def test_celery_and_dramatiq_read_the_django_backend_too(tmp_path: Path) -> None
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == [f"sqlite:///{db}", f"SQLite ({db})"]
+
+
+def test_stored_schedules_live_in_the_projects_database(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite3"
+    env = site_env(db, RELAY={"BACKEND": "django"})
+    assert manage(env, "migrate", "-v", "0").returncode == 0
+    url = urls(({"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(db)}}, "django"))
+    with Control(url[0]) as control:
+        control.add_schedule("report", "send_report", every=3600, force=True, by="admin")
+        control.update_schedule("report", version=1, enabled=False, by="admin")
+    tables = manage(env, "shell", "-c", "from django.db import connection; "
+                    "print(sorted(connection.introspection.table_names()))").stdout  # fmt: skip
+    assert "relay_schedules" in tables and "relay_schedule_history" in tables
+    with Control(f"sqlite:///{db}", read_only=True) as control:
+        assert [(s.name, s.version, s.enabled) for s in control.schedules()] == [
+            ("report", 2, False)
+        ]

@@ -67,3 +67,18 @@ def doctor(url: str) -> bool:
         checked: DoctorReport = control.doctor()
     twice: list[Failure] = [f.failure for f in checked.findings if f.cost == "run twice"]
     return checked.passes_strict and not twice
+
+
+# Stored schedules: a task allowed by a lease scheduler, changed through Control.
+@leases.task("send_report")
+def send_report(run: relay.Run) -> None:
+    print(run.args, dict(run.kwargs), run.schedule_version)
+
+
+stored: relay.Schedule = relay.Control("sqlite:///t.db").add_schedule(
+    "report", "send_report", cron="0 3 * * *", tz="Europe/Paris", args=[1], by="ann"
+)
+changed: relay.Schedule = relay.Control("sqlite:///t.db").update_schedule(
+    "report", version=stored.version, every=timedelta(hours=1)
+)
+changes: list[relay.ScheduleChange] = relay.Control("sqlite:///t.db").schedule_history("report")

@@ -361,7 +361,8 @@ def test_events_are_emitted_from_the_engine_only() -> None:
     hosts = [root / "shared/relay/scheduler.py", *root.glob("relay_celery/*.py")]
     hosts += root.glob("relay_dramatiq/*.py")
     kinds = [name for name in dir(__import__("relay.events").events) if name.startswith("Run")]
-    kinds += ["FencedOff", "StoreUnavailable", "StoreRecovered"]
+    kinds += ["FencedOff", "StoreUnavailable", "StoreRecovered", "ScheduleApplied"]
+    kinds += ["ScheduleNotRunnable"]
     for path in hosts:
         text = path.read_text()
         for kind in kinds:

@@ -46,6 +46,7 @@ from relay.backends._nats_cluster import (
 )
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
+from relay.backends._nats_schedules import NatsSchedules
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
 from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
@@ -96,7 +97,7 @@ _PER_JOB = 0.002
 every job is a request or two (10,000 jobs' acquire: about 11 s on a loaded two-core machine)."""
 
 
-class NatsLeaseBackend:
+class NatsLeaseBackend(NatsSchedules):
     """Leases in a JetStream KV bucket, one key per job; needs NATS 2.10 or newer.
 
     URL options: ``bucket`` (default ``relay``), ``storage`` (``file``, the default, or
@@ -519,6 +520,7 @@ class NatsLeaseBackend:
             "role": info.role, "host": info.host, "pid": info.pid,
             "started_ms": slot_ms(info.started_at), "version": info.version,
             "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
+            "tasks": list(info.tasks),
         }  # fmt: skip
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         # One attempt, never waiting out an election: the scheduler's loop records its beat

@@ -11,6 +11,7 @@ use under an advisory transaction lock.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import select
@@ -35,6 +36,7 @@ from relay.backends._postgres_replication import (
     check_replication,
     replication_facts,
 )
+from relay.backends._postgres_schedules import PostgresSchedules
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
@@ -84,7 +86,7 @@ SCHEMA_VERSION = max(_MIGRATIONS)
 """The schema version this module creates; older schemas are migrated up to it on first use."""
 
 
-class PostgresLeaseBackend:
+class PostgresLeaseBackend(PostgresSchedules):
     """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
@@ -328,6 +330,7 @@ class PostgresLeaseBackend:
             "owner": info.owner, "role": info.role, "host": info.host, "pid": info.pid,
             "started_at": info.started_at, "version": info.version,
             "interval": float(info.interval), "ttl": float(ttl),
+            "tasks": json.dumps(list(info.tasks)),
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
@@ -335,8 +338,11 @@ class PostgresLeaseBackend:
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a schema no scheduler of this version opened yet
             return []
+        query = self._queries["instances"]
+        if self._version < 6:  # no tasks column yet (read-only)
+            query = query.replace(", tasks", ", NULL")
         with self._connection() as conn:
-            rows = conn.execute(self._queries["instances"]).fetchall()
+            rows = conn.execute(query).fetchall()
         return [_instance(*row) for row in rows]
 
     # -- the control plane -------------------------------------------------------------------
@@ -702,9 +708,10 @@ def _instance(
     interval: float,
     beat: datetime,
     expires: datetime,
+    tasks: str | None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
         version=version, interval=interval, beat_at=beat.astimezone(UTC),
-        expires_at=expires.astimezone(UTC),
+        expires_at=expires.astimezone(UTC), tasks=tuple(json.loads(tasks)) if tasks else (),
     )  # fmt: skip

@@ -51,6 +51,7 @@ from relay.backends._redis import (
     time_ms,
     translated,
 )
+from relay.backends._redis_schedules import RedisSchedules
 from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
 from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
@@ -84,13 +85,13 @@ _DRIVER_OPTIONS = (
 )  # fmt: skip
 _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
-    "live",
+    "live", "schedules",
 )  # fmt: skip
 _RETRY_CAP = 0.5
 """The longest pause before a call whose connection broke is sent again."""
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
-_WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control"})
+_WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control", "schedules"})
 """The steps that change a run or a job, followed by WAIT when ``wait_replicas`` is set."""
 _SWEEP_READS = 1000
 """The most index entries one sweep reads (pending runs first, then the oldest expired leases)."""
@@ -105,7 +106,7 @@ def _script_text(step: str) -> str:
 _SCRIPTS = {step: _script_text(step) for step in _STEPS}
 
 
-class RedisLeaseBackend:
+class RedisLeaseBackend(RedisSchedules):
     """Leases in Redis or Valkey, one Lua script per step, on the server's clock.
 
     ``client`` is a redis-py client made with ``decode_responses=True``; ``jobs_per_call`` is how
@@ -353,7 +354,7 @@ class RedisLeaseBackend:
         fields = {
             "role": info.role, "host": info.host, "pid": info.pid,
             "started_ms": slot_ms(info.started_at), "version": info.version,
-            "interval": info.interval,
+            "interval": info.interval, "tasks": list(info.tasks),
         }  # fmt: skip
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():

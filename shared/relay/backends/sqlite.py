@@ -16,6 +16,7 @@ out twice.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,8 @@ from relay.backends._lost import finished_again, is_held, lease_lost, started_el
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
 from relay.backends._sqlite_connection import SharedConnection
+from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
+from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
@@ -43,7 +46,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -78,6 +81,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE relay_runs ADD COLUMN paused_by TEXT",
         "ALTER TABLE relay_runs ADD COLUMN paused_reason TEXT",
     ),
+    # Version 6: stored schedules (relay.backends._sqlite_schedules).
+    6: SCHEDULES_MIGRATION,
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
@@ -110,7 +115,7 @@ _COLUMNS = (
 )
 
 
-class SQLiteLeaseBackend:
+class SQLiteLeaseBackend(SQLiteSchedules):
     """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``.
 
     ``read_only`` opens an existing file for reading only: a missing file raises
@@ -338,20 +343,22 @@ class SQLiteLeaseBackend:
         with self._write() as (conn, now_ms):
             conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
             conn.execute(
-                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
                     info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
+                    json.dumps(list(info.tasks)),
                 ),
             )  # fmt: skip
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a file no scheduler of this version opened yet
             return []
+        tasks = "tasks" if self._version >= 6 else "NULL"
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_INSTANCE_COLUMNS} FROM relay_instances WHERE expires_ms > ? "
+                f"SELECT {_INSTANCE_COLUMNS}, {tasks} FROM relay_instances WHERE expires_ms > ? "
                 "ORDER BY role, owner",
                 (self._now_ms(),),
             ).fetchall()
@@ -878,10 +885,12 @@ def _instance(
     interval: int,
     beat: int,
     expires: int,
+    tasks: str | None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
+        tasks=tuple(json.loads(tasks)) if tasks else (),
     )  # fmt: skip
 
 

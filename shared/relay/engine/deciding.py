@@ -93,7 +93,7 @@ class Decider:
         self._decided: dict[str, datetime] = {}
         # A tick plans only the jobs whose next slot has come (a heap of (next slot, name)) and
         # those not decided yet, so an idle tick costs nothing per job.
-        self._next: list[tuple[datetime, str]] = []
+        self._next: list[tuple[datetime, str, int]] = []
         self._undecided: set[str] = set()
         self._order: dict[str, int] = {}
         self.prune_every = PRUNE_EVERY
@@ -101,7 +101,10 @@ class Decider:
         self.prune_batch = PRUNE_BATCH
         """Runs one prune deletes at most."""
         self._next_prune = 0.0
-        self._registered = False
+        self._unregistered: set[str] = set()
+        # How many times each replaced or removed job was (0: never). A queue entry carries the
+        # count of its time: one made before a replace or remove is skipped when it comes up.
+        self._generations: dict[str, int] = {}
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -110,14 +113,31 @@ class Decider:
         self.jobs[job.name] = job
         self._undecided.add(job.name)
         self._order[job.name] = len(self._order)
-        self._registered = False
+        self._unregistered.add(job.name)
+
+    def remove(self, name: str) -> None:
+        """Stop deciding job ``name`` (runs already won go on); nothing if it is not scheduled."""
+        if self.jobs.pop(name, None) is None:
+            return
+        self._generations[name] = self._generations.get(name, 0) + 1
+        self._decided.pop(name, None)
+        self._undecided.discard(name)
+        self._unregistered.discard(name)
+
+    def replace(self, job: Job) -> None:
+        """Decide ``job`` in place of the job of its name (or as a new one) from the next tick.
+
+        Its history is read again from the store, so only slots after its last record are due.
+        """
+        self.remove(job.name)
+        self.add(job)
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
         self._decided.clear()
         self._next.clear()
         self._undecided = set(self.jobs)
-        self._registered = False
+        self._unregistered = set(self.jobs)
 
     def next_due(self) -> datetime | None:
         """When the next tick has something to plan: the earliest next slot of any job (once its
@@ -137,7 +157,9 @@ class Decider:
         # A fresh set each tick: an emptied set keeps its size, and walking it would cost O(jobs).
         names, self._undecided = self._undecided, set()
         while self._next and self._next[0][0] <= now:
-            names.add(heapq.heappop(self._next)[1])
+            _, name, generation = heapq.heappop(self._next)
+            if generation == self._generations.get(name, 0) and name in self.jobs:
+                names.add(name)  # else queued before the job was replaced or removed
         if not names:  # the idle tick: nothing came due
             return []
         try:
@@ -173,9 +195,8 @@ class Decider:
             if plan.decided_until is not None:
                 self._decided[job.name] = plan.decided_until
             if job.name in self._decided:
-                heapq.heappush(
-                    self._next, (slots.next_check(job, self._decided[job.name]), job.name)
-                )
+                when = slots.next_check(job, self._decided[job.name])
+                heapq.heappush(self._next, (when, job.name, self._generations.get(job.name, 0)))
             else:
                 self._undecided.add(job.name)
         return won
@@ -189,9 +210,13 @@ class Decider:
         backend = self.backend
         if not is_lease(backend):
             return []
-        if not self._registered:  # what the jobs are, for `relay jobs` and backfills
-            backend.register_jobs({name: job_spec(job) for name, job in self.jobs.items()})
-            self._registered = True
+        if self._unregistered:  # what the jobs are, for `relay jobs` and backfills
+            names, self._unregistered = self._unregistered, set()
+            try:
+                backend.register_jobs({name: job_spec(self.jobs[name]) for name in names})
+            except BaseException:
+                self._unregistered |= names
+                raise
         records = [
             r for r in backend.reclaimable()
             if r.job in self.jobs and (takeovers or r.state is not RunState.RUNNING)
@@ -224,6 +249,10 @@ class Decider:
         now = slots.now
         latest = slots.latest(job.schedule)
         after = self._decided.get(job.name)
+        if latest is None and after is None:
+            # No slot yet (a cron with none in the past, a stored schedule changed since its
+            # last slot): nothing to read or decide until its first slot comes.
+            return _Plan((), (), now)
         if latest is None or (after is not None and latest <= after):
             return _NOTHING_NEW
         if job.jitter:

@@ -11,6 +11,8 @@ published task, an enqueued message). The loop owns every rule of timing:
   history), reports :class:`~relay.events.StoreUnavailable` once, and retries after a back-off that
   doubles up to :data:`MAX_BACKOFF`; the first step that succeeds reports
   :class:`~relay.events.StoreRecovered`;
+* with a :class:`~relay.engine.stored.ScheduleFeed`, each step first applies the stored
+  schedules' changes (one cheap read when nothing changed), and ticks at once after a change;
 * after an outage, the loop takes no expired run over for a **grace** (one lease by default): a
   runner cut off by the same outage keeps retrying its finish, at least every half heartbeat,
   and records it first, so a run that finished during the outage does not run again. Ticks go on
@@ -32,6 +34,7 @@ from relay import clock as relay_clock
 from relay.contract import is_lease
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
+from relay.engine.stored import ScheduleFeed
 from relay.errors import BackendUnavailable
 from relay.events import RunDispatched, StoreRecovered, StoreUnavailable
 from relay.health import InstanceHeartbeat
@@ -85,8 +88,11 @@ class Loop:
         role: str | None = None,
         grace: float | None = None,
         monotonic: Callable[[], float] = relay_clock.monotonic,
+        schedules: ScheduleFeed | None = None,
     ) -> None:
         self.decider = decider
+        self.schedules = schedules
+        """Stored schedules, applied at the start of each step (``None``: none are read)."""
         self.interval = interval
         self.sweep_every = sweep_every
         self.monotonic = monotonic
@@ -127,7 +133,8 @@ class Loop:
         won: list[Won] = []
         failure: Exception | None = None
         try:
-            won += self._tick(force)
+            changed = self.schedules is not None and self.schedules.apply()
+            won += self._tick(force or changed)
             if self.decider.jobs:  # after an outage a tick re-reads history: the store is back
                 self._recovered(now)
             if is_lease(self.decider.backend) and (force or now >= self.next_sweep):

@@ -1,0 +1,229 @@
+"""Stored schedules: how soon instances see an edit, and what 100,000 stored schedules cost.
+
+* **Visibility**: three instance processes (``bench/schedules_instance.py``, tick 1 s) on one
+  store; 100 edits of one schedule, a random 0.05 to 0.5 s apart. For each edit and instance, the
+  time from the edit's return to the instance applying it (or a later version): p50 and p99.
+  Target: p99 within one tick plus a round trip (1.25 s: 0.25 s for a round trip on a loaded
+  machine).
+* **Idle tick**: one instance holding N stored schedules (``every`` a week: nothing due); the
+  median wall time of a loop step with no change and nothing due (the feed's read of the revision
+  plus the decider's idle tick; sweeps left out), at 100,000 against 1,000 in the same run.
+  Target <= 2x. The rows are written straight into the store's tables (the cost of a tick does
+  not depend on how they were written; 100,000 adds one by one take minutes).
+* **Start-up and memory**: that instance's start (every schedule read, checked, turned into a
+  job, then the first tick) and its resident memory per stored schedule above the same process
+  with none. Target <= 1 KiB.
+
+    python bench/bench_schedules.py [--only sqlite postgres redis] [--count 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
+
+from bench.stores import store  # noqa: E402
+from bench.table import Row, at_most, ratio_at_most  # noqa: E402
+
+WEEK = 7 * 86400
+DEFINITION = json.dumps({"task": "echo", "every": float(WEEK), "enabled": True})
+EDITS = 100
+TICK = 1.0
+
+
+def fill(url: str, count: int) -> None:
+    """Write ``count`` stored schedules (``s0`` …) straight into the store's tables."""
+    from relay import open_backend
+
+    backend: Any = open_backend(url)
+    now = int(time.time() * 1000)
+    rows = [(f"s{i}", DEFINITION, 1, i + 1, now, "bench", now) for i in range(count)]
+    if url.startswith("sqlite"):
+        with backend._write() as (conn, _):
+            conn.executemany("INSERT INTO relay_schedules VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            conn.execute("UPDATE relay_meta SET value = ? WHERE key = 'schedule_revision'",
+                         (str(count),))  # fmt: skip
+    elif url.startswith("postgres"):
+        schema = f'"{backend.schema}"'
+        with backend._connection() as conn, conn.cursor() as cur:
+            with cur.copy(f"COPY {schema}.schedules FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute(f"UPDATE {schema}.meta SET value = %s WHERE key = 'schedule_revision'",
+                        (str(count),))  # fmt: skip
+    else:
+        key = backend.prefix + "{relay:schedules}:"
+        pipe = backend._redis.pipeline(transaction=False)
+        for name, definition, version, revision, updated, by, created in rows:
+            pipe.hset(key + "rows", name, json.dumps({
+                "name": name, "definition": definition, "removed": False, "version": version,
+                "revision": revision, "updated_ms": updated, "updated_by": by,
+                "created_ms": created}))  # fmt: skip
+            pipe.zadd(key + "feed", {name: revision})
+            if len(pipe) > 10_000:
+                pipe.execute()
+        pipe.set(key + "rev", count)
+        pipe.execute()
+    backend.close()
+
+
+def instance(url: str, count: int) -> dict[str, float]:
+    """In a fresh process: start-up, memory and idle step of one instance holding the store's."""
+    code = f"""
+import gc, json, statistics, sys, time
+sys.path[:0] = {[str(ROOT), str(ROOT / "shared")]!r}
+import relay
+from relay.engine.stored import ScheduleFeed
+def rss():
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+scheduler = relay.Scheduler({url!r}, tick=1)
+scheduler.register("echo", lambda run: None)
+scheduler.backend.now()  # connected
+before = rss()
+started = time.perf_counter()
+scheduler.feed.start()
+scheduler.loop.step(lambda won: True, force=True)
+startup = time.perf_counter() - started
+after = rss()
+assert len(scheduler.feed.stored) == {count}, len(scheduler.feed.stored)
+scheduler.loop.next_sweep = float("inf")
+steps = []
+for _ in range(300):
+    t = time.perf_counter()
+    scheduler.loop.step(lambda won: True)
+    steps.append(time.perf_counter() - t)
+print(json.dumps({{"startup": startup, "memory": (after - before) / max({count}, 1),
+                  "idle": statistics.median(steps)}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def scale(name: str, count: int) -> list[Row]:
+    """Idle tick at ``count`` against 1 % of it (at least 1,000), start-up and memory."""
+    base_count = max(1000, count // 100)
+    measured = {}
+    for n in (base_count, count):
+        with store(name) as url:
+            fill(url, n)
+            measured[n] = instance(url, n)
+    big, base = measured[count], measured[base_count]
+    return [
+        Row(f"schedules {name}", f"idle tick, {count:,} stored schedules",
+            big["idle"] * 1e6, "µs", base["idle"] * 1e6, f"{base_count:,} stored",
+            "<= 2x", ratio_at_most(2.0)),
+        Row(f"schedules {name}", f"start-up, {count:,} stored schedules (read, checked, first "
+            "tick)", big["startup"], "s"),
+        Row(f"schedules {name}", f"memory per stored schedule, {count:,}", big["memory"], "B",
+            target="<= 1 KiB", check=at_most(1024)),
+    ]  # fmt: skip
+
+
+def visibility(name: str, edits: int = EDITS) -> list[Row]:
+    """p50 and p99 of edit-to-applied over ``edits`` edits and three instances."""
+    from relay import Control
+
+    with store(name) as url, tempfile.TemporaryDirectory() as folder:
+        logs = [Path(folder) / f"i{n}.log" for n in range(3)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(ROOT / "bench" / "schedules_instance.py"),
+                    url,
+                    str(log),
+                    str(TICK),
+                ]
+            )
+            for log in logs
+        ]
+        try:
+            with Control(url) as control:
+                _wait(lambda: len(control.allowed_tasks()) == 3, 60)
+                control.add_schedule("edited", "echo", every=WEEK)
+                _wait(lambda: all(_seen(log) for log in logs), 30)
+                done: dict[int, float] = {}
+                for version in range(1, edits + 1):
+                    time.sleep(random.uniform(0.05, 0.5))
+                    control.update_schedule("edited", version=version, description=str(version))
+                    done[version + 1] = time.time()
+                _wait(lambda: all(max(_seen(log)) >= edits + 1 for log in logs), 30)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(30)
+        delays = []
+        for log in logs:
+            seen = _seen(log)
+            for version, at in done.items():
+                delays.append(min(t for v, t in seen.items() if v >= version) - at)
+    delays.sort()
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+    return [
+        Row(f"schedules {name}", f"edit seen by an instance, p99 ({edits} edits x 3, tick "
+            f"{TICK:g} s)", p99, "s", target=f"<= {TICK + 0.25:g} s", check=at_most(TICK + 0.25)),
+        Row(f"schedules {name}", "edit seen by an instance, p50", statistics.median(delays), "s"),
+    ]  # fmt: skip
+
+
+def _seen(log: Path) -> dict[int, float]:
+    """Version -> when the instance first applied it."""
+    seen: dict[int, float] = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            version, at = json.loads(line)
+            seen.setdefault(version, at)
+    return seen
+
+
+def _wait(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(0.1)
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """Visibility on SQLite and PostgreSQL; scale on SQLite, PostgreSQL and Redis."""
+    count = 20_000 if quick else 100_000
+    found = [row for name in ("sqlite", "postgres") for row in visibility(name)]
+    return found + [row for name in ("sqlite", "postgres", "redis") for row in scale(name, count)]
+
+
+def main() -> None:
+    """Run the chosen stores and print the rows."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--only", nargs="*", default=["sqlite", "postgres", "redis"],
+                        choices=["sqlite", "postgres", "redis", "nats_kv"])  # fmt: skip
+    parser.add_argument("--skip", nargs="*", default=[], choices=["visibility", "scale"])
+    args = parser.parse_args()
+    for name in args.only:
+        found = [] if "visibility" in args.skip else visibility(name)
+        if "scale" not in args.skip and name != "nats_kv":
+            found += scale(name, args.count)
+        for row in found:
+            ratio = f" ({row.ratio:.2f}x {row.baseline_name})" if row.ratio is not None else ""
+            print(f"{row.bench:20} {row.figure:70} {row.value:10.4g} {row.unit}{ratio}")
+
+
+if __name__ == "__main__":
+    main()

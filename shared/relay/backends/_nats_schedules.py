@@ -1,0 +1,239 @@
+"""The NATS KV lease backend's stored schedules (:mod:`relay.schedule_store`).
+
+A KV bucket swaps one key at a time, so a change commits on one key and is then rolled forward:
+
+* ``schedules.rev`` holds the store-wide revision **and the latest change** (its row and history
+  entry). A change reads it, rolls forward the change it holds (below), checks the schedule's
+  version, and swaps it on the revision it read: that swap is the commit, and concurrent changes
+  lose it and start again. So every change is serialised, and only the latest can be unapplied;
+* rolling forward a change writes its copies, each idempotent: the schedule's row
+  ``schedules.row.<name>`` (unless it already holds that version or a later one), its history
+  entry ``schedules.hist.<name>.<version>`` and the feed entry ``schedules.log.<revision>`` (each
+  created only if absent). The writer does it at once; if it died first, the next writer or
+  reader does it. Readers of the feed roll forward before reading, so none sees half a change.
+
+An idle tick reads ``schedules.rev`` alone; after changes, one feed entry and one row per change
+(a reader far behind reads every row instead). Names are base64url in keys, as job names are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from nats.js.kv import KeyValue
+
+from relay.errors import BackendUnavailable, Conflict
+from relay.runs import from_ms
+from relay.stored import ScheduleChange, StoredRow
+
+__all__ = ["NatsSchedules"]
+
+T = TypeVar("T")
+REVISION = "schedules.rev"
+CAS_TRIES = 64
+FULL_READ = 500
+"""A reader this many revisions behind reads every row rather than the feed entry by entry."""
+Made = tuple[dict[str, Any], str] | None
+"""What a change makes of the current row: the new row's fields and the action, or ``None``."""
+
+
+class NatsSchedules:
+    """Mixed into :class:`~relay.backends.nats_kv.NatsLeaseBackend`."""
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        raise NotImplementedError
+
+    async def _get(self, key: str) -> tuple[bytes | None, int]:
+        raise NotImplementedError
+
+    async def _swap(self, key: str, value: bytes, revision: int) -> int:
+        raise NotImplementedError
+
+    async def _now_ms(self) -> int:
+        raise NotImplementedError
+
+    async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        raise NotImplementedError
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
+        def make(current: dict[str, Any] | None) -> Made:
+            if current is not None and not current["removed"]:
+                raise _conflict(current, None)
+            return _fields(name, definition, current, by, created=True), "add"
+
+        row = self._call(self._commit(name, changes, make))
+        assert row is not None
+        return row
+
+    def update_schedule(
+        self, name: str, definition: str, changes: str, by: str, version: int
+    ) -> StoredRow | None:
+        return self._change(name, definition, changes, by, version)
+
+    def remove_schedule(
+        self, name: str, changes: str, by: str, version: int | None
+    ) -> StoredRow | None:
+        return self._change(name, None, changes, by, version)
+
+    def stored_schedule(self, name: str) -> StoredRow | None:
+        async def read() -> StoredRow | None:
+            await self._roll_forward(await self._latest())
+            data, _ = await self._get(_row_key(name))
+            row = None if data is None else _row(json.loads(data))
+            return None if row is None or row.definition is None else row
+
+        return self._call(read())
+
+    def stored_schedules(self) -> list[StoredRow]:
+        async def read() -> list[StoredRow]:
+            await self._roll_forward(await self._latest())
+            return [r for r in await self._all_rows() if r.definition is not None]
+
+        return sorted(self._call(read()), key=lambda r: r.name)
+
+    def schedule_history(self, name: str) -> list[ScheduleChange]:
+        async def read() -> list[ScheduleChange]:
+            await self._roll_forward(await self._latest())
+            entries = await self._watch(f"schedules.hist.{_encode(name)}.*", meta_only=False)
+            return [_change(name, json.loads(e.value)) for e in entries if e.value]
+
+        return sorted(self._call(read()), key=lambda c: c.version)
+
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
+        rows = self._call(self._changes_since(since))
+        return rows if limit is None else rows[:limit]
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _change(
+        self, name: str, definition: str | None, changes: str, by: str, version: int | None
+    ) -> StoredRow | None:
+        def make(current: dict[str, Any] | None) -> Made:
+            if current is None or current["removed"]:
+                return None
+            if version is not None and version != current["version"]:
+                raise _conflict(current, version)
+            return _fields(name, definition, current, by), "update" if definition else "remove"
+
+        return self._call(self._commit(name, changes, make))
+
+    async def _commit(
+        self, name: str, changes: str, make: Callable[[dict[str, Any] | None], Made]
+    ) -> StoredRow | None:
+        for _ in range(CAS_TRIES):
+            data, at = await self._get(REVISION)
+            latest = json.loads(data) if data else {"revision": 0}
+            await self._roll_forward(latest)
+            current, _ = await self._get(_row_key(name))
+            made = make(None if current is None else json.loads(current))
+            if made is None:
+                return None
+            fields, action = made
+            fields.update(revision=latest["revision"] + 1, updated_ms=await self._now_ms())
+            if fields["created_ms"] is None:
+                fields["created_ms"] = fields["updated_ms"]
+            entry = {"version": fields["version"], "at_ms": fields["updated_ms"],
+                     "by": fields["updated_by"], "action": action, "changes": changes}  # fmt: skip
+            change = {"revision": fields["revision"], "row": fields, "history": entry}
+            if await self._swap(REVISION, json.dumps(change).encode(), at):
+                await self._roll_forward(change)
+                return _row(fields)
+        raise BackendUnavailable(f"{CAS_TRIES} changes of stored schedules in a row lost a race")
+
+    async def _latest(self) -> dict[str, Any]:
+        data, _ = await self._get(REVISION)
+        return json.loads(data) if data else {"revision": 0}
+
+    async def _roll_forward(self, change: dict[str, Any]) -> None:
+        """Write the copies of the committed ``change`` that are missing (each idempotent)."""
+        row = change.get("row")
+        if row is None:
+            return
+        encoded = _encode(row["name"])
+        for _ in range(CAS_TRIES):
+            data, at = await self._get(f"schedules.row.{encoded}")
+            if data is not None and json.loads(data)["version"] >= row["version"]:
+                break
+            if await self._swap(f"schedules.row.{encoded}", json.dumps(row).encode(), at):
+                break
+        history = json.dumps(change["history"]).encode()
+        await self._swap(f"schedules.hist.{encoded}.{row['version']}", history, 0)
+        await self._swap(f"schedules.log.{change['revision']}", row["name"].encode(), 0)
+
+    async def _changes_since(self, since: int) -> list[StoredRow]:
+        latest = await self._latest()
+        top = int(latest["revision"])
+        if top <= since:
+            return []  # the idle tick: one read
+        await self._roll_forward(latest)
+        if since == 0 or top - since > FULL_READ:
+            rows = await self._all_rows()
+        else:
+            names = set()
+            for revision in range(since + 1, top + 1):
+                data, _ = await self._get(f"schedules.log.{revision}")
+                if data is not None:
+                    names.add(data.decode())
+            rows = []
+            for name in names:
+                data, _ = await self._get(_row_key(name))
+                if data is not None:
+                    rows.append(_row(json.loads(data)))
+        # A row changed after `top` waits for the next read: returning it now would make the
+        # caller skip the changes between `top` and it.
+        return sorted((r for r in rows if since < r.revision <= top), key=lambda r: r.revision)
+
+    async def _all_rows(self) -> list[StoredRow]:
+        entries = await self._watch("schedules.row.*", meta_only=False)
+        return [_row(json.loads(e.value)) for e in entries if e.value]
+
+
+def _fields(
+    name: str,
+    definition: str | None,
+    current: dict[str, Any] | None,
+    by: str,
+    *,
+    created: bool = False,
+) -> dict[str, Any]:
+    return {
+        "name": name, "definition": definition or "", "removed": definition is None,
+        "version": 1 if current is None else int(current["version"]) + 1, "updated_by": by,
+        "created_ms": None if created or current is None else current["created_ms"],
+    }  # fmt: skip
+
+
+def _conflict(current: dict[str, Any], expected: int | None) -> Conflict:
+    return Conflict(
+        current["name"], version=int(current["version"]),
+        at=from_ms(int(current["updated_ms"])), by=current["updated_by"], expected=expected,
+    )  # fmt: skip
+
+
+def _row(fields: dict[str, Any]) -> StoredRow:
+    return StoredRow(
+        fields["name"], None if fields["removed"] else fields["definition"],
+        int(fields["version"]), int(fields["revision"]), from_ms(int(fields["updated_ms"])),
+        fields["updated_by"], from_ms(int(fields["created_ms"])),
+    )  # fmt: skip
+
+
+def _change(name: str, entry: dict[str, Any]) -> ScheduleChange:
+    return ScheduleChange(
+        name, int(entry["version"]), from_ms(int(entry["at_ms"])), entry["by"],
+        entry["action"], json.loads(entry["changes"]),
+    )  # fmt: skip
+
+
+def _encode(name: str) -> str:
+    from relay.backends.nats_kv import _encode as encode  # the job names' encoding
+
+    return encode(name)
+
+
+def _row_key(name: str) -> str:
+    return f"schedules.row.{_encode(name)}"

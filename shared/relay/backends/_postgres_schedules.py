@@ -1,0 +1,86 @@
+"""The PostgreSQL lease backend's stored schedules (:mod:`relay.schedule_store`), schema version 6.
+
+Each change is one transaction (see :mod:`relay.backends._sql_schedules`); the server's clock
+(``clock_timestamp()``) stamps it. Reads are single statements.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from functools import cached_property
+from typing import Any
+
+import psycopg
+
+from relay.backends._sql_schedules import Connection, SQLSchedules
+from relay.stored import ScheduleChange, StoredRow
+
+__all__ = ["VERSION", "PostgresSchedules"]
+
+VERSION = 6
+"""The schema version that holds stored schedules."""
+
+
+class PostgresSchedules:
+    """Mixed into :class:`~relay.backends.postgres.PostgresLeaseBackend`."""
+
+    schema: str
+    _version: int
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        raise NotImplementedError
+
+    @cached_property
+    def _schedule_steps(self) -> SQLSchedules:
+        schema = f'"{self.schema}"'  # checked: lower-case letters, digits and _ only
+        bump = (
+            f"UPDATE {schema}.meta SET value = (value::bigint + 1)::text "
+            "WHERE key = 'schedule_revision' "
+            "RETURNING value::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+        )
+
+        def bumped(conn: Connection) -> tuple[int, int]:
+            revision, now = conn.execute(bump).fetchone()
+            return int(revision), int(now)
+
+        return SQLSchedules(f"{schema}.schedules", f"{schema}.schedule_history", bumped, param="%s")
+
+    def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
+        with self._connection() as conn, conn.transaction():
+            return self._schedule_steps.add(conn, name, definition, changes, by)
+
+    def update_schedule(
+        self, name: str, definition: str, changes: str, by: str, version: int
+    ) -> StoredRow | None:
+        with self._connection() as conn, conn.transaction():
+            return self._schedule_steps.change(conn, name, definition, changes, by, version)
+
+    def remove_schedule(
+        self, name: str, changes: str, by: str, version: int | None
+    ) -> StoredRow | None:
+        with self._connection() as conn, conn.transaction():
+            return self._schedule_steps.change(conn, name, None, changes, by, version)
+
+    def stored_schedule(self, name: str) -> StoredRow | None:
+        if self._version < VERSION:  # read-only on a schema no scheduler of this version opened
+            return None
+        with self._connection() as conn:
+            return self._schedule_steps.get(conn, name)
+
+    def stored_schedules(self) -> list[StoredRow]:
+        if self._version < VERSION:
+            return []
+        with self._connection() as conn:
+            return self._schedule_steps.all(conn)
+
+    def schedule_history(self, name: str) -> list[ScheduleChange]:
+        if self._version < VERSION:
+            return []
+        with self._connection() as conn:
+            return self._schedule_steps.changes(conn, name)
+
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
+        if self._version < VERSION:
+            return []
+        with self._connection() as conn:
+            return self._schedule_steps.since(conn, since, limit)

@@ -1,0 +1,308 @@
+"""Stored schedules from the control plane: add, change, remove and read them, with their history.
+
+Mixed into :class:`relay.Control`. Every change is checked here, before the store sees it, with the
+rules of code-defined jobs (:func:`relay.stored.check_schedule`), then written in one atomic step
+that compares versions (:mod:`relay.schedule_store`). Running instances apply it at their next tick.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta, tzinfo
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.durations import Duration
+from relay.errors import ConfigurationError, Conflict, UnknownSchedule, UnsupportedOption
+from relay.health import is_alive
+from relay.jobs import LEASE_BACKENDS, Overlap
+from relay.schedule_store import ScheduleStore, stores_schedules
+from relay.stored import (
+    DEFINITION,
+    Schedule,
+    ScheduleChange,
+    changes_between,
+    check_schedule,
+    from_row,
+    recheck,
+    schedule_job,
+    to_definition,
+)
+
+if TYPE_CHECKING:  # relay.control imports this module
+    from relay.control import JobStatus
+
+__all__ = ["ScheduleControl", "describe", "operator"]
+
+_KINDS = ("cron", "every", "at")
+_CENTURY = timedelta(days=36525)
+_SHOWN = 1000
+"""The most slots left ``relay jobs`` counts."""
+
+
+class ScheduleControl:
+    """The stored-schedule half of :class:`relay.Control`."""
+
+    backend: ClaimBackend | LeaseBackend
+
+    def add_schedule(
+        self,
+        name: str,
+        task: str,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        at: datetime | None = None,
+        tz: str | tzinfo | None = None,
+        args: Any = (),
+        kwargs: Any = None,
+        enabled: bool = True,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        max_runs: int | None = None,
+        overlap: Overlap | None = None,
+        catch_up: Duration | None = None,
+        max_attempts: int | None = None,
+        stale_after: Duration | None = None,
+        jitter: Duration | None = None,
+        options: Any = None,
+        description: str = "",
+        by: str | None = None,
+        force: bool = False,
+    ) -> Schedule:
+        """Store a new schedule: every running instance that allows ``task`` runs it from its
+        first slot after now (never at once). Returns it at version 1.
+
+        Checked first with the rules of code-defined jobs; ``task`` must be allowed by a live
+        instance (``@scheduler.task(name)``) unless ``force=True``; the name may not be a code
+        job's. ``Conflict`` if a schedule of that name exists. ``by`` defaults to ``user@host``.
+        """
+        store = self._schedule_store("add_schedule")
+        schedule = check_schedule(
+            self._lease_backend(), name, task, cron=cron, every=every, at=at, tz=tz, args=args,
+            kwargs=kwargs,
+            enabled=enabled, start=start, end=end, max_runs=max_runs, overlap=overlap,
+            catch_up=catch_up, max_attempts=max_attempts, stale_after=stale_after,
+            jitter=jitter, options=options, description=description,
+        )  # fmt: skip
+        self._check_name(store, name)
+        self._check_at(store, schedule)
+        if not force:
+            self._check_task(store, task)
+        row = store.add_schedule(
+            name, _text(schedule), _json(changes_between(None, schedule)), by or operator()
+        )
+        return from_row(row)
+
+    def update_schedule(
+        self,
+        name: str,
+        *,
+        version: int,
+        by: str | None = None,
+        force: bool = False,
+        **changes: Any,
+    ) -> Schedule:
+        """Change some fields of schedule ``name``, if it is still at ``version``.
+
+        ``changes`` are :meth:`add_schedule`'s options (``enabled=False`` pauses it,
+        ``enabled=True`` resumes it). Giving one of ``cron``, ``every`` and ``at`` replaces the
+        others. The change takes effect from the first slot after it, never fires a run at once,
+        and a run in flight finishes as it was. A change that changes nothing makes no version.
+        ``Conflict`` (naming the current version, when and by whom) if it is not at ``version``.
+        """
+        store = self._schedule_store("update_schedule")
+        unknown = sorted(set(changes) - set(DEFINITION))
+        if unknown:
+            raise ConfigurationError(
+                f"update_schedule cannot change {', '.join(unknown)}: the fields are "
+                f"{', '.join(DEFINITION)}"
+            )
+        current = self.schedule(name)
+        if current.version != version:
+            raise Conflict(name, version=current.version, at=current.updated_at,
+                           by=current.updated_by, expected=version)  # fmt: skip
+        if any(kind in changes for kind in _KINDS):
+            cleared = {kind: None for kind in (*_KINDS, "tz") if kind not in changes}
+            changes = {**cleared, **changes}
+        if "tz" in changes and changes["tz"] is not None and "cron" not in changes:
+            changes.setdefault("cron", current.cron)
+        updated = recheck(self._lease_backend(), replace(current, **changes))
+        diff = changes_between(current, updated)
+        if not diff:
+            return current
+        self._check_at(store, updated)
+        if "task" in diff and not force:
+            self._check_task(store, updated.task)
+        row = store.update_schedule(name, _text(updated), _json(diff), by or operator(), version)
+        if row is None:
+            raise self._unknown(store, name)
+        return from_row(row)
+
+    def remove_schedule(
+        self, name: str, *, version: int | None = None, by: str | None = None
+    ) -> None:
+        """Remove schedule ``name`` (if at ``version``, when given): no new slot starts; a run in
+        flight finishes; its history and runs stay until retention prunes them."""
+        store = self._schedule_store("remove_schedule")
+        current = store.stored_schedule(name)
+        if current is None:
+            raise self._unknown(store, name)
+        diff = changes_between(from_row(current), None)
+        if store.remove_schedule(name, _json(diff), by or operator(), version) is None:
+            raise self._unknown(store, name)
+
+    def schedule(self, name: str) -> Schedule:
+        """Stored schedule ``name``; :class:`~relay.errors.UnknownSchedule` if there is none."""
+        store = self._schedule_store("schedule")
+        row = store.stored_schedule(name)
+        if row is None:
+            raise self._unknown(store, name)
+        return from_row(row)
+
+    def schedules(self) -> list[Schedule]:
+        """Every stored schedule, by name."""
+        return [from_row(row) for row in self._schedule_store("schedules").stored_schedules()]
+
+    def schedule_history(self, name: str) -> list[ScheduleChange]:
+        """Every change of schedule ``name``, oldest first (removed schedules keep theirs)."""
+        store = self._schedule_store("schedule_history")
+        history = store.schedule_history(name)
+        if not history:
+            raise self._unknown(store, name)
+        return history
+
+    def allowed_tasks(self) -> dict[str, tuple[str, ...]]:
+        """The tasks each live instance allows, by owner (from their heartbeats)."""
+        self._schedule_store("allowed_tasks")
+        store = self._lease_backend()
+        now = store.now()
+        return {i.owner: i.tasks for i in store.instances() if is_alive(i, now)}
+
+    def _with_stored(self, statuses: list[JobStatus], now: datetime) -> list[JobStatus]:
+        """``relay jobs``'s rows, with each stored schedule's note (and a row for each stored
+        schedule no instance registered: one no live instance can run)."""
+        from relay.control import JobStatus  # relay.control imports this module
+
+        if not stores_schedules(self.backend):
+            return statuses
+        stored = {s.name: s for s in self.schedules()}
+        allowed = self.allowed_tasks()
+        by_name = {status.name: status for status in statuses}
+        for name, schedule in stored.items():
+            note = self._note(schedule, allowed, now)
+            found = by_name.get(name)
+            if found is None:
+                runs = self._lease_backend().runs(name, limit=1)
+                found = JobStatus(
+                    name=name, schedule=describe(schedule), timezone=schedule.tz, next_due=None,
+                    last_run=runs[0] if runs else None, live=(), paused_at=None, paused_by=None,
+                    paused_reason=None, spec={},
+                )  # fmt: skip
+            by_name[name] = replace(found, stored=note)
+        return [by_name[name] for name in sorted(by_name)]
+
+    def _note(self, schedule: Schedule, allowed: dict[str, tuple[str, ...]], now: datetime) -> str:
+        hosts = sum(1 for tasks in allowed.values() if schedule.task in tasks)
+        if not hosts:
+            return f"not runnable: no live instance allows task {schedule.task}"
+        note = f"task {schedule.task}, on {hosts} live instance(s)"
+        if not schedule.enabled:
+            return note + "; paused (enabled=False)"
+        if schedule.max_runs is None and schedule.end is None and schedule.at is None:
+            return note
+        slots = schedule_job(self._lease_backend(), schedule, None).schedule
+        left = len(list(islice(slots.slots_between(now, now + _CENTURY), _SHOWN + 1)))
+        if not left:
+            return note + "; ended"
+        return note + f"; {left if left <= _SHOWN else f'over {_SHOWN}'} slot(s) left"
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _schedule_store(self, operation: str) -> ScheduleStore:
+        backend = self.backend
+        if not stores_schedules(backend):
+            raise UnsupportedOption(operation, backend.name, LEASE_BACKENDS)
+        return backend
+
+    def _lease_backend(self) -> LeaseBackend:
+        backend = self.backend
+        assert is_lease(backend)  # checked by _schedule_store
+        return backend
+
+    def _check_task(self, store: ScheduleStore, task: str) -> None:
+        allowed = self.allowed_tasks()
+        if any(task in tasks for tasks in allowed.values()):
+            return
+        offered = sorted({t for tasks in allowed.values() for t in tasks})
+        live = (
+            f"the live instances allow: {', '.join(offered)}"
+            if offered
+            else "no live instance allows any task"
+            if allowed
+            else "no instance is live"
+        )
+        raise ConfigurationError(
+            f"no live instance allows task {task!r} ({live}). Allow it in the instances' code "
+            f"with @scheduler.task({task!r}) and start them, or pass force=True (--force) to "
+            "store it anyway"
+        )
+
+    def _check_name(self, store: ScheduleStore, name: str) -> None:
+        for info in self._lease_backend().jobs():
+            code = info.name == name and not _stored_spec(info.spec)
+            if code and not store.schedule_history(name):
+                raise ConfigurationError(
+                    f"{name!r} is the name of a code-defined job: a stored schedule needs a "
+                    "name of its own"
+                )
+
+    def _check_at(self, store: ScheduleStore, schedule: Schedule) -> None:
+        if schedule.at is None or not schedule.enabled:
+            return
+        now = self._lease_backend().now()
+        if schedule.at <= now:
+            raise ConfigurationError(
+                f"at={schedule.at.isoformat()} is not in the future (the store's clock says "
+                f"{now.isoformat()}): a change never fires a slot before it; to run now, use "
+                "relay trigger"
+            )
+
+    @staticmethod
+    def _unknown(store: ScheduleStore, name: str) -> UnknownSchedule:
+        names = [row.name for row in store.stored_schedules()]
+        known = ", ".join(names[:20]) + (" …" if len(names) > 20 else "") or "none"
+        return UnknownSchedule(f"no stored schedule named {name!r}; stored: {known}")
+
+
+def operator() -> str:
+    """Who makes a change when the caller does not say: ``user@host``."""
+    from relay.control import _operator  # relay.control imports this module
+
+    return _operator()
+
+
+def describe(schedule: Schedule) -> str:
+    """When a stored schedule is due, as ``relay jobs`` and ``relay schedules list`` say it."""
+    if schedule.cron is not None:
+        return f"cron {schedule.cron!r} ({schedule.tz or 'UTC'})"
+    if schedule.every is not None:
+        return f"every {schedule.every:g}s"
+    return f"once at {schedule.at.isoformat() if schedule.at else '?'}"
+
+
+def _stored_spec(spec: str | None) -> bool:
+    try:
+        return bool(spec) and bool(json.loads(spec or "{}").get("stored"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _text(schedule: Schedule) -> str:
+    return _json(to_definition(schedule))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,159 @@
+"""Stored schedules applied to a running instance: the rule, written once for every host.
+
+Each :meth:`~relay.engine.looping.Loop.step` calls :meth:`ScheduleFeed.apply`, which asks the store
+for the schedules changed since the revision it last saw (one index lookup when nothing changed)
+and applies each change to the :class:`~relay.engine.deciding.Decider` before the tick:
+
+* added, changed or resumed: the schedule's job replaces the old one, due from its first slot
+  after the change (:func:`relay.stored.schedule_job`): a change never fires a run at once, and
+  the slots before it are not caught up because of it. Runs already won keep the job (task and
+  arguments) they were won with;
+* paused (``enabled=False``) or removed: the decider stops deciding it; runs in flight finish;
+* a task this instance does not allow, or a code job's name: not run here, reported by a
+  :class:`~relay.events.ScheduleNotRunnable` event (once per version), never skipped silently.
+
+A host gives the feed ``handler_for``: the handler of a schedule's task, or ``None`` if it does not
+allow the task. The standalone scheduler binds the task's function to the stored arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from relay.engine.deciding import Decider
+from relay.errors import ConfigurationError
+from relay.events import ScheduleApplied, ScheduleNotRunnable
+from relay.schedule_store import ScheduleStore
+from relay.stored import Schedule, StoredRow, from_row, schedule_job
+
+__all__ = ["ScheduleFeed"]
+
+log = logging.getLogger("relay.engine")
+
+PAGE = 1000
+"""Rows read at once: an instance starting on 100,000 schedules never holds them all as rows."""
+HandlerFor = Callable[[Schedule], "Callable[..., Any] | None"]
+
+
+class ScheduleFeed:
+    """Applies a store's stored schedules to one decider, change by change."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        store: ScheduleStore,
+        handler_for: HandlerFor,
+        *,
+        allowed: str = "",
+        active: bool = True,
+    ) -> None:
+        self.decider = decider
+        self.active = active
+        """Whether :meth:`apply` reads the store. A host that allows no task leaves it off: no
+        stored schedule can run there, and its idle tick then asks the store nothing."""
+        self.store = store
+        self.handler_for = handler_for
+        self.allowed = allowed
+        """The tasks this instance allows, for messages (``"a, b"``)."""
+        self.revision = 0
+        """The store's revision this instance has applied."""
+        self.stored: dict[str, int] = {}
+        """The stored schedules the decider holds now: name -> version."""
+        self.not_runnable: dict[str, str] = {}
+        """Stored schedules not run here, and why."""
+        self._code: set[str] | None = None
+
+    def start(self) -> None:
+        """Apply every stored schedule now; refuse a code job that has a stored schedule's name.
+
+        A host calls it before its loop, so an instance whose code job collides with a stored
+        schedule refuses to start (:class:`~relay.errors.ConfigurationError` naming both).
+        """
+        self._code = set(self.decider.jobs) - set(self.stored)
+        # One read of the stored names, not one per code job: 100,000 code jobs start fast.
+        clash = sorted(self._code.intersection(r.name for r in self.store.stored_schedules()))
+        if clash:
+            raise ConfigurationError(
+                f"this instance defines code job(s) {', '.join(map(repr, clash))} and the store "
+                "holds stored schedule(s) of the same name: rename the code job, or remove the "
+                "stored schedule (relay schedules rm NAME)"
+            )
+        self.apply()
+
+    def apply(self) -> bool:
+        """Apply the changes since the last call; ``True`` if there were any (tick at once)."""
+        if not self.active:
+            return False
+        if self._code is None:
+            self._code = set(self.decider.jobs) - set(self.stored)
+        changed = False
+        while rows := self.store.schedule_changes(self.revision, PAGE):
+            for row in rows:
+                self._apply(row)
+                self.revision = max(self.revision, row.revision)
+            changed = True
+            if len(rows) < PAGE:
+                break
+        return changed
+
+    def _apply(self, row: StoredRow) -> None:
+        name = row.name
+        if row.definition is None:
+            self._drop(name, row, "removed")
+            return
+        try:
+            schedule = from_row(row)
+        except (ValueError, TypeError, KeyError) as exc:  # a row written by hand, say
+            schedule = Schedule(name=name, task="?", version=row.version)
+            self._refuse(schedule, f"its stored definition cannot be read: {exc!r}")
+            return
+        if name in (self._code or ()):
+            self._refuse(schedule, "a code-defined job of this instance has this name: rename one")
+            return
+        if not schedule.enabled:
+            self._drop(name, row, "paused")
+            return
+        handler = self.handler_for(schedule)
+        if handler is None:
+            self._refuse(
+                schedule,
+                f"this instance does not allow task {schedule.task!r} (it allows: "
+                f"{self.allowed or 'none'}); allow it with @scheduler.task({schedule.task!r})",
+            )
+            return
+        try:
+            job = schedule_job(self.decider.backend, schedule, handler)
+        except ConfigurationError as exc:  # written by another Relay version, or by hand
+            self._refuse(schedule, f"its definition is refused here: {exc}")
+            return
+        self.decider.replace(job)
+        self.stored[name] = row.version
+        self.not_runnable.pop(name, None)
+        self._emit(row, "scheduled")
+
+    def _drop(self, name: str, row: StoredRow, action: str) -> None:
+        if self.stored.pop(name, None) is not None:
+            self.decider.remove(name)
+        self.not_runnable.pop(name, None)
+        self._emit(row, action)
+
+    def _refuse(self, schedule: Schedule, reason: str) -> None:
+        if self.stored.pop(schedule.name, None) is not None:
+            self.decider.remove(schedule.name)
+        self.not_runnable[schedule.name] = reason
+        self.decider.events.emit(
+            ScheduleNotRunnable(
+                schedule=schedule.name, version=schedule.version, task=schedule.task,
+                owner=self.decider.owner, reason=reason,
+            )
+        )  # fmt: skip
+
+    def _emit(self, row: StoredRow, action: str) -> None:
+        self.decider.events.emit(
+            ScheduleApplied(
+                schedule=row.name, version=row.version, action=action,
+                owner=self.decider.owner, changed_at=row.updated_at,
+            )
+        )  # fmt: skip

@@ -1,0 +1,82 @@
+"""The contract every lease backend keeps for stored schedules (:mod:`relay.stored`).
+
+A store keeps one row per schedule name (:class:`~relay.stored.StoredRow`: its definition as JSON
+text, its version, who changed it last and when) and its history, one
+:class:`~relay.stored.ScheduleChange` per version. Rules every backend follows:
+
+* **One atomic step per change**: the row, its history entry and the store-wide **revision** are
+  written together or not at all (a transaction, one Lua script). Nothing is ever half-written.
+* The **revision** is a counter for the whole store, bumped by every change; each row carries the
+  revision of its last change. :meth:`ScheduleStore.schedule_changes` returns the rows changed
+  after a revision the caller saw, in revision order, so an instance that polls it each tick pays
+  one index lookup when nothing changed and O(changes) otherwise, however many schedules exist.
+  Revisions become visible in order: a reader never sees revision ``n + 1`` before ``n``.
+* A removed schedule keeps its row, without a definition, so instances learn of the removal; its
+  history stays. Adding the name again continues its versions.
+* **Compare-and-swap on the version**: a change based on a version that is no longer current
+  raises :class:`~relay.errors.Conflict` naming the current version, when and by whom it changed,
+  and changes nothing.
+* The store's clock stamps every change (``updated_at``, the history's ``at``).
+* Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeGuard, runtime_checkable
+
+from relay.stored import ScheduleChange, StoredRow
+
+__all__ = ["ScheduleStore", "stores_schedules"]
+
+
+@runtime_checkable
+class ScheduleStore(Protocol):
+    """The schedule half of a lease backend."""
+
+    def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
+        """Store a new schedule at version 1 (or the next version of a removed one).
+
+        ``changes`` (JSON text) goes to its history entry with ``by``. Raises
+        :class:`~relay.errors.Conflict` (``expected=None``) if a schedule of that name exists.
+        """
+        ...
+
+    def update_schedule(
+        self, name: str, definition: str, changes: str, by: str, version: int
+    ) -> StoredRow | None:
+        """Replace the definition of schedule ``name`` if it is at ``version``; the new version
+        is ``version + 1``. ``None`` if no schedule has the name (or it was removed); raises
+        :class:`~relay.errors.Conflict` if it is at another version."""
+        ...
+
+    def remove_schedule(
+        self, name: str, changes: str, by: str, version: int | None
+    ) -> StoredRow | None:
+        """Remove schedule ``name`` (if at ``version``, when given): its row keeps no definition
+        and a new version. ``None`` if no schedule has the name; ``Conflict`` as for updates."""
+        ...
+
+    def stored_schedule(self, name: str) -> StoredRow | None:
+        """The row of schedule ``name``, or ``None`` if there is none or it was removed."""
+        ...
+
+    def stored_schedules(self) -> list[StoredRow]:
+        """Every schedule not removed, by name."""
+        ...
+
+    def schedule_history(self, name: str) -> list[ScheduleChange]:
+        """Every change of schedule ``name``, oldest first (empty if it never existed)."""
+        ...
+
+    def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
+        """Rows whose last change has a revision above ``since`` (removed ones too), by revision:
+        the first ``limit`` of them (``None``: all).
+
+        ``since=0`` gives every row. The caller keeps the last row's revision for its next call.
+        """
+        ...
+
+
+def stores_schedules(backend: object) -> TypeGuard[ScheduleStore]:
+    """Whether ``backend`` keeps stored schedules (every lease backend does; claim ones do not)."""
+    return getattr(backend, "capability", None) == "lease" and isinstance(backend, ScheduleStore)
