@@ -29,6 +29,7 @@ from relay.cli_control import COMMANDS
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
+from relay.migrate import migrate_command
 from relay.runs import RunRecord, RunState, format_slot
 from relay.timeline.model import parse_since
 
@@ -356,6 +357,7 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
 
 for _command in COMMANDS:
     main.add_command(_command)
+main.add_command(migrate_command)
 
 
 if __name__ == "__main__":

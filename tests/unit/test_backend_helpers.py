@@ -220,3 +220,12 @@ def test_a_rabbitmq_queue_prefix_that_is_not_plain_text_is_refused(prefix: str) 
     with pytest.raises(ConfigurationError, match="queue prefix"):
         GateQueues(prefix)
     GateQueues("myapp.relay:claim")
+
+
+def test_a_yes_no_option_takes_words_and_refuses_anything_else() -> None:
+    url = BackendURL("postgresql://h/db?migrate=false&a=YES&b=0")
+    assert url.flag_option("migrate", True) is False
+    assert url.flag_option("a", False) is True and url.flag_option("b", True) is False
+    assert url.flag_option("absent", True) is True
+    with pytest.raises(ConfigurationError, match="must be true or false"):
+        BackendURL("postgresql://h/db?migrate=maybe").flag_option("migrate", True)

@@ -11,6 +11,8 @@ from relay.errors import ConfigurationError
 
 __all__ = ["BackendURL"]
 
+_FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
 
 class BackendURL:
     """A backend URL split into its parts, with its query options checked against a known set."""
@@ -101,6 +103,17 @@ class BackendURL:
         if not value > 0 or math.isinf(value):
             raise ConfigurationError(f"URL option {name}={raw!r} must be a positive number")
         return value
+
+    def flag_option(self, name: str, default: bool) -> bool:
+        """A yes/no query option: ``true``/``false``, ``yes``/``no`` or ``1``/``0``."""
+        raw = self.options.get(name)
+        if raw is None:
+            return default
+        if raw.lower() not in _FLAGS:
+            raise ConfigurationError(
+                f"URL option {name}={raw!r} must be true or false (yes/no and 1/0 also work)"
+            )
+        return _FLAGS[raw.lower()]
 
     def without_options(self, names: Iterable[str]) -> str:
         """The URL with the named query options removed (to hand the rest to a driver)."""
