@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -24,6 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
 from relay.backends._nats_loop import LoopThread
+from relay.backends._nats_security import TLS_OPTIONS, connect_fix, tls_context
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id
@@ -51,6 +53,7 @@ class NatsClaimBackend:
         window: float = DEFAULT_WINDOW,
         timeout: float = 10.0,
         location: str = "NATS",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not _STREAM_NAME.match(stream):
             raise ConfigurationError(
@@ -62,6 +65,8 @@ class NatsClaimBackend:
         self.timeout = timeout
         self.location = location
         self._servers = servers
+        self._tls = tls
+        self._connect_error: Exception | None = None
         self._loop = LoopThread()
         self._client: Client | None = None
         try:
@@ -76,16 +81,20 @@ class NatsClaimBackend:
         """Connect to the server a ``nats://[user:password@]host:port?strategy=dedup`` URL names.
 
         Options: ``stream`` (default ``RELAY_CLAIMS``), ``window`` in seconds (default 300),
-        ``timeout`` of one request in seconds (default 10).
+        ``timeout`` of one request in seconds (default 10); TLS: ``tlsca``, ``tlscert``,
+        ``tlskey`` (see :mod:`relay.backends._nats_security`).
         """
         parsed = BackendURL(url)
-        parsed.check_options(_OUR_OPTIONS, "the NATS claim backend (strategy=dedup)")
+        parsed.check_options(
+            [*_OUR_OPTIONS, *TLS_OPTIONS], "the NATS claim backend (strategy=dedup)"
+        )
         return cls(
-            parsed.without_options(_OUR_OPTIONS),
+            parsed.without_options([*_OUR_OPTIONS, *TLS_OPTIONS]),
             stream=parsed.option("stream", DEFAULT_STREAM),
             window=parsed.float_option("window", DEFAULT_WINDOW),
             timeout=parsed.float_option("timeout", 10.0),
             location=BackendURL(parsed.without_options(_OUR_OPTIONS)).redacted(),
+            tls=tls_context(parsed),
             **kwargs,
         )
 
@@ -131,7 +140,8 @@ class NatsClaimBackend:
                 allow_reconnect=False,
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0,
-                error_cb=_ignore,
+                error_cb=self._saw,
+                tls=self._tls,
             )
             await self._ensure_stream(client)
         except BaseException:
@@ -173,10 +183,22 @@ class NatsClaimBackend:
 
         return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
 
+    async def _saw(self, exc: Exception) -> None:
+        """nats-py's error callback: keep a TLS failure, which leaves the connect hanging."""
+        if isinstance(exc, ssl.SSLError):
+            self._connect_error = exc
+
     @contextmanager
     def _translated(self) -> Iterator[None]:
         try:
             yield
+        except BackendUnavailable as exc:  # the loop's deadline: say why, if nats-py told us
+            if self._connect_error is None:
+                raise
+            raise BackendUnavailable(
+                f"cannot connect to NATS at {self.location} ({self._connect_error!r}); "
+                f"{connect_fix(self._connect_error)}"
+            ) from exc
         except (
             nats.errors.NoServersError,
             nats.errors.ConnectionClosedError,
@@ -201,7 +223,3 @@ class NatsClaimBackend:
             raise BackendUnavailable(
                 f"NATS at {self.location} did not answer ({exc!r}): check the server and JetStream"
             ) from exc
-
-
-async def _ignore(exc: Exception) -> None:
-    """Connection errors surface through the calls that fail; nats-py would only print them."""

@@ -23,6 +23,7 @@ import json
 import logging
 import random
 import re
+import ssl
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timezone
@@ -39,6 +40,12 @@ from relay.backends._ms import instance_from_fields, ms
 from relay.backends._nats_clock import ServerClock
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
+from relay.backends._nats_security import (
+    TLS_OPTIONS,
+    PermissionWatch,
+    connect_fix,
+    tls_context,
+)
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
 from relay.errors import (
@@ -106,8 +113,11 @@ class NatsLeaseBackend:
         history: int = 5,
         timeout: float = 5.0,
         read_only: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._where = BackendURL(servers).redacted()
+        self._tls = tls
+        self._refusals = PermissionWatch(self._where, bucket)
         self.bucket = bucket
         self._stream = f"KV_{bucket}"
         self._prefix = f"$KV.{bucket}."
@@ -130,7 +140,7 @@ class NatsLeaseBackend:
     def from_url(cls, url: str, **kwargs: Any) -> NatsLeaseBackend:
         """Open the bucket a ``nats://`` (or ``tls://``) URL names; see the class for options."""
         parsed = BackendURL(url)
-        parsed.check_options([*_OPTIONS, "strategy"], "the NATS lease backend")
+        parsed.check_options([*_OPTIONS, *TLS_OPTIONS, "strategy"], "the NATS lease backend")
         bucket = parsed.option("bucket", "relay")
         if not _BUCKET.match(bucket):
             raise ConfigurationError(
@@ -145,8 +155,10 @@ class NatsLeaseBackend:
             "replicas": _int_option(parsed, "replicas", 1, 1, 5),
             "history": _int_option(parsed, "history", 5, 1, 64),
             "timeout": parsed.float_option("timeout", 5.0),
+            "tls": tls_context(parsed),
         }
-        return cls(parsed.without_options([*_OPTIONS, "strategy"]), **options, **kwargs)
+        servers = parsed.without_options([*_OPTIONS, *TLS_OPTIONS, "strategy"])
+        return cls(servers, **options, **kwargs)
 
     @property
     def name(self) -> str:
@@ -552,6 +564,7 @@ class NatsLeaseBackend:
 
         async def on_error(exc: Exception) -> None:
             errors.append(exc)
+            self._refusals.saw(exc)
             log.debug("NATS at %s: %r", self._where, exc)
 
         async def on_disconnect() -> None:
@@ -573,6 +586,7 @@ class NatsLeaseBackend:
                     reconnect_time_wait=1,
                     pending_size=0,
                     connect_timeout=max(1, round(self._timeout)),
+                    tls=self._tls,
                 ),
                 self._timeout * 2,
             )
@@ -580,8 +594,7 @@ class NatsLeaseBackend:
             await nc.close()
             last = errors[-1] if errors else exc
             raise BackendUnavailable(
-                f"cannot connect to NATS at {self._where} ({last!r}); check that the server is "
-                "up and the URL's host, port and credentials"
+                f"cannot connect to NATS at {self._where} ({last!r}); {connect_fix(last)}"
             ) from exc
         return nc
 
@@ -621,6 +634,8 @@ class NatsLeaseBackend:
         """Run a coroutine on the loop; translate every driver error at this boundary."""
         try:
             return self._loop.run(coro, timeout or self._timeout * 3)
+        except BackendUnavailable as exc:
+            raise self._refusals.explain(self._timeout * 3 + 1) or exc from exc.__cause__
         except RelayError:
             raise
         except nats.js.errors.ServiceUnavailableError as exc:
@@ -635,7 +650,10 @@ class NatsLeaseBackend:
             LookupError,
             TypeError,
         ) as exc:
-            raise BackendUnavailable(f"NATS at {self._where} failed: {_describe(exc)}") from exc
+            refused = self._refusals.explain(self._timeout * 3 + 1)
+            raise refused or BackendUnavailable(
+                f"NATS at {self._where} failed: {_describe(exc)}"
+            ) from exc
 
 
 _OLD = "the NATS lease backend needs 2.10 or newer (it reads the server's clock from stream info)"
