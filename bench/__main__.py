@@ -39,6 +39,7 @@ BENCHES = [
     "soak",
     "redbeat",
     "events",
+    "async",
     "metrics",
     "retention",
     "testing",

@@ -27,7 +27,7 @@ from relay_celery.consumer import ConsumerMode, consumer_backend
 from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
 from relay_celery.schedules import schedule_options
-from relay_celery.worker import require_worker_hooks
+from relay_celery.worker import refuse_coroutine_tasks, require_worker_hooks
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
@@ -57,6 +57,7 @@ class RelayScheduler(Scheduler):
         """Read the entries, open the backend and make one Relay job per entry."""
         super().setup_schedule()
         require_worker_hooks(self.app)
+        refuse_coroutine_tasks(self.app)
         self._relay_options = jobs_options(
             self.app.conf.get("relay_jobs"), self._relay_options, self.schedule
         )

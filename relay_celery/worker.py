@@ -15,6 +15,7 @@ Relay owns the retries of scheduled runs on a lease backend: a scheduled task de
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ from celery.worker import state as worker_state
 from relay.backends import Backend, open_backend
 from relay.durations import Duration
 from relay.engine import ActiveRun, Runner, current_run
+from relay.engine.coroutines import is_coroutine_function, not_awaitable
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job
@@ -44,7 +46,14 @@ from relay_celery.config import (
 from relay_celery.consumer import consumer_backend, run_delivery, setup_worker
 from relay_celery.events import bus
 
-__all__ = ["SCHEDULER", "RelayStep", "RetryRequested", "install", "require_worker_hooks"]
+__all__ = [
+    "SCHEDULER",
+    "RelayStep",
+    "RetryRequested",
+    "install",
+    "refuse_coroutine_tasks",
+    "require_worker_hooks",
+]
 
 log = logging.getLogger("relay.celery.worker")
 _WRAPPED = "_relay_wrapped"
@@ -128,6 +137,7 @@ class RelayStep(bootsteps.StartStopStep):
             jobs = None if consumer is None else setup_worker(parent, consumer)
         finally:
             backend.close()
+        refuse_coroutine_tasks(app)
         if settings.capability == "lease":
             _refuse_celery_retries(app)
         hooks = RunHooks(settings, jobs)
@@ -165,6 +175,23 @@ class RelayStep(bootsteps.StartStopStep):
             heartbeat.backend.close()
 
     terminate = stop
+
+
+def refuse_coroutine_tasks(app: Celery) -> None:
+    """Refuse a ``beat_schedule`` entry whose task is ``async def``: Celery cannot run it.
+
+    A Celery worker calls the task and gets a coroutine it never awaits: the run would be
+    recorded succeeded and its work never done. Beat and workers both check, at start.
+    """
+    for entry, values in (app.conf.beat_schedule or {}).items():
+        name = values.get("task") if isinstance(values, dict) else None
+        task = app.tasks.get(name) if isinstance(name, str) else None
+        if task is not None and is_coroutine_function(inspect.unwrap(task.run)):
+            raise ConfigurationError(
+                f"task {name!r} (beat_schedule entry {entry!r}) is async def, but Celery "
+                "workers call tasks synchronously: its coroutine would never run. Make the "
+                "task a plain def that runs the coroutine, such as asyncio.run(main())"
+            )
 
 
 def _refuse_celery_retries(app: Celery) -> None:
@@ -246,7 +273,7 @@ class RunHooks:
 
         def handler(_: Run) -> None:
             try:
-                result.append(body(*args, **kwargs))
+                result.append(not_awaitable(body(*args, **kwargs), body, "Celery"))
             except Exception as exc:
                 errors.append(exc)
                 if _terminating():

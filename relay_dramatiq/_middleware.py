@@ -47,8 +47,8 @@ def current_run() -> Run | None:
     """The run the current actor call performs, or ``None`` (not a run message, or no actor).
 
     The same as :func:`relay.current_run`. Set in the worker thread for the duration of the
-    actor call: synchronous actors see it, ``async def`` actors (run on Dramatiq's event loop
-    thread) do not.
+    actor call: synchronous actors see it, and so do ``async def`` actors (Dramatiq's AsyncIO
+    middleware runs them on its event loop thread in a copy of the worker thread's context).
     """
     return relay_current_run()
 

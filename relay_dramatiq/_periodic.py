@@ -9,8 +9,10 @@ from datetime import tzinfo
 from typing import Any, TypeVar
 
 import dramatiq
+from dramatiq.middleware import AsyncIO
 
 from relay.durations import Duration
+from relay.engine.coroutines import is_coroutine_function
 from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
 from relay.retries import foreign_retries
@@ -60,7 +62,8 @@ def periodic(
     backend; ``jitter`` delays each slot by a fixed hash of ``(actor, slot)`` in ``[0, jitter)``
     seconds. The actor must take no required arguments (run messages carry none); it reads its run
     with :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the actor
-    must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0.
+    must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0. An ``async def``
+    actor needs Dramatiq's ``AsyncIO`` middleware on its broker (workers run it on its loop).
     """
 
     def register(actor: A) -> A:
@@ -70,6 +73,7 @@ def periodic(
         _check_arguments(actor)
         _check_retries(actor)
         check_actor(middleware, actor)
+        _check_coroutine(actor)
         if actor in _registry:
             raise ConfigurationError(f"actor {actor.actor_name!r} is already periodic")
         job = make_job(
@@ -137,6 +141,20 @@ def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:
             f"{', '.join(required)}, but run messages carry none: give them defaults, "
             "and read the run with relay_dramatiq.current_run()"
         )
+
+
+def _check_coroutine(actor: dramatiq.Actor[Any, Any]) -> None:
+    """Refuse an ``async def`` actor that Dramatiq's workers could not run: no AsyncIO loop."""
+    if not is_coroutine_function(inspect.unwrap(actor.fn)):
+        return
+    if any(isinstance(m, AsyncIO) for m in actor.broker.middleware):
+        return
+    raise ConfigurationError(
+        f"periodic actor {actor.actor_name!r} is async def, but its broker has no AsyncIO "
+        "middleware, so workers could not run it and every attempt would fail: call "
+        "broker.add_middleware(dramatiq.middleware.AsyncIO()) where the broker is created, "
+        "or make the actor a plain def"
+    )
 
 
 def _check_retries(actor: dramatiq.Actor[Any, Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -10,14 +12,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import tzinfo
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any, Generic, Literal, TypeVar, overload
+
+from typing_extensions import Self
 
 from relay.backends import open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
+from relay.engine.coroutines import call_handler, is_coroutine_function
 from relay.engine.dispatching import Dispatcher
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.events import Event, EventBus
@@ -39,7 +45,7 @@ log = logging.getLogger("relay.scheduler")
 
 BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
 Handler = Callable[[Run], Any]
-"""A job's function: called with the :class:`~relay.Run` it should perform."""
+"""A job's function: called with the :class:`~relay.Run` it should perform; ``async def`` too."""
 H = TypeVar("H", bound=Handler)
 EventT = TypeVar("EventT", bound=Event)
 
@@ -59,6 +65,9 @@ class Scheduler(Generic[BackendT]):
     run) is how long finished runs are kept: every instance's sweep prunes older ones in small
     batches. ``tick`` is how often the instance looks for due runs; ``clock`` (seconds since the
     epoch) decides which slots are due and exists for tests.
+
+    :meth:`run` blocks; in an asyncio application, ``await scheduler.serve()`` (or
+    ``async with scheduler:``) runs the instance inside the application's event loop.
     """
 
     @overload
@@ -159,6 +168,10 @@ class Scheduler(Generic[BackendT]):
         self._unstarted: list[threading.Thread] = []
         self._active: set[ActiveRun] = set()
         self._stopping = threading.Event()
+        self._serving: asyncio.AbstractEventLoop | None = None
+        """The event loop :meth:`serve` runs in: coroutine handlers run there as its tasks."""
+        self._wake: asyncio.Event | None = None
+        self._serve_task: asyncio.Task[None] | None = None
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
         self._dispatcher = self.backend if isinstance(self.backend, Dispatcher) else None
 
@@ -226,6 +239,12 @@ class Scheduler(Generic[BackendT]):
         ``catch_up`` (seconds of missed slots to run after downtime, default 0); ``stale_after``
         and ``jitter`` (each slot starts a fixed, hashed delay in ``[0, jitter)`` late) work
         everywhere. Options are validated here, once.
+
+        An ``async def`` function runs to its end on an event loop (the one :meth:`serve` runs
+        in, or a new one for the run under :meth:`run`), and so does an awaitable a plain
+        function returns; once the run is lost it is cancelled (``asyncio.CancelledError``
+        where it awaits), as it is when a stop hands it over. RabbitMQ consumer mode refuses
+        ``async def`` functions.
         """
         if bare:  # @scheduler.job without parentheses passes the function here
             raise ConfigurationError(
@@ -235,6 +254,7 @@ class Scheduler(Generic[BackendT]):
 
         def register(handler: H) -> H:
             check_handler(handler, name)
+            self._check_coroutine(handler, name)
             job = make_job(
                 self.backend,
                 name=handler.__qualname__ if name is None else name,
@@ -260,18 +280,69 @@ class Scheduler(Generic[BackendT]):
         """
         restore = self._install_signal_handlers()
         try:
-            if self._dispatcher is not None:
-                self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
+            self._serve_dispatcher()
             self._loop()
         finally:
-            self.shutdown()
+            self._close()
             restore()
-            if self._owns_backend:
-                self.backend.close()
+
+    async def serve(self) -> None:
+        """Run this instance inside the running event loop until :meth:`stop` or cancellation.
+
+        For asyncio applications (FastAPI, Starlette, aiohttp): the loop is never blocked. Store
+        calls run in a thread of the instance's own, plain handlers in the run threads, and
+        ``async def`` handlers as tasks of this loop.
+        When the task is cancelled (the application shuts down) or :meth:`stop` is called, it
+        stops as :meth:`run` does: runs get ``stop_timeout`` to finish, the rest are handed
+        over (coroutines cancelled), and a backend opened from a URL is closed; a cancelled
+        task then raises ``CancelledError``. No signal handler is installed: the app owns them.
+        """
+        loop = self._serving = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        # A thread of its own for the store's calls: a busy default executor must not delay ticks.
+        store = ThreadPoolExecutor(1, thread_name_prefix=f"relay-serve-{self.owner}")
+        try:
+            await loop.run_in_executor(store, self._serve_dispatcher)
+            while not self._stopping.is_set():
+                step = loop.run_in_executor(store, self._step)
+                try:
+                    next_in = (await asyncio.shield(step)).next_in
+                except asyncio.CancelledError:
+                    await asyncio.wait({step})  # the step in flight ends before the hand-over
+                    raise
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), next_in)
+        finally:
+            try:
+                await asyncio.shield(loop.run_in_executor(store, self._close))
+            finally:
+                store.shutdown(wait=False)
+
+    async def __aenter__(self) -> Self:
+        """Start :meth:`serve` as a task of the running loop (an error it ends with is logged
+        at once, and raised when the block is left)."""
+        self._serve_task = asyncio.ensure_future(self.serve())
+        self._serve_task.add_done_callback(_log_failure)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop, hand over what will not finish, and wait for :meth:`serve` to return."""
+        self.stop()
+        if self._serve_task is not None:
+            await self._serve_task
 
     def stop(self) -> None:
-        """Ask :meth:`run` to return; safe from any thread or signal handler."""
+        """Ask :meth:`run` or :meth:`serve` to return; safe from any thread or signal handler."""
         self._stopping.set()
+        loop, wake = self._serving, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: serve() is over
+                loop.call_soon_threadsafe(wake.set)
 
     def run_pending(self) -> list[Run]:
         """One tick: decide due runs and take over abandoned ones; start what was won.
@@ -305,6 +376,25 @@ class Scheduler(Generic[BackendT]):
             unfinished = list(self._active)
         for active in unfinished:
             active.release()
+
+    def _serve_dispatcher(self) -> None:
+        if self._dispatcher is not None:  # RabbitMQ consumer mode: its consumers run the runs
+            self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
+
+    def _close(self) -> None:
+        self.shutdown()
+        if self._owns_backend:
+            self.backend.close()
+
+    def _check_coroutine(self, handler: Handler, name: str | None) -> None:
+        if self._dispatcher is None or not is_coroutine_function(handler):
+            return
+        label = name or getattr(handler, "__qualname__", repr(handler))
+        raise ConfigurationError(
+            f"job {label!r} is async def, but RabbitMQ consumer mode (mode=consumer) calls "
+            "handlers on its consumer threads, synchronously: make it a plain def (it may call "
+            "asyncio.run(...)), or use a lease backend, where async handlers run on an event loop"
+        )
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -368,8 +458,9 @@ class Scheduler(Generic[BackendT]):
         if stopping:
             active.release()  # the instance stopped while this run was starting
             return
+        loop = self._serving
         try:
-            active.call(handler)
+            active.call(lambda run: call_handler(handler, run, loop))
         finally:
             with self._lock:
                 self._active.discard(active)
@@ -389,3 +480,8 @@ class Scheduler(Generic[BackendT]):
                 signal.signal(sig, handler)
 
         return restore
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the scheduler stopped serving", exc_info=task.exception())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import relay
@@ -18,6 +19,19 @@ by_url = relay.Scheduler("sqlite:///relay.db", lease=30, heartbeat=10)
 def refresh(run: relay.Run) -> None:
     token: int = run.token
     print(run.id, run.job, run.scheduled_for, run.attempt, token)
+
+
+@by_url.job(every=60, name="async_refresh")
+async def async_refresh(run: relay.Run) -> None:
+    await asyncio.sleep(0)
+
+
+async def serve_inside_an_app() -> None:
+    async with by_url as scheduler:
+        owner: str = scheduler.owner
+        print(owner)
+    serving: asyncio.Task[None] = asyncio.ensure_future(leases.serve())
+    serving.cancel()
 
 
 leases = relay.Scheduler(SQLiteLeaseBackend("relay.db"), lease=timedelta(seconds=30))

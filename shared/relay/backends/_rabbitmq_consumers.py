@@ -27,6 +27,7 @@ from pika.exceptions import AMQPError
 
 from relay.backends._amqp import connect
 from relay.backends._rabbitmq_outcomes import HANDED_OVER
+from relay.engine.coroutines import not_awaitable
 from relay.engine.looping import MAX_BACKOFF
 from relay.engine.running import Runner
 from relay.errors import RelayError
@@ -180,7 +181,7 @@ class JobConsumers:
 
         def call(run: Run) -> None:
             try:
-                handler(run)
+                not_awaitable(handler(run), handler, "RabbitMQ consumer mode")
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 raise

@@ -259,6 +259,10 @@ class ActiveRun:
         self._stop_heartbeat()
         if not self.lost:
             self.runner.release(self.run)
+        # Handed over, the attempt no longer owns the run: a coroutine still going is
+        # cancelled, and nothing more is recorded for it.
+        self.lost = True
+        self.run.lost.set()
 
     def abandon(self) -> None:
         """Stop heartbeating and record nothing, as a process that died would: the lease runs
