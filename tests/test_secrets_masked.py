@@ -35,6 +35,7 @@ from tests.support.rabbitmq_users import rabbitmq_user
 from tests.support.tls import free_port
 
 CANARY = "Canary-7f3a9c-pw"
+WRONG = f"{CANARY}-wrong"
 UrlFactory = Callable[[Path], AbstractContextManager[str]]
 PAGES = """
 import json
@@ -172,7 +173,8 @@ def _commands(url: str, lease: bool, tmp_path: Path) -> dict[str, str]:
         failed += [] if done.exit_code == 0 else [line[0]]
     outputs["timeline page"] = page.read_text() if page.exists() else ""
     if lease:  # every command worked: its output is a real one, not an error
-        assert not failed and 'data-job="fails"' in outputs["timeline page"], outputs
+        assert not failed, {name: outputs[name] for name in outputs if name.split()[0] in failed}
+        assert 'data-job="fails"' in outputs["timeline page"]
     return outputs
 
 
@@ -186,15 +188,17 @@ def _control(url: str) -> dict[str, str]:
 
 
 def _refused(url: str) -> dict[str, str]:
-    """A URL whose port has no server: the error's whole chain, from Python and the CLI."""
+    """A URL whose port has no server, or with a wrong password: each error's whole chain."""
     parts = urlsplit(url)
     closed = urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0] + f":{free_port()}"))
     outputs = {}
-    try:
-        relay.open_backend(closed).close()
-        outputs["open_backend on a closed port"] = "opened?"
-    except Exception as exc:  # the chain goes to logs and tracebacks: all of it must be clean
-        outputs["open_backend on a closed port"] = "".join(traceback.format_exception(exc))
+    # A wrong password (the canary, longer): RabbitMQ refuses it; the others take any password.
+    for what, bad in (("a closed port", closed), ("a wrong password", url.replace(CANARY, WRONG))):
+        try:
+            relay.open_backend(bad).close()
+            outputs[f"open_backend with {what}"] = "opened"
+        except Exception as exc:  # the chain goes to logs and tracebacks: all of it must be clean
+            outputs[f"open_backend with {what}"] = "".join(traceback.format_exception(exc))
     done = CliRunner().invoke(main, ["runs", "--backend", closed])
     outputs["relay runs on a closed port"] = f"{done.output}{done.exception!r}"
     return outputs
