@@ -8,8 +8,9 @@ tracebacks and extra fields), every event the hooks receive, Prometheus metrics,
 and errors, the timeline page, the refused connection's whole exception chain, and for lease
 stores the Django admin pages and system checks. The canary must be in none of them.
 
-The servers accept the canary: PostgreSQL trusts loopback, the shared Redis's default user and
-the test NATS take any password, and RabbitMQ gets a user and vhost of the test's own.
+The canary is a password (PostgreSQL also as libpq's ``password`` option, NATS also as a token).
+The servers accept it: PostgreSQL trusts loopback, the shared Redis's default user and the test
+NATS take any password, and RabbitMQ gets a user and vhost of the test's own.
 """
 
 from __future__ import annotations
@@ -53,18 +54,25 @@ print(json.dumps(out))
 """
 
 
-def _with_canary(url: str, user: str) -> str:
-    """``url`` logging in as its user (or ``user``) with the canary password."""
+def _login(url: str, login: str) -> str:
+    """``url`` with ``login`` (``user:password`` or a NATS token) before its host."""
     parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or user}:{CANARY}@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{login}@{parts.netloc.rpartition('@')[2]}"))
 
 
-def _canary(factory: UrlFactory, user: str) -> UrlFactory:
+def _canary(factory: UrlFactory, user: str, where: str = "password") -> UrlFactory:
+    """``factory``'s URLs with the canary as the password of ``user`` (or of the URL's user),
+    as a NATS token (``where="token"``), or as libpq's ``password`` option (``"query"``)."""
+
     @contextmanager
     def made(tmp_path: Path) -> Iterator[str]:
         with factory(tmp_path) as url:
-            yield _with_canary(url, user)
+            if where == "token":
+                yield _login(url, CANARY)
+            elif where == "query":
+                yield f"{url}&password={CANARY}"
+            else:
+                yield _login(url, f"{urlsplit(url).username or user}:{CANARY}")
 
     return made
 
@@ -80,7 +88,13 @@ def _rabbitmq(tmp_path: Path, mode: str | None = None) -> Iterator[str]:
 STORES = [
     pytest.param(_canary(postgres_lease, "postgres"), True, marks=pytest.mark.postgres, id="pg"),
     pytest.param(_canary(redis_lease, "default"), True, marks=pytest.mark.redis, id="redis"),
+    pytest.param(
+        _canary(postgres_lease, "postgres", "query"), True, marks=pytest.mark.postgres, id="pg-q"
+    ),
     pytest.param(_canary(nats_kv_lease, "relay"), True, marks=pytest.mark.nats, id="nats-kv"),
+    pytest.param(
+        _canary(nats_kv_lease, "", "token"), True, marks=pytest.mark.nats, id="nats-token"
+    ),
     pytest.param(
         _canary(redis_claim("script"), "default"), False, marks=pytest.mark.redis, id="redis-claim"
     ),

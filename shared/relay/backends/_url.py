@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -11,6 +12,8 @@ from relay.errors import ConfigurationError
 
 __all__ = ["BackendURL"]
 
+_TOKEN_SCHEMES = ("nats", "tls")
+_SECRET_VALUE = re.compile(r"((?:^|&)(?i:password|sslpassword|token)=)[^&]*")
 _FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -122,8 +125,13 @@ class BackendURL:
         return urlunsplit(self.parts._replace(query="&".join(kept)))
 
     def redacted(self) -> str:
-        """The URL with any password replaced by ``***``, for messages."""
-        if self.parts.password is None:
-            return self.url
-        netloc = self.parts.netloc.replace(f":{self.parts.password}@", ":***@")
-        return urlunsplit(self.parts._replace(netloc=netloc))
+        """The URL with any secret replaced by ``***``, for messages: the password, a NATS token
+        (``nats://TOKEN@host``: a user name with no password), and the query options that carry
+        one (``password``, ``sslpassword``, ``token``)."""
+        netloc, query = self.parts.netloc, self.parts.query
+        if self.parts.password is not None:
+            netloc = netloc.replace(f":{self.parts.password}@", ":***@")
+        elif self.scheme in _TOKEN_SCHEMES and "@" in netloc:
+            netloc = "***@" + netloc.rpartition("@")[2]
+        query = _SECRET_VALUE.sub(r"\1***", query)
+        return urlunsplit(self.parts._replace(netloc=netloc, query=query))
