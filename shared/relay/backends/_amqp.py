@@ -104,9 +104,9 @@ def connect(parameters: pika.connection.Parameters) -> pika.BlockingConnection:
         return pika.BlockingConnection(parameters)
     except ssl.SSLCertVerificationError as exc:
         raise AMQPConnectionError(
-            f"TLS refused: {exc.verify_message or exc}; the broker's certificate did not verify: "
-            "give the CA that signed it in the URL (?cacertfile=/path/ca.pem), and reach the "
-            "broker by a host name its certificate names"
+            f"TLS refused, certificate verify failed ({exc.verify_message or exc}): the broker's "
+            "certificate did not verify: give the CA that signed it in the URL "
+            "(?cacertfile=/path/ca.pem), and reach the broker by a host name its certificate names"
         ) from exc
     except ssl.SSLError as exc:
         raise AMQPConnectionError(
