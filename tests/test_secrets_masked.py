@@ -91,9 +91,9 @@ STORES = [
     pytest.param(
         _canary(postgres_lease, "postgres", "query"), True, marks=pytest.mark.postgres, id="pg-q"
     ),
-    pytest.param(_canary(nats_kv_lease, "relay"), True, marks=pytest.mark.nats, id="nats-kv"),
+    pytest.param(_canary(nats_kv_lease, "relay"), True, marks=pytest.mark.nats_kv, id="nats-kv"),
     pytest.param(
-        _canary(nats_kv_lease, "", "token"), True, marks=pytest.mark.nats, id="nats-token"
+        _canary(nats_kv_lease, "", "token"), True, marks=pytest.mark.nats_kv, id="nats-token"
     ),
     pytest.param(
         _canary(redis_claim("script"), "default"), False, marks=pytest.mark.redis, id="redis-claim"

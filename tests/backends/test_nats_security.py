@@ -20,7 +20,7 @@ from relay.errors import BackendUnavailable, ConfigurationError
 from tests.support.nats_locked import locked_nats
 from tests.support.tls import Certificates, certificates
 
-pytestmark = pytest.mark.nats
+pytestmark = pytest.mark.nats_kv
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 BUCKET = "app_relay"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -101,6 +101,7 @@ def _tls(certs: Certificates, *, verify: bool = False) -> str:
     )
 
 
+@pytest.mark.slow
 def test_a_tls_only_server_with_the_ca_in_the_url(tmp_path: Path) -> None:
     certs = certificates(tmp_path / "certs")
     with locked_nats(tmp_path / "nats", _tls(certs)) as port:
@@ -115,6 +116,7 @@ def test_a_tls_only_server_with_the_ca_in_the_url(tmp_path: Path) -> None:
             _leases(f"tls://localhost:{port}?bucket={BUCKET}&timeout=1&tlsca={certs.ca}")
 
 
+@pytest.mark.slow
 def test_client_certificates_where_the_server_asks(tmp_path: Path) -> None:
     certs = certificates(tmp_path / "certs")
     with locked_nats(tmp_path / "nats", _tls(certs, verify=True)) as port:
@@ -132,6 +134,7 @@ def test_tls_options_are_checked_when_the_backend_is_created(tmp_path: Path) -> 
         open_backend(f"tls://127.0.0.1:1?tlsca={tmp_path}/missing.pem")
 
 
+@pytest.mark.slow
 def test_the_dedup_claim_strategy_over_tls(tmp_path: Path) -> None:
     certs = certificates(tmp_path / "certs")
     with locked_nats(tmp_path / "nats", _tls(certs, verify=True)) as port:

@@ -62,6 +62,7 @@ def test_the_claim_backend_runs_with_its_queues_only(limited: RabbitUser) -> Non
             connection.close()
 
 
+@pytest.mark.slow
 def test_consumer_mode_runs_with_its_queues_only(limited: RabbitUser, tmp_path: Path) -> None:
     limited.allow("relay")
     url = limited.url(mode="consumer", prefix="relay", retention="120")
