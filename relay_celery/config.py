@@ -4,7 +4,8 @@ Both feed the core's one settings reader, :func:`relay.settings.from_mapping`, a
 against the backend once, when beat or the worker starts. Lowest first: the options given to
 ``relay_celery.install(app, ...)``, then ``settings.RELAY``, then ``app.conf.relay_*``
 (``CELERY_RELAY_*`` in Django). A ``relay_*`` key Relay does not know stops the process, and so
-does a missing backend, unless the app's broker is a Redis every beat and worker already shares.
+does a missing backend, unless the app's broker is a Redis every beat and worker already shares
+(directly, or through Redis Sentinel).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from relay.backends._url import BackendURL
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options
 from relay.settings import Settings, django_backend, from_mapping, unknown_settings
+from relay_celery._sentinel import is_sentinel_broker, sentinel_store_url
 
 __all__ = [
     "CONF_KEYS",
@@ -118,8 +120,21 @@ def _unknown(key: str) -> bool:
 
 
 def _broker_backend(app: Celery) -> str:
-    """The app's broker URL if it is Redis (a store every beat and worker shares), else refuse."""
+    """The app's broker URL if it is Redis (a store every beat and worker shares), else refuse.
+
+    kombu's Redis Sentinel broker (``sentinel://…;sentinel://…``) becomes the same store
+    reached through the same sentinels, a ``redis+sentinel://`` URL.
+    """
     broker = app.conf.broker_url
+    if is_sentinel_broker(broker):
+        options = app.conf.broker_transport_options or {}
+        url = sentinel_store_url(broker, options, app.conf.broker_use_ssl)
+        log.info(
+            "relay: relay_backend is not set; deciding runs on the broker's Redis, through its "
+            "sentinels (%s)",
+            BackendURL(url).redacted(),
+        )
+        return url
     redis = isinstance(broker, str) and urlsplit(broker).scheme.lower() in _REDIS_SCHEMES
     if isinstance(broker, str) and redis and ";" not in broker:
         log.info(
@@ -134,7 +149,7 @@ def _broker_backend(app: Celery) -> str:
         "Relay has no backend: set app.conf.relay_backend (CELERY_RELAY_BACKEND or "
         "RELAY['BACKEND'] with Django) to a store every beat and worker shares, such as "
         "'postgresql://…' or 'redis://…'. Without it Relay uses the app's broker only when that "
-        f"is Redis, and this app's broker is {described}"
+        f"is Redis or Redis Sentinel, and this app's broker is {described}"
     )
 
 

@@ -21,7 +21,7 @@ from dramatiq.worker import Worker
 from relay.backends import LEASE_BACKENDS, one_host_warning, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, Runner
+from relay.engine import ActiveRun, FinishLimit, Runner
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
@@ -131,6 +131,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         self._lock = threading.Lock()
         self._active: dict[int, tuple[ActiveRun, Any]] = {}
         self._heartbeat: InstanceHeartbeat | None = None
+        self._finish_limit = FinishLimit()
         warning = one_host_warning(self.backend)
         if warning is not None:
             log.warning("relay: %s", warning)
@@ -152,7 +153,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         owner = f"{self.owner}/{threading.current_thread().name}"
         return Runner(
             self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat,
-            events=self.events,
+            events=self.events, finish_limit=self._finish_limit,
         )  # fmt: skip
 
     # -- Dramatiq hooks ----------------------------------------------------------------------
@@ -221,7 +222,9 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         _consumer.serve(self)  # RabbitMQ consumer mode: Relay's consumers of the run queues
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
-        """Stop the heartbeat: the record expires on its own."""
+        """Stop the heartbeat: the record expires on its own. A finish the store does not
+        answer is retried for one lease more at most, then reported abandoned."""
+        self._finish_limit.stop_within(self.lease)
         _consumer.stop_serving(self)  # RabbitMQ consumer mode: hand unfinished runs over
         if self._heartbeat is not None:
             self._heartbeat.stop()

@@ -236,7 +236,7 @@ def _slot(run_id: str) -> float:
 
 
 @pytest.mark.redis
-def test_a_run_whose_end_the_store_could_not_record_is_reported_abandoned_and_runs_again(
+def test_a_run_that_finished_while_the_store_was_down_is_recorded_once_it_is_back(
     tmp_path: Path,
 ) -> None:
     durable = ("--appendonly", "yes", "--appendfsync", "always")  # the run's record survives
@@ -245,12 +245,39 @@ def test_a_run_whose_end_the_store_could_not_record_is_reported_abandoned_and_ru
     ) as group:  # fmt: skip
         runner = group.start("a")
         started = group.wait("the run", "started", owner=runner)
-        group.start("b")
+        backup = group.start("b")
+        wait_up(server.url, backup)
         server.kill()  # while the handler works: its finish finds no store
+        time.sleep(4 + 2)  # down for longer than the lease
+        server.start()
+        done = group.wait("the finish", "succeeded", run_id=started["relay_run_id"])
+        group.wait("b sees the store back", "store_recovered")
+        time.sleep(4 + 1.5)  # b's grace (one lease) is over: it sweeps again
+        group.stop("a")
+        group.stop("b")
+    assert done["relay_owner"] == runner and done["relay_token"] == started["relay_token"]
+    assert group.events("abandoned") == [] and group.events("taken_over") == []
+    assert len(group.events("started", run_id=started["relay_run_id"])) == 1
+
+
+@pytest.mark.redis
+def test_a_finish_a_stopping_instance_could_not_record_is_abandoned_and_runs_again(
+    tmp_path: Path,
+) -> None:
+    durable = ("--appendonly", "yes", "--appendfsync", "always")
+    with own_redis(tmp_path, *durable) as server, instances(
+        tmp_path, server.url, lease=4, heartbeat=0.5, every=60, work=2
+    ) as group:  # fmt: skip
+        runner = group.start("a")
+        started = group.wait("the run", "started", owner=runner)
+        backup = group.start("b")
+        wait_up(server.url, backup)
+        server.kill()  # while the handler works: its finish finds no store
+        time.sleep(2 + 1)  # the handler is done: its finish is being retried
+        group.stop("a")  # its stop_timeout (1 s) bounds the retries: the finish is given up
         abandoned = group.wait("the give-up", "abandoned", owner=runner)
         server.start()
         again = group.wait("the run again", "succeeded", run_id=started["relay_run_id"])
-        group.stop("a")
         group.stop("b")
     assert len(group.events("abandoned")) == 1
     assert abandoned["levelname"] == "ERROR"
@@ -260,3 +287,12 @@ def test_a_run_whose_end_the_store_could_not_record_is_reported_abandoned_and_ru
     assert again["relay_attempt"] == 2
     taken = group.events("taken_over", run_id=started["relay_run_id"])
     assert len(taken) == 1 and taken[0]["relay_previous_owner"] == runner
+
+
+def wait_up(url: str, owner: str) -> None:
+    """Wait until the instance ``owner`` recorded its own heartbeat: its loop is stepping."""
+    backend = open_backend(url)
+    try:
+        wait_for(lambda: any(i.owner == owner for i in backend.instances()), 30)
+    finally:
+        backend.close()

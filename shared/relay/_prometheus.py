@@ -26,6 +26,7 @@ from relay.events import (
     RunExhausted,
     RunFailed,
     RunHandedOver,
+    RunLeaseLost,
     RunSkipped,
     RunsMissed,
     RunStarted,
@@ -55,7 +56,7 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
 """Seconds: periodic jobs last from milliseconds to an hour."""
 COUNTED: frozenset[type[Event]] = frozenset(
     {RunStarted, RunSucceeded, RunFailed, RunExhausted, RunSkipped, RunsMissed, RunTakenOver,
-     RunHandedOver, FencedOff, RunAbandoned, StoreUnavailable}
+     RunHandedOver, FencedOff, RunAbandoned, RunLeaseLost, StoreUnavailable}
 )  # fmt: skip
 """The event types that move a metric; the others are not even queued."""
 
@@ -90,6 +91,9 @@ class MetricSet:
             "runs_abandoned", "Runs whose end the store could not record", ["job", "operation"],
             **kw,
         )  # fmt: skip
+        self.leases_lost = counter(
+            "leases_lost", "Runs let go as their lease could not be renewed in time", ["job"], **kw
+        )
         self.store_down = counter("store_unavailable", "Times the store could not answer", **kw)
         self.start_delay = histogram(
             "run_start_delay_seconds", "Seconds from a run's slot to its start", ["job"],
@@ -263,6 +267,11 @@ def _handlers(m: MetricSet) -> dict[type[Event], Callable[[Any], None]]:
         m.ended((e.run_id, e.token))
         m.child(m.abandoned, e.job, e.operation or "unknown").inc()
 
+    def lease_lost(e: RunLeaseLost) -> None:
+        # Let go: another instance may hold the run now, whatever the handler still does.
+        m.ended((e.run_id, e.token))
+        m.child(m.leases_lost, e.job).inc()
+
     return {
         RunStarted: started,
         RunSucceeded: succeeded,
@@ -274,5 +283,6 @@ def _handlers(m: MetricSet) -> dict[type[Event], Callable[[Any], None]]:
         RunHandedOver: lambda e: m.ended((e.run_id, e.token)),
         FencedOff: fenced,
         RunAbandoned: abandoned,
+        RunLeaseLost: lease_lost,
         StoreUnavailable: lambda e: m.store_down.inc(),
     }

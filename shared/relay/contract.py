@@ -27,6 +27,11 @@ Rules every lease backend follows:
 * An operation carrying a token that is not the run's current one raises
   :class:`~relay.errors.LeaseLost` and changes nothing.
 * Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`, never a driver error.
+  A store that replicates may raise :class:`~relay.errors.NotAcknowledged` (one of them) for a step
+  its primary did but too few replicas confirmed: the caller treats the step as not done and
+  may send it again, so a step that changes a run is safe to repeat: a second ``acquire`` answers
+  ``HELD``, a second ``release`` or ``heartbeat`` is refused or renews, and a second ``finish`` by
+  the same token returns what the first recorded.
 """
 
 from __future__ import annotations
@@ -224,7 +229,14 @@ class LeaseBackend(Protocol):
 
         Success gives ``SUCCEEDED``. Failure gives ``PENDING`` (any instance may retry it at once)
         while the run has failed fewer than its ``max_attempts`` times, then ``FAILED``.
-        Raises ``LeaseLost`` for a token that is not current or a run that is not running.
+
+        The same finish sent again by the token that finished the run (its answer was lost, or
+        its replicas did not confirm it) returns the state that finish recorded and changes
+        nothing: a failure is not counted twice. Otherwise raises ``LeaseLost`` for a token that
+        is not current or a run that is not running (handed over, or recorded failed or skipped
+        by an acquire), and heartbeat, start and release of a finished run stay refused. A token
+        still current is accepted even after its lease's time ran out: nobody took the run over,
+        so a runner cut off from the store longer than its lease records what it did.
         """
         ...
 
@@ -232,7 +244,9 @@ class LeaseBackend(Protocol):
         """Hand the run over: it becomes ``PENDING`` and any instance may lease it at once.
 
         Used on a graceful stop. Not a failure: it does not count against ``max_attempts``.
-        Raises ``LeaseLost`` like :meth:`heartbeat`.
+        A run not started yet (:meth:`start` was never called for this token: a won run its store
+        did not confirm, or that could not be dispatched) also gives its attempt back: the next
+        lease has the same attempt number. Raises ``LeaseLost`` like :meth:`heartbeat`.
         """
         ...
 

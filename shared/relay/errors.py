@@ -24,7 +24,11 @@ Drivers' own exceptions never leave a backend: each backend translates them at i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # relay.runs builds on this module
+    from relay.runs import Run
 
 __all__ = [
     "BackendError",
@@ -97,6 +101,11 @@ class NotAcknowledged(BackendUnavailable):
     won run it was not acknowledged for (it hands it back, spending no attempt), and it sends a
     finish again until one is acknowledged. The message names the replicas asked for and found.
     """
+
+    def __init__(self, message: str, won: Sequence[Run] = ()) -> None:
+        super().__init__(message)
+        self.won = tuple(won)
+        """The runs an acquire won on the primary: leased there, to be handed back, not run."""
 
 
 class StoreNotFound(BackendError):

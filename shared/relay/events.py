@@ -36,6 +36,7 @@ __all__ = [
     "RunExhausted",
     "RunFailed",
     "RunHandedOver",
+    "RunLeaseLost",
     "RunLost",
     "RunPickedUp",
     "RunRetried",
@@ -267,6 +268,29 @@ class RunAbandoned(RunEvent):
 
 
 @dataclass(frozen=True)
+class RunLeaseLost(RunEvent):
+    """This runner could not renew the run's lease before its time ran out (the store did not
+    answer for ``silent_for`` seconds, longer than ``lease``), so it lets the run go: ``run.lost``
+    is set and it heartbeats no more. Another instance may take the run over; the handler, told
+    by ``run.lost`` / ``run.check()``, should stop. A finish it still records with its token is
+    accepted if nobody took the run over meanwhile."""
+
+    type: ClassVar[str] = "lease_lost"
+    level: ClassVar[int] = logging.ERROR
+    error: str = ""
+    silent_for: float = 0.0
+    lease: float = 0.0
+
+    def message(self) -> str:
+        return (
+            f"let {self.run_id} go (attempt {self.attempt}, token {self.token}): its lease could "
+            f"not be renewed for {self.silent_for:.1f}s, longer than the {self.lease:g}s lease "
+            f"({self.error}); another instance may take it over, and run.lost tells the handler "
+            "to stop"
+        )
+
+
+@dataclass(frozen=True)
 class RunSkipped(RunEvent):
     """The run was recorded skipped and will never run; ``reason``: overlap, stale or paused."""
 
@@ -360,16 +384,22 @@ class StoreUnavailable(Event):
 
 @dataclass(frozen=True)
 class StoreRecovered(Event):
-    """The store answers again after ``down_for`` seconds."""
+    """The store answers again after ``down_for`` seconds. On a lease backend the instance
+    takes no expired run over for ``takeover_in`` seconds more: runners cut off by the outage
+    record their finishes first."""
 
     type: ClassVar[str] = "store_recovered"
     level: ClassVar[int] = logging.WARNING
     backend: str
     owner: str
     down_for: float
+    takeover_in: float = 0.0
 
     def message(self) -> str:
-        return f"{self.backend} answers again after {self.down_for:.1f}s"
+        then = ""
+        if self.takeover_in:
+            then = f"; expired runs are taken over in {self.takeover_in:g}s"
+        return f"{self.backend} answers again after {self.down_for:.1f}s{then}"
 
 
 E = TypeVar("E", bound=Event)

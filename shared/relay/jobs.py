@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend
+from relay.deadlines import check_deadline
 from relay.durations import (
     MIN_HEARTBEAT,
     MIN_LEASE,
@@ -197,7 +198,8 @@ def check_scheduler_options(
     of the lease (at most 10 s); the lease is at least :data:`~relay.durations.MIN_LEASE` (1 s),
     the heartbeat at least :data:`~relay.durations.MIN_HEARTBEAT` (0.1 s) and shorter than the
     lease, so a live runner renews before it expires. A queue lease (Celery, Dramatiq) must be at
-    least the lease, so these floors hold for it too.
+    least the lease, so these floors hold for it too. One store call must end within the lease
+    (:func:`relay.deadlines.check_deadline`: refused if the URL's ``timeout`` says otherwise).
     """
     if backend.capability == "claim":
         for option, value in {"lease": lease, "heartbeat": heartbeat}.items():
@@ -216,6 +218,7 @@ def check_scheduler_options(
             "or a live runner loses its lease between two heartbeats: "
             "a third of the lease is a good heartbeat"
         )
+    check_deadline(backend, lease_s)
     return lease_s, heartbeat_s
 
 

@@ -25,6 +25,8 @@ Metrics (every name starts with ``namespace``, ``relay`` by default):
                                                 ``job`` and ``operation``
 ``relay_runs_abandoned_total``      counter     runs whose end the store could not record, by
                                                 ``job`` and ``operation`` (``finish``, ``release``)
+``relay_leases_lost_total``         counter     runs let go as their lease could not be renewed
+                                                in time (the store did not answer), by ``job``
 ``relay_store_unavailable_total``   counter     times the store could not be reached
 ``relay_run_start_delay_seconds``   histogram   from a run's slot to its start, by ``job``
 ``relay_run_duration_seconds``      histogram   from an attempt's start to its end, by ``job``

@@ -42,6 +42,9 @@ from relay.runs import Run
 __all__ = ["Handler", "Scheduler", "default_owner"]
 
 log = logging.getLogger("relay.scheduler")
+_LAST_FINISH = 5.0
+"""Seconds a stop waits, after ``stop_timeout``, for a finish's last try to end (a store call
+has a deadline: this is more than the default one)."""
 
 BackendT = TypeVar("BackendT", ClaimBackend, LeaseBackend)
 Handler = Callable[[Run], Any]
@@ -367,8 +370,11 @@ class Scheduler(Generic[BackendT]):
 
         Runs not yet started are handed over at once. A run still going after ``stop_timeout``
         is handed over too, and its thread is abandoned: another instance takes the run at once.
+        A finish the store does not answer is retried for ``stop_timeout`` at most, then reported
+        abandoned (its lease runs out and another instance takes the run over).
         """
         self._stopping.set()
+        self.runner.stop_finishing(self.stop_timeout)
         if self._dispatcher is not None:  # its consumers wait, then hand their runs over
             self._dispatcher.stop_serving(self.stop_timeout)
         self.join(self.stop_timeout)
@@ -376,6 +382,8 @@ class Scheduler(Generic[BackendT]):
             unfinished = list(self._active)
         for active in unfinished:
             active.release()
+        if any(active.finishing for active in unfinished):
+            self.join(_LAST_FINISH)  # its last try ends, and reports the run abandoned
 
     def _serve_dispatcher(self) -> None:
         if self._dispatcher is not None:  # RabbitMQ consumer mode: its consumers run the runs

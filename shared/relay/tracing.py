@@ -28,6 +28,7 @@ from relay.events import (
     RunExhausted,
     RunFailed,
     RunHandedOver,
+    RunLeaseLost,
     RunPickedUp,
     RunRetried,
     RunSkipped,
@@ -195,6 +196,7 @@ class RunTracer:
             RunHandedOver: self._handed_over,
             FencedOff: self._fenced_off,
             RunAbandoned: lambda e: self.ended(e, e.message()),
+            RunLeaseLost: lambda e: self.note(e, e.message()),
             RunSkipped: lambda e: self.note(e, e.message()),
             RunExhausted: lambda e: self.note(e, e.message()),
         }

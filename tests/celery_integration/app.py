@@ -31,12 +31,16 @@ QUEUE = os.environ.get("RELAY_T_QUEUE", "relay_test")
 INSTALL = os.environ.get("RELAY_T_INSTALL", "hooks")
 BACKEND = os.environ.get("RELAY_T_BACKEND") or None
 
+TRANSPORT: dict[str, Any] = {"global_keyprefix": f"{QUEUE}:"} if "redis" in BROKER else {}
+if BROKER.startswith("sentinel://"):  # kombu's Redis Sentinel transport: the tests' service
+    TRANSPORT = {"global_keyprefix": f"{QUEUE}:", "master_name": "relay"}
+
 app = Celery("relay_test", broker=BROKER)
 app.conf.update(
     task_default_queue=QUEUE,
     # A queue of its own per test, gone two minutes after its last consumer left (RabbitMQ).
     task_queues=[Queue(QUEUE, queue_arguments={"x-expires": 120_000})],
-    broker_transport_options={"global_keyprefix": f"{QUEUE}:"} if "redis" in BROKER else {},
+    broker_transport_options=TRANSPORT,
     beat_max_loop_interval=5,
     worker_enable_remote_control=False,
     beat_enable_remote_control=False,

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from relay import AcquireRequest, LeaseBackend, LeaseLost, Outcome, RunState, open_backend
+from relay import (
+    AcquireRequest,
+    LeaseBackend,
+    LeaseLost,
+    Outcome,
+    RunRecord,
+    RunState,
+    open_backend,
+)
 from relay.fencing import SQLFence
 from relay.health import InstanceInfo
 from tests.support import procs
@@ -105,17 +113,60 @@ def test_stale_token_is_refused_and_changes_nothing(backend: LeaseBackend) -> No
     assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
 
 
-def test_operations_on_a_finished_run_are_refused(backend: LeaseBackend) -> None:
+def test_a_finished_run_refuses_every_step_but_the_same_finish_again(
+    backend: LeaseBackend,
+) -> None:
     run = lease_run(backend)
     backend.finish(run.id, run.token, succeeded=True)
     for operation in (
         lambda: backend.heartbeat(run.id, run.token, 30),
-        lambda: backend.finish(run.id, run.token, succeeded=True),
         lambda: backend.release(run.id, run.token),
         lambda: backend.start(run.id, run.token, "a", 30),
+        lambda: backend.finish(run.id, run.token - 1, succeeded=True),
+        lambda: backend.finish(run.id, run.token + 1, succeeded=False),
     ):
         with pytest.raises(LeaseLost):
             operation()
+    assert state_of(backend, run.id) is RunState.SUCCEEDED
+
+
+def record_of(backend: LeaseBackend, run_id: str) -> RunRecord:
+    (record,) = [r for r in backend.runs(JOB, limit=1000) if r.id == run_id]
+    return record
+
+
+@pytest.mark.parametrize(
+    ("succeeded", "max_attempts", "state"),
+    [(True, 3, RunState.SUCCEEDED), (False, 3, RunState.PENDING), (False, 1, RunState.FAILED)],
+)
+def test_the_same_finish_again_returns_what_it_recorded_and_changes_nothing(
+    backend: LeaseBackend, succeeded: bool, max_attempts: int, state: RunState
+) -> None:
+    # A finish whose answer was lost, or that too few replicas confirmed, is sent again.
+    run = lease_run(backend, max_attempts=max_attempts)
+    assert backend.finish(run.id, run.token, succeeded=succeeded, error="e") is state
+    before = record_of(backend, run.id)
+    for outcome in (succeeded, not succeeded):
+        assert backend.finish(run.id, run.token, succeeded=outcome, error="again") is state
+    assert record_of(backend, run.id) == before  # a failure is not counted twice
+    if state is RunState.PENDING:
+        again = lease_run(backend, owner="b", max_attempts=max_attempts)
+        assert (again.attempt, record_of(backend, run.id).failures) == (2, 1)
+        with pytest.raises(LeaseLost):  # a newer attempt owns the run: the old token is stale
+            backend.finish(run.id, run.token, succeeded=False)
+
+
+def test_a_finish_again_is_refused_after_a_hand_over_or_a_takeover(backend: LeaseBackend) -> None:
+    handed = lease_run(backend, 0)
+    backend.release(handed.id, handed.token)
+    with pytest.raises(LeaseLost):  # a hand-over is no finish
+        backend.finish(handed.id, handed.token, succeeded=True)
+    dead = lease_run(backend, 1, lease=0.3, max_attempts=1)
+    time.sleep(0.8)
+    assert backend.acquire(req(1, owner="b")).outcome is Outcome.EXHAUSTED
+    with pytest.raises(LeaseLost):  # recorded failed by an acquire, not by its finish
+        backend.finish(dead.id, dead.token, succeeded=True)
+    assert state_of(backend, dead.id) is RunState.FAILED
 
 
 def test_unknown_run_is_refused(backend: LeaseBackend) -> None:
@@ -157,6 +208,23 @@ def test_expired_lease_is_taken_over_with_a_new_token(backend: LeaseBackend) -> 
     assert backend.finish(run.id, result.run.token, succeeded=True) is RunState.SUCCEEDED
 
 
+def test_a_finish_with_the_current_token_is_accepted_after_the_lease_ran_out(
+    backend: LeaseBackend,
+) -> None:
+    # A runner cut off from the store for longer than its lease finished its work meanwhile:
+    # nobody took the run over, so its finish still carries the current token and is recorded.
+    run = lease_run(backend, lease=0.5, max_attempts=3)
+    assert backend.start(run.id, run.token, "a", 0.5).token == run.token
+    time.sleep(1.0)
+    assert run.id in {r.id for r in backend.reclaimable()}
+    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    assert state_of(backend, run.id) is RunState.SUCCEEDED
+    assert backend.acquire(req(owner="b")).outcome is not Outcome.WON
+    failed = lease_run(backend, 1, lease=0.5, max_attempts=1)
+    time.sleep(1.0)
+    assert backend.finish(failed.id, failed.token, succeeded=False, error="x") is RunState.FAILED
+
+
 def test_heartbeat_keeps_the_lease_alive(backend: LeaseBackend) -> None:
     run = lease_run(backend, lease=1.0)
     for _ in range(4):
@@ -189,12 +257,27 @@ def test_failed_run_is_retried_until_max_attempts(backend: LeaseBackend) -> None
 
 def test_release_hands_over_at_once_without_using_an_attempt(backend: LeaseBackend) -> None:
     run = lease_run(backend, max_attempts=1)
+    backend.start(run.id, run.token, "a", 30)
     backend.release(run.id, run.token)
     assert state_of(backend, run.id) is RunState.PENDING
     taken = lease_run(backend, owner="b", max_attempts=1)
     assert taken.attempt == 2 and taken.token > run.token
     with pytest.raises(LeaseLost):
         backend.heartbeat(run.id, run.token, 30)
+
+
+def test_a_run_released_before_it_started_gives_its_attempt_back(backend: LeaseBackend) -> None:
+    # A won run its store did not confirm (or could not be dispatched) is handed back unstarted.
+    run = lease_run(backend, max_attempts=2)
+    backend.release(run.id, run.token)
+    taken = lease_run(backend, owner="b", max_attempts=2)
+    assert taken.attempt == 1 and taken.token > run.token
+    backend.start(taken.id, taken.token, "b", 30)
+    assert backend.finish(taken.id, taken.token, succeeded=False) is RunState.PENDING
+    third = lease_run(backend, owner="c", max_attempts=2)
+    assert third.attempt == 2
+    backend.release(third.id, third.token)
+    assert lease_run(backend, owner="d", max_attempts=2).attempt == 2
 
 
 # -- overlap, stale, skips, catch-up support --------------------------------------------------

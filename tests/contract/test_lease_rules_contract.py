@@ -47,7 +47,13 @@ def _failed(backend: LeaseBackend, job: str) -> None:
 
 def _released(backend: LeaseBackend, job: str) -> None:
     run = _lease(backend, job, max_attempts=1)
+    backend.start(run.id, run.token, "a", 30)
     backend.release(run.id, run.token)
+
+
+def _released_unstarted(backend: LeaseBackend, job: str) -> None:
+    run = _lease(backend, job, max_attempts=1)
+    backend.release(run.id, run.token)  # never started: its attempt is given back
 
 
 def _succeeded(backend: LeaseBackend, job: str) -> None:
@@ -120,6 +126,7 @@ RULES: dict[str, tuple[Setup | None, dict[str, Any], Outcome, tuple[Any, ...]]] 
     ),
     "failed-retry": (_failed, {}, Outcome.WON, ("running", 2, 1, None)),
     "released": (_released, {}, Outcome.WON, ("running", 2, 0, None)),
+    "released-unstarted": (_released_unstarted, {}, Outcome.WON, ("running", 1, 0, None)),
     "succeeded": (_succeeded, {}, Outcome.FINISHED, ("succeeded", 1, 0, None)),
     "skipped": (
         lambda b, job: b.skip(job, _slot(0), "missed"),

@@ -18,6 +18,7 @@ from relay.events import (
     RunExhausted,
     RunFailed,
     RunHandedOver,
+    RunLeaseLost,
     RunSkipped,
     RunsMissed,
     RunStarted,
@@ -132,6 +133,18 @@ def test_a_run_whose_end_the_store_could_not_record_is_counted_and_held_no_more(
     assert value(registry, "relay_live_leases") == 0
     assert value(registry, "relay_runs_abandoned_total", job="refresh", operation="finish") == 1
     assert value(registry, "relay_runs_total", job="refresh", outcome="succeeded") == 0
+
+
+def test_a_run_let_go_is_counted_and_held_no_more_until_its_finish_lands(
+    bus: EventBus, registry: CollectorRegistry
+) -> None:
+    bus.emit(event(RunStarted, token=1))
+    bus.emit(event(RunLeaseLost, token=1, error="timeout", silent_for=31.0, lease=30.0))
+    assert value(registry, "relay_live_leases") == 0
+    assert value(registry, "relay_leases_lost_total", job="refresh") == 1
+    bus.emit(event(RunSucceeded, token=1, duration=40.0))  # recorded: nobody took it over
+    assert value(registry, "relay_live_leases") == 0
+    assert value(registry, "relay_runs_total", job="refresh", outcome="succeeded") == 1
 
 
 def test_instrumenting_twice_shares_the_metrics_and_detach_stops_counting(

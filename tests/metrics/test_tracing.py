@@ -22,6 +22,7 @@ from relay.events import (
     RunDispatched,
     RunFailed,
     RunHandedOver,
+    RunLeaseLost,
     RunStarted,
     RunSucceeded,
     RunTakenOver,
@@ -120,6 +121,19 @@ def test_a_run_whose_end_the_store_could_not_record_ends_its_span_in_error(
     assert span.status.status_code is StatusCode.ERROR
     assert "could not record" in (span.status.description or "")
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+def test_a_run_let_go_notes_it_on_its_span_which_ends_with_the_run(
+    exporter: InMemorySpanExporter,
+) -> None:
+    bus = EventBus()
+    tracing.instrument(bus, provider(exporter))
+    bus.emit(event(RunStarted))
+    bus.emit(event(RunLeaseLost, error="timeout", silent_for=31.0, lease=30.0))
+    assert exporter.get_finished_spans() == ()
+    bus.emit(event(RunSucceeded, duration=40.0))
+    (span,) = exporter.get_finished_spans()
+    assert [e.name for e in span.events] == ["lease_lost"]
 
 
 def test_without_tracing_the_header_is_the_plain_run_header() -> None:

@@ -1,8 +1,10 @@
 """A real scheduler instance for tests: ``python -m tests.support.instance JSON``.
 
 It runs one job on the given backend URL; each run appends ``(run id, attempt, token, owner,
-event)`` lines to a log file so that the test can see who started and who finished which run.
-With ``"events": PATH`` it also logs Relay's events to PATH as JSON lines.
+event, time)`` lines to a log file so that the test can see who started and who finished which
+run, and when (this process's ``time.time()``). With ``"events": PATH`` it also logs Relay's
+events to PATH as JSON lines; with ``"start_at": EPOCH`` it opens the store at that wall time
+(instances starting together).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.support.event_log import record_events
 def main(args: dict[str, Any]) -> None:
     log = Path(args["log"])
     record_events(args.get("events"))
+    time.sleep(max(0.0, args.get("start_at", 0) - time.time()))
     scheduler = relay.Scheduler(
         args["url"], lease=args["lease"], heartbeat=args["heartbeat"], tick=0.1,
         owner=f"{args['name']}:{os.getpid()}", stop_timeout=args.get("stop_timeout", 1),
@@ -28,7 +31,8 @@ def main(args: dict[str, Any]) -> None:
 
     def write(run: relay.Run, event: str) -> None:
         with log.open("a") as out:
-            out.write(json.dumps([run.id, run.attempt, run.token, args["name"], event]) + "\n")
+            line = [run.id, run.attempt, run.token, args["name"], event, time.time()]
+            out.write(json.dumps(line) + "\n")
 
     @scheduler.job(
         every=args["every"], name="job", max_attempts=args.get("max_attempts", 3),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-__all__ = ["RedisServer", "own_redis", "own_redis_cluster"]
+__all__ = ["RedisServer", "own_redis", "own_redis_cluster", "own_redis_replicated"]
 
 
 def _free_port(cluster: bool = False) -> int:
@@ -121,6 +121,16 @@ class RedisServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
 
+    def freeze(self) -> None:
+        """Stop the process where it is (SIGSTOP): it answers nothing until :meth:`thaw`."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen process go on (SIGCONT)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def restart(self, down_for: float = 0.0) -> None:
         """Kill the server, stay down ``down_for`` seconds, start it again on the same port."""
         self.kill()
@@ -137,6 +147,37 @@ def own_redis(workdir: Path, *args: str) -> Iterator[RedisServer]:
         yield server
     finally:
         server.kill()
+
+
+def wait_for_link(port: int, timeout: float = 30) -> None:
+    """Wait until the replica on ``port`` has synced with its primary (link up)."""
+    deadline = time.monotonic() + timeout
+    with redis.Redis(port=port, decode_responses=True) as client:
+        while client.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, f"the replica on {port} never synced"
+            time.sleep(0.05)
+
+
+@contextmanager
+def own_redis_replicated(workdir: Path, replicas: int = 1) -> Iterator[list[RedisServer]]:
+    """A primary and ``replicas`` replicas of it (``--replicaof``), each in its own process.
+
+    Yields ``[primary, *replicas]`` once the primary counts every replica connected; all are
+    thawed and killed afterwards.
+    """
+    servers = [RedisServer(workdir, "--repl-diskless-sync-delay", "0")]
+    try:
+        servers[0].start()
+        for _ in range(replicas):
+            servers.append(RedisServer(workdir, "--replicaof", "127.0.0.1", str(servers[0].port)))
+            servers[-1].start()
+        for server in servers[1:]:
+            wait_for_link(server.port)
+        yield servers
+    finally:
+        for server in servers:
+            server.thaw()
+            server.kill()
 
 
 @contextmanager

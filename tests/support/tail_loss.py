@@ -37,7 +37,7 @@ def lose_tail(url: str) -> TailLoss:
         return SQLiteFiles(Path(urlsplit(url).path[1:]))
     if scheme.startswith("postgres"):
         return PostgresTables(url)
-    if scheme == "redis":
+    if scheme in ("redis", "redis+sentinel"):
         return RedisKeys(url)
     if scheme == "nats":
         return NatsBucket(url)
@@ -105,6 +105,7 @@ class RedisKeys:
     """Every key under the test's prefix, dumped with its time to live."""
 
     def __init__(self, url: str) -> None:
+        self.url = url
         self.base = BackendURL(url).without_options(["prefix", "cluster"])
         self.prefix = _option(url, "prefix")
         self.kept: dict[bytes, tuple[int, bytes]] = {}
@@ -117,6 +118,10 @@ class RedisKeys:
 
         if self.cluster:
             return redis.cluster.RedisCluster.from_url(self.base)
+        if self.url.startswith("redis+sentinel://"):  # the primary the sentinels name
+            from relay.backends._redis_sentinel import sentinel_client
+
+            return sentinel_client(BackendURL(self.url), ["prefix", "wait_replicas"])
         return redis.Redis.from_url(self.base)
 
     def _keys(self, client: Any) -> list[bytes]:

@@ -118,3 +118,25 @@ def test_settle_names_the_runs_no_worker_finished(relay_clock: FakeClock, relay_
     store.finish(won.id, won.token, succeeded=True)
     relay.testing.settle(timeout=0.05)
     store.close()
+
+
+def test_async_handlers_are_awaited_in_fake_time(
+    relay_clock: FakeClock, relay_scheduler: relay.Scheduler[Any]
+) -> None:
+    done: list[tuple[datetime, int]] = []
+
+    @relay_scheduler.job(every=60, name="async_job", max_attempts=2)
+    async def async_job(run: relay.Run) -> None:
+        import asyncio
+
+        await asyncio.sleep(0)
+        if run.attempt == 1 and not done:
+            raise RuntimeError("first attempt fails")
+        done.append((run.scheduled_for, run.attempt))
+
+    relay_clock.advance(minutes=2)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    assert done == [(t0, 2), (t0 + timedelta(minutes=1), 1), (t0 + timedelta(minutes=2), 1)]
+    assert [(r.state, r.attempt) for r in runs_of("async_job")] == [
+        ("succeeded", 2), ("succeeded", 1), ("succeeded", 1),
+    ]  # fmt: skip

@@ -326,16 +326,18 @@ def test_a_handover_the_store_refuses_is_reported_fenced_off(
     assert seen.of(RunHandedOver) == []
 
 
-def test_a_result_the_store_cannot_record_is_reported_abandoned_then_taken_over(
+def test_a_result_the_store_cannot_record_while_stopping_is_reported_abandoned_then_taken_over(
     tmp_path: Path, clock: Clock, seen: Seen
 ) -> None:
     path = tmp_path / "relay.db"
     store = SQLiteLeaseBackend(path, clock=clock, busy_timeout=0.05)
     [won] = decider(store, clock, seen, "a").tick()
-    active = runner(store, clock, seen, "a:w").begin(won.run)
+    stopping = runner(store, clock, seen, "a:w")
+    active = stopping.begin(won.run)
     assert active is not None
     with closing(sqlite3.connect(path, isolation_level=None)) as other:
         other.execute("BEGIN EXCLUSIVE")  # the store answers no write: "database is locked"
+        stopping.stop_finishing(0.5)  # the host stops: a finish is retried 0.5 s at most
         assert active.succeed() is None
         runner(store, clock, seen, "a:w").release(won.run)
         other.execute("ROLLBACK")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from relay import BackendUnavailable
+from relay import BackendUnavailable, RunState
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.engine import MAX_BACKOFF, Decider, Loop, Won
 from relay.events import (
@@ -165,11 +165,11 @@ def test_a_step_called_early_while_backing_off_asks_the_store_nothing(
     assert store.calls > calls
 
 
-def test_after_an_outage_the_loop_rereads_history_and_sweeps_at_once(
+def test_after_an_outage_the_loop_rereads_history_and_sweeps_at_once_taking_nothing_over(
     store: Store, clock: Clock
 ) -> None:
     seen: list[Event] = []
-    looped = loop(store, clock, seen)
+    looped = loop(store, clock, seen, every=3600)
     looped.step(sent([]))
     store.down = True
     clock.advance(10)
@@ -179,8 +179,62 @@ def test_after_an_outage_the_loop_rereads_history_and_sweeps_at_once(
     calls = len(store.names)
     looped.step(sent([]))
     # History forgotten: read again; the jobs registered again (the store may have lost them);
-    # and the sweep comes at once.
+    # and the sweep comes at once, for pending runs only: runners cut off by the outage record
+    # their finishes first, for one lease (30 s here).
     assert store.names[calls:] == ["last_slots", "register_jobs", "reclaimable"]
+    [up] = [e for e in seen if isinstance(e, StoreRecovered)]
+    assert up.takeover_in == 30 and "taken over in 30s" in up.message()
+    assert looped.takeover_from == clock() + 30
+
+
+def test_no_sweep_is_tried_while_the_store_is_failing(store: Store, clock: Clock) -> None:
+    looped = loop(store, clock, [], every=3600)
+    looped.step(sent([]))
+    store.down = True
+    clock.advance(10)
+    looped.step(sent([]))  # the sweep fails: an outage
+    calls = len(store.names)
+    for _ in range(5):
+        clock.advance(MAX_BACKOFF)
+        looped.step(sent([]), force=True)
+    assert set(store.names[calls:]) == {"last_slots"}  # the tick probes; no sweep is sent
+
+
+def test_a_run_that_finished_during_an_outage_is_not_taken_over_in_the_grace(
+    store: Store, clock: Clock
+) -> None:
+    seen: list[Event] = []
+    looped = loop(store, clock, seen, every=3600)
+    [won] = looped.step(sent([])).won
+    store.inner.start(won.run.id, won.run.token, "runner", 30)
+    store.down = True  # an outage longer than the lease
+    for _ in range(4):
+        clock.advance(MAX_BACKOFF)
+        looped.step(sent([]))
+    store.down = False
+    clock.advance(MAX_BACKOFF)
+    assert looped.step(sent([])).won == []  # back, in the grace: the expired run is left alone
+    # The cut-off runner records its finish within the grace: nothing is left to take over.
+    clock.advance(10)
+    assert store.inner.finish(won.run.id, won.run.token, succeeded=True) is RunState.SUCCEEDED
+    clock.advance(20)
+    assert looped.step(sent([])).won == []
+    assert [type(e) for e in seen].count(RunWon) == 1
+
+
+def test_after_the_grace_an_expired_run_is_taken_over(store: Store, clock: Clock) -> None:
+    looped = loop(store, clock, [], every=3600)
+    [won] = looped.step(sent([])).won
+    store.inner.start(won.run.id, won.run.token, "runner", 30)
+    store.down = True
+    clock.advance(10)
+    looped.step(sent([]))
+    store.down = False
+    clock.advance(MAX_BACKOFF)
+    looped.step(sent([]))
+    clock.advance(30)  # the runner died in the outage: one lease later its run is taken over
+    [again] = looped.step(sent([])).won
+    assert again.run.id == won.run.id and again.run.attempt == 2
 
 
 def test_a_run_that_cannot_be_dispatched_is_handed_back_not_reported_dispatched(

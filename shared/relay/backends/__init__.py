@@ -8,6 +8,7 @@ URL                                          kind     module
 ``postgresql://…`` / ``postgres://…``        lease    :mod:`relay.backends.postgres`
 ``redis://…`` (``rediss``, ``valkey``)       lease    :mod:`relay.backends.redis_lease`
 ``redis://…?strategy=stream-id|idmp|script`` claim    :mod:`relay.backends.redis_claim`
+``redis+sentinel://h1,h2/SERVICE``           lease    :mod:`relay.backends.redis_lease`
 ``amqp://…`` (``amqps``)                     claim    :mod:`relay.backends.rabbitmq`
 ``amqp://…?mode=consumer``                   claim    :mod:`relay.backends.rabbitmq_consumer`
 ``nats://…`` (strategy ``kv``, the default)  lease    :mod:`relay.backends.nats_kv`
@@ -42,6 +43,10 @@ _REGISTRY: dict[tuple[str, str], tuple[str, str, str, str]] = {
     ("redis", "stream-id"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
     ("redis", "idmp"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
     ("redis", "script"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
+    ("redis+sentinel", "lease"): ("redis_lease", "RedisLeaseBackend", "redis", "redis"),
+    ("redis+sentinel", "stream-id"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
+    ("redis+sentinel", "idmp"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
+    ("redis+sentinel", "script"): ("redis_claim", "RedisClaimBackend", "redis", "redis"),
     ("amqp", ""): ("rabbitmq", "RabbitMQClaimBackend", "rabbitmq", "pika"),
     ("amqp", "consumer"): ("rabbitmq_consumer", "RabbitMQConsumerBackend", "rabbitmq", "pika"),
     ("nats", "kv"): ("nats_kv", "NatsLeaseBackend", "nats", "nats"),
@@ -54,11 +59,16 @@ _ALIASES = {
     "valkeys": "redis",
     "amqps": "amqp",
     "tls": "nats",
+    "rediss+sentinel": "redis+sentinel",
+    "valkey+sentinel": "redis+sentinel",
+    "valkeys+sentinel": "redis+sentinel",
 }
-_DEFAULT_STRATEGY = {"redis": "lease", "nats": "kv"}
+_DEFAULT_STRATEGY = {"redis": "lease", "redis+sentinel": "lease", "nats": "kv"}
 _LEASE_MODULES = {"sqlite", "postgres", "redis_lease", "nats_kv"}
 # Backends whose driver takes several hosts in one URL (host1:port1,host2:port2) and uses them
 _MULTI_HOST_MODULES = {"postgres", "nats_kv", "nats_dedup"}
+# Schemes whose hosts are not data nodes: Redis Sentinel's URL lists the sentinels
+_MULTI_HOST_SCHEMES = {"redis+sentinel"}
 
 
 def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
@@ -114,7 +124,8 @@ def _entry(url: str) -> tuple[str, str, str, str]:
     entry = _REGISTRY.get((scheme, strategy))
     if entry is None:
         raise UnknownBackend(_unknown_message(parsed.scheme, scheme, strategy))
-    if parsed.multi_host and entry[0] not in _MULTI_HOST_MODULES:
+    several = entry[0] in _MULTI_HOST_MODULES or scheme in _MULTI_HOST_SCHEMES
+    if parsed.multi_host and not several:
         raise ConfigurationError(
             f"backend URL {parsed.redacted()!r} names {len(parsed.hosts)} hosts, but "
             f"{parsed.scheme}:// takes one. Name one host, or use a backend that fails over "

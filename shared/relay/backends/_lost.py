@@ -7,6 +7,7 @@ the store changed nothing, the backend looks at what the store holds and says wh
 from __future__ import annotations
 
 from relay.errors import LeaseLost
+from relay.runs import RunState
 
 Found = tuple[str, int] | None
 """What the store holds for a run: its state and current token, or None for no run."""
@@ -15,6 +16,18 @@ Found = tuple[str, int] | None
 def is_held(found: Found, token: int) -> bool:
     """Whether ``found`` is a running run leased with ``token``."""
     return found is not None and found[1] == token and found[0] == "running"
+
+
+def finished_again(state: str, reason: str | None) -> RunState | None:
+    """The state a finish recorded, if a run that still has the finishing token stands ``state``
+    for ``reason``; ``None`` if something else put it there (an acquire, a hand-over).
+
+    A finish sent again by the token that finished the run (its answer was lost, or too few
+    replicas confirmed it) returns this and changes nothing.
+    """
+    if state == "succeeded" or (state in ("failed", "pending") and reason == "failed"):
+        return RunState(state)
+    return None
 
 
 def lease_lost(run_id: str, token: int, found: Found) -> LeaseLost:

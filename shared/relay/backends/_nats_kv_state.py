@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms as _time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
@@ -192,9 +192,21 @@ class JobState:
         self._set(self._held(slot, token), expires_ms=now_ms + _ms(lease))
 
     def finish(
-        self, slot: int, token: int, succeeded: bool, error: str | None, now_ms: int
+        self,
+        slot: int,
+        token: int,
+        succeeded: bool,
+        error: str | None,
+        now_ms: int,
+        archived: RunFields | None = None,
     ) -> RunState:
-        """Record an attempt's outcome (see ``LeaseBackend.finish``)."""
+        """Record an attempt's outcome (see ``LeaseBackend.finish``); the same finish again
+        returns what it recorded and changes nothing."""
+        done = self.runs.get(slot) or archived
+        if done is not None and done.token == token and done.state != "running":
+            again = finished_again(done.state, done.reason)
+            if again is not None:
+                return again
         fields = self._held(slot, token)
         failures = fields.failures if succeeded else fields.failures + 1
         if succeeded:
@@ -207,8 +219,11 @@ class JobState:
         return state
 
     def release(self, slot: int, token: int) -> None:
-        """Hand a run over: pending, not counted as a failure."""
-        self._set(self._held(slot, token), state="pending", reason="released", expires_ms=None)
+        """Hand a run over: pending, not counted as a failure; a run not started yet gives its
+        attempt back."""
+        fields = self._held(slot, token)
+        attempt = fields.attempt - (fields.started_ms is None)
+        self._set(fields, state="pending", reason="released", expires_ms=None, attempt=attempt)
 
     def skip(self, slot: int, reason: str, now_ms: int, archived: RunFields | None) -> bool:
         """Record the run skipped unless it has a record."""

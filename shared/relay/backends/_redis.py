@@ -19,6 +19,7 @@ from redis.exceptions import (
     RedisError,
     ResponseError,
 )
+from redis.sentinel import MasterNotFoundError
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -122,6 +123,12 @@ def translated(where: str) -> Iterator[None]:
         raise BackendUnavailable(
             f"{where} refused a command for lack of permission ({exc}): {_permission_hint(exc)}"
         ) from exc
+    except MasterNotFoundError as exc:
+        raise BackendUnavailable(
+            f"{where}: no sentinel names a primary ({exc}): check that the sentinels run, that "
+            "the URL lists them (host:port, port 26379 by default) and names the service they "
+            "monitor, and that a failover is not under way"
+        ) from exc
     except AuthenticationError as exc:
         raise BackendUnavailable(
             f"{where} refused the credentials ({exc}): check the user name and password "
@@ -140,6 +147,8 @@ def translated(where: str) -> Iterator[None]:
         hint = ""
         if "DB index" in str(exc):
             hint = "; use a database number the server has (0-15 unless configured)"
+        elif "unknown command 'SENTINEL'" in str(exc):
+            hint = "; a redis+sentinel:// URL lists the sentinels (port 26379), not the data nodes"
         raise BackendUnavailable(f"{where} refused a command: {exc}{hint}") from exc
     except (RedisError, RedisClusterException) as exc:
         raise BackendUnavailable(f"{where} failed: {exc}") from exc

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -13,7 +12,6 @@ from relay.errors import ConfigurationError
 __all__ = ["BackendURL"]
 
 _TOKEN_SCHEMES = ("nats", "tls")
-_SECRET_VALUE = re.compile(r"((?:^|&)(?i:password|sslpassword|token)=)[^&]*")
 _FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -32,14 +30,14 @@ class BackendURL:
         except ValueError as exc:  # such as an unclosed "[" around an IPv6 host
             raise ConfigurationError(f"backend URL {url!r} is malformed: {exc}") from None
         self.scheme = self.parts.scheme.lower()
-        self.hosts = self._hosts()
-        """Every ``(host, port)`` the URL names, in order; more than one in a multi-host URL
-        (``postgresql://a:5432,b:5432/db``). ``port`` is ``None`` where the URL gives none."""
         try:
             pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
         except ValueError as exc:
             raise ConfigurationError(f"backend URL {url!r} has a malformed query: {exc}") from None
         self.options = dict(pairs)
+        self.hosts = self._hosts()
+        """Every ``(host, port)`` the URL names, in order; more than one in a multi-host URL
+        (``postgresql://a:5432,b:5432/db``). ``port`` is ``None`` where the URL gives none."""
         repeated = sorted(key for key, count in Counter(k for k, _ in pairs).items() if count > 1)
         if repeated:
             raise ConfigurationError(
@@ -125,13 +123,16 @@ class BackendURL:
         return urlunsplit(self.parts._replace(query="&".join(kept)))
 
     def redacted(self) -> str:
-        """The URL with any secret replaced by ``***``, for messages: the password, a NATS token
-        (``nats://TOKEN@host``: a user name with no password), and the query options that carry
-        one (``password``, ``sslpassword``, ``token``)."""
-        netloc, query = self.parts.netloc, self.parts.query
-        if self.parts.password is not None:
-            netloc = netloc.replace(f":{self.parts.password}@", ":***@")
-        elif self.scheme in _TOKEN_SCHEMES and "@" in netloc:
-            netloc = "***@" + netloc.rpartition("@")[2]
-        query = _SECRET_VALUE.sub(r"\1***", query)
-        return urlunsplit(self.parts._replace(netloc=netloc, query=query))
+        """The URL with any secret as ``***``, for messages: the password, a NATS token
+        (``nats://TOKEN@host``: a user name with no password), and the options that carry one
+        (named ``*password``, such as libpq's ``sslpassword``, or ``token``)."""
+        parts = self.parts
+        if parts.password is not None:
+            parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+        elif self.scheme in _TOKEN_SCHEMES and "@" in parts.netloc:
+            parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
+        secrets = [k for k in self.options if k.lower().endswith("password") or k == "token"]
+        if secrets:
+            masked = [f"{k}={'***' if k in secrets else v}" for k, v in self.options.items()]
+            parts = parts._replace(query="&".join(masked))
+        return urlunsplit(parts)

@@ -24,9 +24,11 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import StorageType, StreamConfig
 
+from relay.backends._nats_cluster import retried, server_urls
 from relay.backends._nats_loop import LoopThread
 from relay.backends._nats_security import TLS_OPTIONS, connect_fix, tls_context
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id
 
@@ -36,8 +38,9 @@ DEFAULT_STREAM = "RELAY_CLAIMS"
 DEFAULT_WINDOW = 300.0
 """Seconds the duplicate window (and so a claim) lasts unless told."""
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
-_OUR_OPTIONS = ("strategy", "stream", "window", "timeout")
+_OUR_OPTIONS = ("strategy", "stream", "window", "timeout", "replicas")
 _STREAM_EXISTS_DIFFERENTLY = 10058
+_IN_PROCESS = 10158
 
 
 class NatsClaimBackend:
@@ -51,7 +54,8 @@ class NatsClaimBackend:
         *,
         stream: str = DEFAULT_STREAM,
         window: float = DEFAULT_WINDOW,
-        timeout: float = 10.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        replicas: int = 1,
         location: str = "NATS",
         tls: ssl.SSLContext | None = None,
     ) -> None:
@@ -63,6 +67,7 @@ class NatsClaimBackend:
         self.subject = f"relay-claims.{stream}"
         self.window = window
         self.timeout = timeout
+        self.replicas = replicas
         self.location = location
         self._servers = servers
         self._tls = tls
@@ -78,11 +83,13 @@ class NatsClaimBackend:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> NatsClaimBackend:
-        """Connect to the server a ``nats://[user:password@]host:port?strategy=dedup`` URL names.
+        """Connect to the server(s) a ``nats://[user:password@]host:port[,host:port…]?strategy=dedup``
+        URL names (several: a cluster, any of which may answer).
 
         Options: ``stream`` (default ``RELAY_CLAIMS``), ``window`` in seconds (default 300),
-        ``timeout`` of one request in seconds (default 10); TLS: ``tlsca``, ``tlscert``,
-        ``tlskey`` (see :mod:`relay.backends._nats_security`).
+        ``timeout`` of one request in seconds (default 2), ``replicas`` of the stream (1 to 5,
+        default 1; 3 on a cluster keeps the claims through the loss of a server); TLS:
+        ``tlsca``, ``tlscert``, ``tlskey`` (see :mod:`relay.backends._nats_security`).
         """
         parsed = BackendURL(url)
         parsed.check_options(
@@ -92,7 +99,8 @@ class NatsClaimBackend:
             parsed.without_options([*_OUR_OPTIONS, *TLS_OPTIONS]),
             stream=parsed.option("stream", DEFAULT_STREAM),
             window=parsed.float_option("window", DEFAULT_WINDOW),
-            timeout=parsed.float_option("timeout", 10.0),
+            timeout=parsed.float_option("timeout", DEFAULT_TIMEOUT),
+            replicas=_replicas(parsed),
             location=BackendURL(parsed.without_options(_OUR_OPTIONS)).redacted(),
             tls=tls_context(parsed),
             **kwargs,
@@ -132,7 +140,7 @@ class NatsClaimBackend:
         client = Client()
         try:
             await client.connect(
-                servers=[self._servers],
+                servers=server_urls(self._servers),
                 connect_timeout=max(1, min(int(self.timeout), 5)),
                 # A lost connection is made again by the next claim (see _connected), so the
                 # first failure is reported at once instead of retried in the background. nats-py
@@ -159,6 +167,7 @@ class NatsClaimBackend:
             duplicate_window=self.window,
             max_age=self.window,
             storage=StorageType.FILE,
+            num_replicas=self.replicas,
         )
         try:
             await client.jetstream(timeout=self.timeout).add_stream(config)
@@ -167,8 +176,9 @@ class NatsClaimBackend:
                 raise
             raise ConfigurationError(
                 f"the JetStream stream {self.stream!r} exists with another configuration: every "
-                "instance must use the same window (URL option window=…); to change it, delete "
-                "the stream or choose another name (URL option stream=…)"
+                "instance must use the same window and replicas (URL options window=…, "
+                "replicas=…); to change them, delete the stream or choose another name (URL "
+                "option stream=…)"
             ) from exc
 
     async def _publish_all(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
@@ -176,10 +186,18 @@ class NatsClaimBackend:
 
         async def publish(job: str, slot: datetime) -> bool:
             rid = run_id(job, slot)
-            ack = await js.publish(
-                self.subject, rid.encode(), headers={"Nats-Msg-Id": rid}, stream=self.stream
-            )
-            return not ack.duplicate
+
+            async def attempt() -> bool:
+                ack = await js.publish(
+                    self.subject, rid.encode(), headers={"Nats-Msg-Id": rid}, stream=self.stream
+                )
+                return not ack.duplicate
+
+            # While a replicated stream elects a leader no server takes the message, and while
+            # another instance's message with this id is being replicated the leader answers "in
+            # process": send it again. Never one that timed out: it may have been stored, and
+            # would come back a duplicate, so lost by everyone.
+            return await retried(attempt, self.timeout, also=_in_process, unanswered=False)
 
         return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
 
@@ -212,7 +230,9 @@ class NatsClaimBackend:
             ) from exc
         except nats.errors.NoRespondersError as exc:
             raise BackendUnavailable(
-                f"NATS at {self.location} has no JetStream: start the server with -js"
+                f"NATS at {self.location} has no JetStream, or no leader for the claims stream "
+                "(most of its replicas are down): start the server with -js, or the stream's "
+                "servers"
             ) from exc
         except nats.errors.Error as exc:
             if "authorization violation" in str(exc).lower():
@@ -223,3 +243,16 @@ class NatsClaimBackend:
             raise BackendUnavailable(
                 f"NATS at {self.location} did not answer ({exc!r}): check the server and JetStream"
             ) from exc
+
+
+def _in_process(exc: Exception) -> bool:
+    """Whether ``exc`` is "duplicate message id is in process": another publish of the same id
+    is being replicated; the next attempt finds it stored (a duplicate) or gone."""
+    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == _IN_PROCESS
+
+
+def _replicas(parsed: BackendURL) -> int:
+    raw = parsed.option("replicas", "1")
+    if not raw.isdigit() or not 1 <= int(raw) <= 5:
+        raise ConfigurationError(f"URL option replicas={raw!r} must be a whole number 1 to 5")
+    return int(raw)

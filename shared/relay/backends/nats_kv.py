@@ -25,7 +25,7 @@ import random
 import re
 import ssl
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
@@ -38,6 +38,13 @@ from nats.js.kv import KeyValue
 
 from relay.backends._ms import instance_from_fields, ms
 from relay.backends._nats_clock import ServerClock
+from relay.backends._nats_cluster import (
+    ATTEMPT,
+    LEADERLESS_CODES,
+    leaderless,
+    retried,
+    server_urls,
+)
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._nats_security import (
@@ -48,6 +55,7 @@ from relay.backends._nats_security import (
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
+from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -78,13 +86,21 @@ CAS_TRIES = 64
 KNOWN_KEYS = 256
 """Job keys whose last value this process wrote are remembered (most recent first), so the next
 step on the job swaps on that revision without reading it first; a lost swap reads it again."""
+NO_CONSUMERS_FOR = 5.0
+"""Seconds a listing of the jobs reads every key through the stream's leader, without trying a
+consumer, after a consumer could not be made (the cluster's meta leader is being replaced)."""
 INSTANCES_MAX_AGE = 86400.0
 """Seconds the server keeps an instance's last heartbeat (its bucket's ``max_age``)."""
 _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
 _BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 _STREAM_NAME_IN_USE = 10058
+_NO_PEERS = 10005
+_NOT_CLUSTERED = 10074
 _KV_OPERATION = "KV-Operation"
+_PER_JOB = 0.002
+"""Seconds a call deciding or reading many jobs at once may take per job beyond its deadline:
+every job is a request or two (10,000 jobs' acquire: about 11 s on a loaded two-core machine)."""
 
 
 class NatsLeaseBackend:
@@ -92,7 +108,8 @@ class NatsLeaseBackend:
 
     URL options: ``bucket`` (default ``relay``), ``storage`` (``file``, the default, or
     ``memory``), ``replicas`` (default 1), ``history`` (revisions kept per key, default 5) and
-    ``timeout`` (seconds per request, default 5). The bucket is created if missing, unless
+    ``timeout`` (seconds per request, default 2; one step, a few requests, waits three times
+    that at most). The bucket is created if missing, unless
     ``read_only``: then a missing bucket raises :class:`~relay.errors.StoreNotFound`.
 
     Instances' heartbeats live in a second bucket, ``<bucket>-instances``, one key per instance,
@@ -111,8 +128,9 @@ class NatsLeaseBackend:
         storage: Literal["file", "memory"] = "file",
         replicas: int = 1,
         history: int = 5,
-        timeout: float = 5.0,
+        timeout: float = DEFAULT_TIMEOUT,
         read_only: bool = False,
+        deadline: Deadline | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self._where = BackendURL(servers).redacted()
@@ -124,9 +142,13 @@ class NatsLeaseBackend:
         self._instances = f"{bucket}-instances"
         self._storage, self._replicas = storage, replicas
         self._timeout = timeout
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
+        self._jobs_read = 0
         self._loop = LoopThread(f"relay-nats-{bucket}")
         self._clock = ServerClock(self._read_clock)
         self._known: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._no_consumers_until = 0.0
         try:
             self._nc, self._js = self._call(
                 self._open(servers, storage, replicas, history, read_only), timeout * 3
@@ -134,7 +156,9 @@ class NatsLeaseBackend:
         except BaseException:
             self._loop.close()
             raise
-        self._kv = KeyValue(bucket, self._stream, self._prefix, self._js, direct=False)
+        # Steps' requests: each attempt waits ATTEMPT seconds, then goes again (see _retried).
+        self._jsa = self._nc.jetstream(timeout=min(ATTEMPT, timeout))
+        self._kv = KeyValue(bucket, self._stream, self._prefix, self._jsa, direct=False)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> NatsLeaseBackend:
@@ -154,7 +178,8 @@ class NatsLeaseBackend:
             "storage": storage,
             "replicas": _int_option(parsed, "replicas", 1, 1, 5),
             "history": _int_option(parsed, "history", 5, 1, 64),
-            "timeout": parsed.float_option("timeout", 5.0),
+            "timeout": parsed.float_option("timeout", DEFAULT_TIMEOUT),
+            "deadline": deadline_of(parsed, calls=3),  # see _call
             "tls": tls_context(parsed),
         }
         servers = parsed.without_options([*_OPTIONS, *TLS_OPTIONS, "strategy"])
@@ -188,7 +213,8 @@ class NatsLeaseBackend:
             return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
 
         results: list[AcquireResult | None] = [None] * len(requests)
-        for indexes, decided in zip(by_job.values(), self._call(decide_all()), strict=True):
+        decisions = self._call(decide_all(), jobs=len(by_job))
+        for indexes, decided in zip(by_job.values(), decisions, strict=True):
             for index, result in zip(indexes, decided, strict=True):
                 results[index] = result
         return [result for result in results if result is not None]
@@ -208,7 +234,11 @@ class NatsLeaseBackend:
     ) -> RunState:
         job, slot = _parse(run_id)
         return self._call(
-            self._step(job, [], lambda s, now, _: s.finish(slot, token, succeeded, error, now))
+            self._step(
+                job,
+                [slot],
+                lambda s, now, old: s.finish(slot, token, succeeded, error, now, old.get(slot)),
+            )
         )
 
     def release(self, run_id: str, token: int) -> None:
@@ -237,7 +267,7 @@ class NatsLeaseBackend:
             return found
 
         found: dict[str, datetime | None] = {}
-        for job, (data, _) in zip(jobs, self._call(read()), strict=True):
+        for job, (data, _) in zip(jobs, self._call(read(), jobs=len(jobs)), strict=True):
             last = JobState.decode(job, data).last_slot
             found[job] = None if last is None else from_ms(last)
         return found
@@ -246,9 +276,12 @@ class NatsLeaseBackend:
         async def find() -> list[RunRecord]:
             now_ms = await self._now_ms()
             states = await self._all_jobs()
+            self._jobs_read = len(states)  # the next sweep's allowance
             return [record for state in states for record in state.reclaimable(now_ms)]
 
-        records = sorted(self._call(find()), key=lambda r: (r.scheduled_for, r.id))
+        records = sorted(
+            self._call(find(), jobs=self._jobs_read), key=lambda r: (r.scheduled_for, r.id)
+        )
         return records[:limit]
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
@@ -272,7 +305,7 @@ class NatsLeaseBackend:
                   for job, spec in specs.items())
             )  # fmt: skip
 
-        self._call(register_all())
+        self._call(register_all(), jobs=len(specs))
 
     def jobs(self) -> list[JobInfo]:
         return sorted((s.info() for s in self._call(self._all_jobs())), key=lambda i: i.name)
@@ -369,10 +402,7 @@ class NatsLeaseBackend:
                 return result
             old = state.to_archive()
             if old:  # written before the key forgets them
-                await asyncio.gather(
-                    *(self._js.publish(self._prefix + _run_key(job, slot), fields.encode())
-                      for slot, fields in old.items())
-                )  # fmt: skip
+                await asyncio.gather(*(self._archive(job, s, f) for s, f in old.items()))
             state.drop(list(old))
             value = state.encode()
             written = await self._swap(key, value, revision)
@@ -384,6 +414,12 @@ class NatsLeaseBackend:
         raise BackendUnavailable(
             f"{CAS_TRIES} writes to job {job!r} in a row lost to other instances' writes"
         )
+
+    async def _archive(self, job: str, slot: int, fields: RunFields) -> None:
+        """Write a finished run to its own key (a plain write: it is written once, or again the
+        same)."""
+        subject = self._prefix + _run_key(job, slot)
+        await self._retried(lambda: self._jsa.publish(subject, fields.encode()))
 
     def _remember(self, key: str, value: bytes, revision: int) -> None:
         """Keep the value this process wrote to ``key`` and its revision, for the next step."""
@@ -400,10 +436,22 @@ class NatsLeaseBackend:
                     found[slot] = RunFields.decode(data)
         return found
 
+    async def _retried(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """A step's request, sent again while the bucket's stream elects a leader (or the
+        client moves to another server): see :mod:`relay.backends._nats_cluster`."""
+        return await retried(attempt, self._timeout * 2)
+
     async def _get(self, key: str) -> tuple[bytes | None, int]:
-        """The key's value (``None`` if absent or deleted) and the revision to swap on."""
+        """The key's value (``None`` if absent or deleted) and the revision to swap on.
+
+        Read through the stream's leader (``$JS.API.STREAM.MSG.GET``), never a "direct get" that
+        any replica may answer from behind (nats-server #4162).
+        """
+        subject = self._prefix + key
         try:
-            msg = await self._js.get_msg(self._stream, subject=self._prefix + key, direct=False)
+            msg = await self._retried(
+                lambda: self._jsa.get_msg(self._stream, subject=subject, direct=False)
+            )
         except nats.js.errors.NotFoundError:
             return None, 0
         if msg.headers and msg.headers.get(_KV_OPERATION) in ("DEL", "PURGE"):
@@ -414,17 +462,34 @@ class NatsLeaseBackend:
         """Write ``value`` if the key is still at ``revision`` (0: absent): the new revision, or
         0 if the key had moved on."""
         headers = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(revision)}
-        try:
-            ack = await self._js.publish(self._prefix + key, value, headers=headers)
-        except nats.js.errors.APIError as exc:
-            if exc.err_code in _WRONG_LAST_SEQUENCE:
-                return 0
-            raise
-        except nats.js.errors.NoStreamResponseError:
-            self._clock.forget()
-            await self._read_clock()  # explains a missing bucket
-            raise
-        return int(ack.seq)
+        unanswered = False
+
+        async def attempt() -> int:
+            nonlocal unanswered
+            try:
+                ack = await self._jsa.publish(self._prefix + key, value, headers=headers)
+            except nats.js.errors.APIError as exc:
+                if exc.err_code not in _WRONG_LAST_SEQUENCE:
+                    raise
+                # An attempt whose answer was lost may have been written: then the key holds
+                # these very bytes (they name this instance and its server time), and the step
+                # succeeded. Another instance's value means the key moved on.
+                return await self._landed(key, value) if unanswered else 0
+            except nats.errors.TimeoutError:
+                unanswered = True
+                raise
+            except nats.js.errors.NoStreamResponseError:
+                self._clock.forget()
+                await self._read_clock_once()  # explains a deleted bucket; else no leader yet
+                raise
+            return int(ack.seq)
+
+        return await self._retried(attempt)
+
+    async def _landed(self, key: str, value: bytes) -> int:
+        """The key's revision if it holds ``value``, else 0."""
+        data, revision = await self._get(key)
+        return revision if data == value else 0
 
     async def _now_ms(self) -> int:
         """The server's clock: a lower bound, read from the server at most once a second."""
@@ -432,10 +497,16 @@ class NatsLeaseBackend:
 
     async def _read_clock(self) -> int:
         """The server's clock, from the ``ts`` field of the bucket's stream info."""
+        return await self._retried(self._read_clock_once)
+
+    async def _read_clock_once(self) -> int:
+        """One attempt of :meth:`_read_clock`: the stream's leader answers stream info."""
         reply = await self._nc.request(
-            f"$JS.API.STREAM.INFO.{self._stream}", b"", timeout=self._timeout
+            f"$JS.API.STREAM.INFO.{self._stream}", b"", timeout=min(ATTEMPT, self._timeout)
         )
         info = json.loads(reply.data)
+        if info.get("error", {}).get("err_code") in LEADERLESS_CODES:
+            raise nats.js.errors.APIError(**info["error"])
         if "error" in info:
             raise BackendUnavailable(
                 f"NATS at {self._where} cannot describe bucket {self.bucket!r}: "
@@ -455,15 +526,17 @@ class NatsLeaseBackend:
             "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
         }  # fmt: skip
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
+        # One attempt, never waiting out an election: the scheduler's loop records its beat
+        # between ticks, and a beat missed is only logged (the next one comes an interval later).
         try:
-            await self._js.publish(subject, json.dumps(value).encode())
+            await self._jsa.publish(subject, json.dumps(value).encode())
         except nats.js.errors.NoStreamResponseError:  # the first heartbeat: create the bucket
             await self._create_instances_bucket(ttl)
-            await self._js.publish(subject, json.dumps(value).encode())
+            await self._jsa.publish(subject, json.dumps(value).encode())
 
     async def _create_instances_bucket(self, ttl: float) -> None:
         try:
-            await self._js.create_key_value(
+            await self._jsa.create_key_value(
                 bucket=self._instances, history=1, ttl=max(ttl, INSTANCES_MAX_AGE),
                 replicas=self._replicas,
                 storage=api.StorageType(self._storage), direct=False,
@@ -495,8 +568,34 @@ class NatsLeaseBackend:
     # -- listing -----------------------------------------------------------------------------
 
     async def _all_jobs(self) -> list[JobState]:
-        entries = await self._watch("job.*", meta_only=False)
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._no_consumers_until:
+            return await self._all_jobs_from_leader()
+        try:
+            entries = await self._watch_once("job.*", meta_only=False)
+        except Exception as exc:
+            if not leaderless(exc):
+                raise
+            self._no_consumers_until = loop.time() + NO_CONSUMERS_FOR
+            return await self._all_jobs_from_leader()
         return [JobState.decode(_job_of(e.key), e.value) for e in entries if e.value]
+
+    async def _all_jobs_from_leader(self) -> list[JobState]:
+        """Every job's key read through the stream's leader: the keys from stream info, then a
+        request per key. Slower than a consumer, but it needs none, so it does not wait for the
+        cluster's meta leader (which creates consumers) while that one is being replaced."""
+        info = await self._retried(
+            lambda: self._jsa.stream_info(self._stream, subjects_filter=f"{self._prefix}job.*")
+        )
+        keys = [subject[len(self._prefix) :] for subject in info.state.subjects or {}]
+        found: list[tuple[bytes | None, int]] = []
+        for at in range(0, len(keys), 256):  # a few hundred requests in flight at a time
+            found += await asyncio.gather(*(self._get(key) for key in keys[at : at + 256]))
+        return [
+            JobState.decode(_job_of(k), data)
+            for k, (data, _) in zip(keys, found, strict=True)
+            if data
+        ]
 
     async def _runs(self, job: str | None, limit: int) -> list[RunRecord]:
         if job is None:
@@ -524,13 +623,18 @@ class NatsLeaseBackend:
         return records
 
     async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        """The keys' entries: listed again from the start if the consumer's server dies."""
+        return await self._retried(lambda: self._watch_once(keys, meta_only=meta_only))
+
+    async def _watch_once(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        """The keys' entries through an ordered consumer (each wait is one attempt)."""
         # An ephemeral consumer per listing: let the server drop it soon after we stop reading.
         watcher = await self._kv.watch(
             keys, meta_only=meta_only, ignore_deletes=True, inactive_threshold=10.0
         )
         entries = []
         try:
-            while (entry := await watcher.updates(self._timeout)) is not None:  # type: ignore[no-untyped-call]
+            while (entry := await watcher.updates(min(ATTEMPT, self._timeout))) is not None:  # type: ignore[no-untyped-call]
                 entries.append(entry)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
@@ -579,7 +683,7 @@ class NatsLeaseBackend:
             # buffered compare-and-swap could land long after its step gave up).
             await asyncio.wait_for(
                 nc.connect(
-                    servers,
+                    server_urls(servers),
                     error_cb=on_error,
                     disconnected_cb=on_disconnect,
                     max_reconnect_attempts=-1,
@@ -612,36 +716,68 @@ class NatsLeaseBackend:
     ) -> None:
         wanted = api.StorageType.FILE if storage == "file" else api.StorageType.MEMORY
         try:
-            info = await js.stream_info(self._stream)
+            info = await self._retried(lambda: js.stream_info(self._stream))
         except nats.js.errors.NotFoundError:
-            try:
-                await js.create_key_value(
-                    bucket=self.bucket, history=history, storage=wanted, replicas=replicas,
-                    direct=False, description="Relay leases",
-                )  # fmt: skip
-            except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != _STREAM_NAME_IN_USE:  # else: another instance was first
-                    raise
-            info = await js.stream_info(self._stream)
-        if info.config.storage != wanted:
+            await self._retried(lambda: self._create_bucket(js, wanted, replicas, history))
+            # Instances starting together: the bucket one of them created may not be found
+            # until its stream has elected its first leader. Wait for it.
+            info = await retried(
+                lambda: js.stream_info(self._stream), self._timeout * 2,
+                also=lambda exc: isinstance(exc, nats.js.errors.NotFoundError),
+            )  # fmt: skip
+        self._check_config(info.config, storage, replicas)
+
+    async def _create_bucket(
+        self, js: JetStreamContext, storage: api.StorageType, replicas: int, history: int
+    ) -> None:
+        # direct=False: the stream does not serve "direct get", so no replica answers a read
+        # from behind; this backend reads through the leader anyway (see _get).
+        try:
+            await js.create_key_value(
+                bucket=self.bucket, history=history, storage=storage, replicas=replicas,
+                direct=False, description="Relay leases",
+            )  # fmt: skip
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _NOT_CLUSTERED:
+                raise ConfigurationError(
+                    f"NATS at {self._where} is a single server, which keeps one replica: use "
+                    f"replicas=1, or name the servers of a cluster (nats://a:4222,b:4222,c:4222)"
+                ) from exc
+            if exc.err_code == _NO_PEERS:
+                raise BackendUnavailable(
+                    f"NATS at {self._where} cannot place bucket {self.bucket!r} on {replicas} "
+                    f"servers ({exc.description}): replicas={replicas} needs {replicas} servers "
+                    "of the cluster up with JetStream; start them, or lower replicas"
+                ) from exc
+            if exc.err_code != _STREAM_NAME_IN_USE:  # else: another instance was first
+                raise
+
+    def _check_config(self, config: api.StreamConfig, storage: str, replicas: int) -> None:
+        if config.storage != api.StorageType(storage):
             raise ConfigurationError(
-                f"KV bucket {self.bucket!r} on {self._where} uses {info.config.storage} storage, "
-                f"but the URL asks for {storage}: use storage={info.config.storage} or another "
-                "bucket"
+                f"KV bucket {self.bucket!r} on {self._where} uses {config.storage} storage, "
+                f"but the URL asks for {storage}: use storage={config.storage} or another bucket"
+            )
+        if (config.num_replicas or 1) != replicas:
+            raise ConfigurationError(
+                f"KV bucket {self.bucket!r} on {self._where} has {config.num_replicas or 1} "
+                f"replica(s), but the URL asks for replicas={replicas}: use "
+                f"replicas={config.num_replicas or 1}, another bucket, or change the bucket's "
+                f"stream (nats stream edit KV_{self.bucket} --replicas {replicas})"
             )
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run a coroutine on the loop; translate every driver error at this boundary."""
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None, jobs: int = 0) -> T:
+        """Run a coroutine on the loop; translate every driver error at this boundary.
+
+        It waits ``timeout`` at most (default: three requests), plus ``_PER_JOB`` per job it
+        decides or reads.
+        """
         try:
-            return self._loop.run(coro, timeout or self._timeout * 3)
+            return self._loop.run(coro, (timeout or self._timeout * 3) + jobs * _PER_JOB)
         except BackendUnavailable as exc:
             raise self._refusals.explain(self._timeout * 3 + 1) or exc from exc.__cause__
         except RelayError:
             raise
-        except nats.js.errors.ServiceUnavailableError as exc:
-            raise BackendUnavailable(
-                f"JetStream is not available on NATS at {self._where}: start the server with -js"
-            ) from exc
         except (
             nats.errors.Error,
             OSError,
@@ -650,10 +786,25 @@ class NatsLeaseBackend:
             LookupError,
             TypeError,
         ) as exc:
-            refused = self._refusals.explain(self._timeout * 3 + 1)
-            raise refused or BackendUnavailable(
-                f"NATS at {self._where} failed: {_describe(exc)}"
-            ) from exc
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> BackendUnavailable:
+        """The words for a driver error (a permission the server refused first: see
+        :class:`PermissionWatch`)."""
+        refused = self._refusals.explain(self._timeout * 3 + 1)
+        if refused is not None:
+            return refused
+        if leaderless(exc):
+            return BackendUnavailable(
+                f"NATS at {self._where} did not answer in time: no server is reachable, or the "
+                "bucket's stream has no leader (are most of its replicas up?); last error: "
+                f"{_describe(exc)}"
+            )
+        if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+            return BackendUnavailable(
+                f"JetStream is not available on NATS at {self._where}: start the server with -js"
+            )
+        return BackendUnavailable(f"NATS at {self._where} failed: {_describe(exc)}")
 
 
 _OLD = "the NATS lease backend needs 2.10 or newer (it reads the server's clock from stream info)"

@@ -11,6 +11,7 @@ use under an advisory transaction lock.
 
 from __future__ import annotations
 
+import math
 import re
 import select
 import threading
@@ -26,7 +27,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
+from relay.backends._pg_watchdog import Watchdog
 from relay.backends._postgres_schema import (
     SCHEMA_VERSION,
     check_newer,
@@ -37,6 +39,7 @@ from relay.backends._postgres_schema import (
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -44,7 +47,7 @@ from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, s
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
 UTC = timezone.utc
-_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "migrate")
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "migrate")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _NO_BITMAP = "SET LOCAL enable_bitmapscan = off;\n"
 _MISSING = (
@@ -60,9 +63,12 @@ class PostgresLeaseBackend:
     """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
-    each), ``pool_max`` (connections per process, default 5), ``pool_timeout`` (seconds to wait for
-    a connection before ``BackendUnavailable``, default 5), and any libpq parameter such as
-    ``sslmode``, ``connect_timeout`` (default 10) or ``application_name``.
+    each), ``pool_max`` (connections per process, default 5), ``timeout`` (seconds, default 2:
+    the longest wait for a pooled connection and for each statement's answer, measured here, so
+    it holds when packets vanish), ``pool_timeout`` (the wait for a connection, default
+    ``timeout``), and any libpq parameter such as ``sslmode``, ``connect_timeout`` (default
+    ``timeout``, at least 2: libpq's floor), ``tcp_user_timeout`` (default ``timeout``) or
+    ``application_name``.
 
     ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
     no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
@@ -80,14 +86,19 @@ class PostgresLeaseBackend:
         *,
         schema: str = "relay",
         pool_max: int = 5,
-        pool_timeout: float = 5.0,
+        pool_timeout: float = DEFAULT_TIMEOUT,
         display: str | None = None,
         read_only: bool = False,
+        deadline: Deadline | None = None,
         migrate: bool = True,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
         self._timeout = pool_timeout
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
+        statement = DEFAULT_TIMEOUT if deadline is None else deadline.timeout
+        self._watchdog = Watchdog(statement, name=f"relay-pg-watchdog-{self.schema}")
         self._queries, self._version, self.found_version = _ensure_schema(
             conninfo, self.schema, self._display, read_only, migrate
         )
@@ -117,7 +128,11 @@ class PostgresLeaseBackend:
                 "use postgresql://user:password@host:5432/database"
             ) from None
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
-        libpq.setdefault("connect_timeout", "10")
+        # A call waits for a pooled connection, then for its statement: each up to timeout.
+        deadline = deadline_of(parsed, calls=2)
+        libpq.setdefault("connect_timeout", str(max(2, math.ceil(deadline.timeout))))
+        if "tcp_user_timeout" in _libpq_keywords():  # unacknowledged data ends the connection
+            libpq.setdefault("tcp_user_timeout", str(math.ceil(deadline.timeout * 1000)))
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
         except psycopg.ProgrammingError as exc:
@@ -132,8 +147,9 @@ class PostgresLeaseBackend:
             conninfo,
             schema=parsed.option("schema", "relay"),
             pool_max=int(parsed.float_option("pool_max", 5)),
-            pool_timeout=parsed.float_option("pool_timeout", 5.0),
+            pool_timeout=parsed.float_option("pool_timeout", deadline.timeout),
             display=display,
+            deadline=deadline,
             **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
 
@@ -165,7 +181,7 @@ class PostgresLeaseBackend:
             [None if r.stale_after is None else float(r.stale_after) for r in requests],
             [r.buffer_one for r in requests],
         )  # fmt: skip
-        with self._connection() as conn:
+        with self._connection(len(requests)) as conn:
             rows = conn.execute(self._queries["acquire_many"], params).fetchall()
         decided = {index: (outcome, attempt, token) for index, outcome, attempt, token in rows}
         return [
@@ -195,7 +211,11 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             row = conn.execute(self._queries["finish"], params).fetchone()
             if row is None:
-                raise self._lost(conn, run_id, token)
+                row = conn.execute(self._queries["finished_again"], params).fetchone()
+                again = None if row is None else finished_again(row[0], row[1])
+                if again is None:
+                    raise self._lost(conn, run_id, token)
+                return again
         return RunState(row[0])
 
     def release(self, run_id: str, token: int) -> None:
@@ -217,7 +237,7 @@ class PostgresLeaseBackend:
             reason, [run_id(*runs[i]) for i in order], [runs[i][0] for i in order],
             [runs[i][1] for i in order],
         )  # fmt: skip
-        with self._connection() as conn:
+        with self._connection(len(runs)) as conn:
             rows = conn.execute(self._queries["skip_many"], params).fetchall()
         recorded = [False] * len(runs)
         for position, done in rows:
@@ -228,7 +248,7 @@ class PostgresLeaseBackend:
         return self.last_slots([job])[job]
 
     def last_slots(self, jobs: Sequence[str]) -> dict[str, datetime | None]:
-        with self._connection() as conn:
+        with self._connection(len(jobs)) as conn:
             rows = conn.execute(self._queries["last_slots"], (list(jobs),)).fetchall()
         return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
 
@@ -277,7 +297,7 @@ class PostgresLeaseBackend:
 
     def register_jobs(self, specs: dict[str, str]) -> None:
         names = sorted(specs, key=str.encode)  # rows taken in name order, as acquires take them
-        with self._connection() as conn:
+        with self._connection(len(names)) as conn:
             conn.execute(self._queries["register_jobs"], (names, [specs[n] for n in names]))
 
     def jobs(self) -> list[JobInfo]:
@@ -328,16 +348,26 @@ class PostgresLeaseBackend:
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
+            self._watchdog.close()
             self._pool.close()
 
     # -- connections and errors --------------------------------------------------------------
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; driver errors leave as ``BackendUnavailable``."""
+    def _connection(self, jobs: int = 0) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; driver errors leave as ``BackendUnavailable``. Its statement
+        is cut past the deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            with (
+                self._pool.connection() as conn,
+                self._watchdog.watch(conn.pgconn.socket, jobs * PER_JOB) as w,
+            ):
+                try:
+                    yield conn
+                except psycopg.OperationalError as exc:
+                    if w.cut:
+                        raise self._no_answer() from exc
+                    raise
         except _MISSING as exc:
             raise BackendUnavailable(
                 f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
@@ -348,13 +378,19 @@ class PostgresLeaseBackend:
         except PoolTimeout as exc:
             raise BackendUnavailable(
                 f"no connection to PostgreSQL at {self._display} within {self._timeout:g}s; "
-                "check that the server is up and reachable (URL option pool_timeout waits longer)"
+                "check that the server is up and reachable (URL option timeout waits longer)"
             ) from exc
         except psycopg.Error as exc:
             raise BackendUnavailable(
                 f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
                 "check that the server is up and reachable"
             ) from exc
+
+    def _no_answer(self) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"PostgreSQL at {self._display} did not answer within {self._watchdog.timeout:g}s; "
+            "check that the server is up and reachable (URL option timeout waits longer)"
+        )
 
     def _lost(
         self, conn: psycopg.Connection[Any], run_id: str, token: int, owner: str | None = None

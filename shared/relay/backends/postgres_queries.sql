@@ -46,9 +46,16 @@ UPDATE {schema}.runs SET
 WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
 RETURNING state
 
+-- name: finished_again
+-- What a finish by this token recorded, if one did: the same finish sent again changes nothing.
+SELECT state, reason FROM {schema}.runs
+WHERE run_id = %(run_id)s AND token = %(token)s AND state <> 'running'
+
 -- name: release
+-- A run not started yet gives its attempt back: the next lease has the same attempt number.
 UPDATE {schema}.runs SET
-    state = 'pending', reason = 'released', expires_at = NULL, updated_at = clock_timestamp()
+    state = 'pending', reason = 'released', expires_at = NULL, updated_at = clock_timestamp(),
+    attempt = attempt - (started_at IS NULL)::integer
 WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
 
 -- name: lost

@@ -33,7 +33,10 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from relay.backends._ms import positive_ms
 from relay.backends._redis import DEFAULT_PREFIX, check_prefix, driver_url, job_base, translated
+from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
+from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id, slot_ms
 
@@ -53,7 +56,7 @@ STREAM_KEEP = 100
 _SCRIPTS = resources.files("relay.backends")
 _CLAIM_SCRIPT = _SCRIPTS.joinpath("redis_claim.lua").read_text()
 _IDMP_SETUP_SCRIPT = _SCRIPTS.joinpath("redis_claim_idmp.lua").read_text()
-_OUR_OPTIONS = ("strategy", "prefix", "retention")
+_OUR_OPTIONS = ("strategy", "prefix", "retention", "timeout")
 _DRIVER_OPTIONS = ("socket_timeout", "socket_connect_timeout", "client_name")
 _PRODUCER = "relay"
 
@@ -91,7 +94,7 @@ class RedisClaimBackend:
                 if strategy == "idmp":
                     self._check_idmp_support()
         except BaseException:
-            client.close()
+            self.close()
             raise
 
     @classmethod
@@ -99,21 +102,25 @@ class RedisClaimBackend:
         """Connect to the server a ``redis://…?strategy=…`` URL names.
 
         Options: ``prefix`` of every key (default ``relay:``), ``retention`` (seconds, for
-        ``idmp`` and ``script``), and the driver's ``socket_timeout``,
-        ``socket_connect_timeout``, ``client_name``.
+        ``idmp`` and ``script``), ``timeout`` (seconds for each connect and reply, default
+        2), and the driver's ``socket_timeout``, ``socket_connect_timeout``, ``client_name``.
         """
         parsed = BackendURL(url)
         strategy = parsed.option("strategy", "")
-        known = ["strategy", "prefix", *_DRIVER_OPTIONS]
+        known = ["strategy", "prefix", "timeout", *_DRIVER_OPTIONS]
         if strategy != "stream-id":
             known.append("retention")
+        if is_sentinel(parsed):
+            known += SENTINEL_OPTIONS
         parsed.check_options(known, f"the Redis claim backend (strategy={strategy})")
         retention = _retention(parsed, strategy)
-        url_for_driver = driver_url(parsed, _OUR_OPTIONS)
+        timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
+        timeouts = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
         try:
-            client = redis.Redis.from_url(
-                url_for_driver, socket_connect_timeout=5.0, socket_timeout=10.0
-            )
+            if is_sentinel(parsed):
+                client = sentinel_client(parsed, _OUR_OPTIONS, **timeouts)
+            else:
+                client = redis.Redis.from_url(driver_url(parsed, _OUR_OPTIONS), **timeouts)
         except ValueError as exc:
             raise ConfigurationError(
                 f"Redis URL {parsed.redacted()!r} is malformed: {exc}"
@@ -153,6 +160,7 @@ class RedisClaimBackend:
 
     def close(self) -> None:
         self._client.close()
+        close_sentinels(self._client)
 
     def stream_key(self, job: str) -> str:
         """The key of ``job``'s stream (``stream-id`` and ``idmp``)."""

@@ -17,6 +17,7 @@ last write (default 7 days), and the indexes drop them then.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -29,7 +30,13 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import (
+    NoPermissionError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 from redis.retry import Retry
 
 from relay.backends._lost import no_lease, not_running, stale_token, started_elsewhere
@@ -44,9 +51,13 @@ from relay.backends._redis import (
     time_ms,
     translated,
 )
+from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
+from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
+from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
+from relay.deadlines import Deadline, deadline_of
+from relay.errors import BackendUnavailable, ConfigurationError, NotAcknowledged, StoreNotFound
 from relay.health import InstanceInfo
 from relay.runs import (
     Run,
@@ -65,7 +76,7 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
-_RELAY_OPTIONS = ("strategy", "prefix", "retention", "cluster")
+_RELAY_OPTIONS = ("strategy", "prefix", "retention", "wait_replicas", "wait_timeout", "timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
     "max_connections", "client_name", "protocol", "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path",
@@ -75,8 +86,12 @@ _STEPS = (
     "acquire", "start", "heartbeat", "finish", "release", "skip", "read", "instance", "control",
     "live",
 )  # fmt: skip
+_RETRY_CAP = 0.5
+"""The longest pause before a call whose connection broke is sent again."""
 _LIVE_VERSION = "1"
 """The value of ``<prefix>live:version`` once every live run of the store is in the index."""
+_WAITED = frozenset({"acquire", "start", "finish", "release", "skip", "control"})
+"""The steps that change a run or a job, followed by WAIT when ``wait_replicas`` is set."""
 _SWEEP_READS = 1000
 """The most index entries one sweep reads (pending runs first, then the oldest expired leases)."""
 
@@ -98,6 +113,10 @@ class RedisLeaseBackend:
 
     ``read_only`` writes no key (loading the scripts writes none): a prefix under which no key
     exists raises :class:`~relay.errors.StoreNotFound`, and reads leave expired index entries be.
+
+    ``wait_replicas`` (0: off) replicas must confirm each step that changes a run or a job within
+    ``wait_timeout`` seconds, or it raises :class:`~relay.errors.NotAcknowledged` (see
+    :mod:`relay.backends._redis_wait`).
     """
 
     capability: Literal["lease"] = "lease"
@@ -111,6 +130,9 @@ class RedisLeaseBackend:
         description: str = "Redis",
         jobs_per_call: int = 50,
         read_only: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        deadline: Deadline | None = None,
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
@@ -118,6 +140,8 @@ class RedisLeaseBackend:
         self.prefix = prefix
         self.retention_ms = ms(retention)
         self._description = description
+        self.deadline = deadline
+        """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._redis = client
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
@@ -131,29 +155,50 @@ class RedisLeaseBackend:
         self._read_only = read_only
         self._live: list[str] = [] if isinstance(client, RedisCluster) else [f"{prefix}live"]
         """The key after a job's keys in every script call: the index of live runs, if kept."""
-        with self._errors():
-            self._load_scripts()
-            if read_only:
-                self._check_exists()
+        self._wait = WaitFor(wait_replicas, wait_timeout)
+        self.wait_replicas = wait_replicas
+        """Replicas that must confirm each changing step (0: not waited for)."""
+        self.wait_timeout = wait_timeout
+        """Seconds a changing step waits for its replicas before it counts as not done."""
+        try:
+            with self._errors():
+                self._load_scripts()
+                if read_only:
+                    self._check_exists()
+                else:
+                    check_replication(self._replication(), self._wait, self.name)
+        except ConfigurationError:
+            client.close()
+            raise
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisLeaseBackend:
         """Connect as a URL says; options ``prefix`` (default ``relay:``), ``retention`` (s)."""
         parsed = BackendURL(url)
-        parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS], "the Redis lease backend")
+        sentinel = is_sentinel(parsed)
+        extra = SENTINEL_OPTIONS if sentinel else ("cluster",)
+        parsed.check_options([*_RELAY_OPTIONS, *_DRIVER_OPTIONS, *extra], "the Redis lease backend")
         if parsed.option("strategy", "lease") != "lease":
             raise ConfigurationError(f"{parsed.redacted()} is not a lease URL: use strategy=lease")
         cluster = _flag(parsed, "cluster")
         if cluster:
             kwargs.setdefault("jobs_per_call", 1)  # a script may touch one Cluster slot only
         where = BackendURL(parsed.redacted()).without_options(parsed.options)
-        kind = "Redis Cluster" if cluster else "Redis"
+        kind = "Redis Sentinel" if sentinel else "Redis Cluster" if cluster else "Redis"
         prefix = parsed.option("prefix", DEFAULT_PREFIX)
+        wait = WaitFor.from_url(parsed)
+        kwargs.setdefault("wait_replicas", wait.replicas)
+        kwargs.setdefault("wait_timeout", wait.timeout)
+        # A call may find its pooled connection broken, then connect and send again (one retry),
+        # and wait for its replicas behind each step (WAIT).
+        waits = wait.timeout if wait.replicas else 0.0
+        deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
         return cls(
-            _connect(parsed, cluster, f"{kind} at {where}"),
+            _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout, waits),
             prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             description=f"{kind} ({where}, prefix={prefix})",
+            deadline=deadline,
             **kwargs,
         )
 
@@ -169,11 +214,13 @@ class RedisLeaseBackend:
             return self.acquire_many([request])[0]
         member = _member(request)
         args = [self.retention_ms, request.owner, _request_line(request, member)]
-        (reply,) = self._call_many("acquire", [(self._keys(job), args)])
+        (reply,), confirmed = self._send("acquire", [(self._keys(job), args)])
         words = reply.split(" ")
         if words[0] == "1":
             self._list_again([job])
-        return _acquire_result(request, member, words, 1)
+        result = _acquire_result(request, member, words, 1)
+        self._confirm("acquire", confirmed, [result])
+        return result
 
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
         # Each (owner, job)'s requests in order; a script call decides up to jobs_per_call jobs
@@ -194,7 +241,14 @@ class RedisLeaseBackend:
         jobs = list(dict.fromkeys(job for _, job in order))
         listed = self._listed.intersection(jobs)
         # Per group its new_job flag, then per request: outcome, attempt, token.
-        words = " ".join(self._call_jobs("acquire", jobs, calls)).split(" ")
+        partly = None
+        try:
+            replies, confirmed = self._send_jobs("acquire", jobs, calls)
+        except _PartlyDone as exc:  # a Cluster node failed: the others' wins are handed back
+            partly, replies, confirmed = exc, exc.replies, 0
+            for index in exc.failed:
+                replies[index] = _held_reply(calls[index][1])
+        words = " ".join(replies).split(" ")
         results: list[AcquireResult] = [_HELD] * len(requests)
         lost, at = [], 0
         for group in order:
@@ -206,6 +260,13 @@ class RedisLeaseBackend:
                 at += 3
         if lost:
             self._list_again(lost)
+        if partly is not None:
+            won = [result.run for result in results if result.run is not None]
+            raise NotAcknowledged(
+                f"{self.name} failed on a node ({partly.error}): the acquire counts as not done",
+                won,
+            ) from partly.error
+        self._confirm("acquire", confirmed, results)
         return results
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
@@ -309,7 +370,7 @@ class RedisLeaseBackend:
         with self._errors():
             names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
         calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
-        replies = self._call_many("control", calls) if calls else []
+        replies = self._call_many("control", calls, wait=False) if calls else []
         return [
             JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
             for job, (spec, at, by, why) in zip(names, replies, strict=True)
@@ -371,6 +432,7 @@ class RedisLeaseBackend:
 
     def close(self) -> None:
         self._redis.close()
+        close_sentinels(self._redis)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -479,53 +541,173 @@ class RedisLeaseBackend:
     # -- calling scripts ---------------------------------------------------------------------
 
     def _call_one(self, step: str, job: str, args: list[Any]) -> Any:
+        keys, args = self._keys(job), [*args, self.retention_ms]
+        if self.wait_replicas and step in _WAITED:
+            return self._call_many(step, [(keys, args)])[0]
         with self._errors():
-            return self._scripts[step](self._keys(job), [*args, self.retention_ms])
+            return self._scripts[step](keys, args)
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
     ) -> list[Any]:
         """:meth:`_call_many`, first adding to the set of job names those not added yet."""
+        try:
+            replies, confirmed = self._send_jobs(step, jobs, calls)
+        except _PartlyDone as exc:
+            with self._errors():
+                raise exc.error from None
+        self._confirm(step, confirmed)
+        return replies
+
+    def _send_jobs(
+        self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
+    ) -> tuple[list[Any], int | None]:
+        """:meth:`_send`, first adding to the set of job names those not added yet."""
         unlisted = [job for job in jobs if job not in self._listed]
         before = ("SADD", self._jobs_key(), *unlisted) if unlisted else None
-        replies = self._call_many(step, calls, before)
+        sent = self._send(step, calls, before)
         self._listed.update(unlisted)
-        return replies
+        return sent
 
     def _call_many(
         self,
         step: str,
         calls: Sequence[tuple[list[str], list[Any]]],
         before: tuple[Any, ...] | None = None,
+        *,
+        wait: bool = True,
     ) -> list[Any]:
-        """Call a script once per ``(keys, args)`` in one round trip (``before`` goes first)."""
-        script = self._scripts[step]
-        if len(calls) == 1 and before is None:
-            keys, args = calls[0]
+        """Call a script once per ``(keys, args)`` in one round trip (``before`` goes first);
+        raise :class:`~relay.errors.NotAcknowledged` if too few replicas confirmed a change."""
+        try:
+            replies, confirmed = self._send(step, calls, before, wait=wait)
+        except _PartlyDone as exc:
             with self._errors():
-                return [script(keys, args)]
+                raise exc.error from None
+        self._confirm(step, confirmed)
+        return replies
+
+    def _confirm(
+        self, step: str, confirmed: int | None, results: Sequence[AcquireResult] = ()
+    ) -> None:
+        """Raise NotAcknowledged unless ``confirmed`` (None: not waited for) is enough."""
+        if confirmed is not None:
+            won = [result.run for result in results if result.run is not None]
+            self._wait.confirm(confirmed, self.name, step, won)
+
+    def _send(
+        self,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None = None,
+        *,
+        wait: bool = True,
+    ) -> tuple[list[Any], int | None]:
+        """The replies of the script calls, and how many replicas confirmed them (None: the step
+        is not waited for). The calls and WAIT go in one round trip on one connection."""
+        wait = wait and bool(self.wait_replicas) and step in _WAITED
+        with self._errors():
+            if not wait:
+                if len(calls) == 1 and before is None:
+                    keys, args = calls[0]
+                    return [self._scripts[step](keys, args)], None
+                return self._pipelined(self._redis, step, calls, before, wait=False)
+            if isinstance(self._redis, RedisCluster):
+                return self._send_by_node(self._redis, step, calls, before)
+            return self._pipelined(self._redis, step, calls, before, wait=True)
+
+    def _send_by_node(
+        self,
+        cluster: RedisCluster,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None,
+    ) -> tuple[list[Any], int | None]:
+        """On Redis Cluster, each node's calls and a WAIT on that node: WAIT counts the replicas
+        of the node it is sent to, which must be the primary of the job's slot.
+
+        A call whose node fails is sent again if a refreshed map names another node for its
+        slot (a failover: the old node never ran it, or is gone); a node that fails does not
+        undo what the others did: :class:`_PartlyDone` says which calls failed.
+        """
+        if before is not None:
+            cluster.execute_command(*before)  # type: ignore[no-untyped-call]
+        replies: list[Any] = [None] * len(calls)
+        errors: dict[int, Exception] = {}
+        pending, fewest = list(range(len(calls))), self.wait_replicas
+        for _ in range(2):
+            tried: dict[int, str] = {}
+            for name, node, indexes in _by_node(cluster, calls, pending):
+                tried.update(dict.fromkeys(indexes, name))
+                try:
+                    answers, confirmed = self._pipelined(
+                        node, step, [calls[i] for i in indexes], None, wait=True
+                    )
+                except (RedisError, RedisClusterException) as exc:
+                    errors.update(dict.fromkeys(indexes, exc))
+                    continue
+                for index, answer in zip(indexes, answers, strict=True):
+                    replies[index] = answer
+                    errors.pop(index, None)
+                fewest = min(fewest, confirmed or 0)
+            if not errors:
+                return replies, fewest
+            _refresh(cluster)
+            pending = [i for i in errors if _node_name(cluster, calls[i]) not in (None, tried[i])]
+            if not pending:
+                break
+        first = errors[min(errors)]
+        if len(errors) == len(calls):
+            raise first
+        raise _PartlyDone(replies, sorted(errors), first)
+
+    def _pipelined(
+        self,
+        client: redis.Redis | RedisCluster,
+        step: str,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        before: tuple[Any, ...] | None,
+        *,
+        wait: bool,
+    ) -> tuple[list[Any], int | None]:
+        """The script calls (then WAIT, if ``wait``) in one pipeline, without a transaction."""
+        script = self._scripts[step]
         pending = list(range(len(calls)))
         replies: list[Any] = [None] * len(calls)
-        with self._errors():
-            for _ in range(2):
-                pipe = self._redis.pipeline(transaction=False)
-                if before is not None:
-                    pipe.execute_command(*before)
-                for index in pending:
-                    keys, args = calls[index]
-                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
-                for index, answer in zip(pending, answers, strict=True):
-                    if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
-                        raise answer
-                    replies[index] = answer
-                # The server forgot the scripts (a restart): load them, redo only those calls.
-                pending = [i for i in pending if isinstance(replies[i], NoScriptError)]
-                if not pending:
-                    return replies
-                self._load_scripts()
-                before = None
+        for _ in range(2):
+            pipe = client.pipeline(transaction=False)
+            if before is not None:
+                pipe.execute_command(*before)
+            for index in pending:
+                keys, args = calls[index]
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            if wait:
+                pipe.execute_command(*self._wait.command)
+            answers = pipe.execute(raise_on_error=False)[0 if before is None else 1 :]
+            confirmed = answers.pop() if wait else None
+            for index, answer in zip(pending, answers, strict=True):
+                if isinstance(answer, Exception) and not isinstance(answer, NoScriptError):
+                    raise answer
+                replies[index] = answer
+            if isinstance(confirmed, Exception):
+                raise confirmed
+            # The server forgot the scripts (a restart): load them, redo only those calls.
+            pending = [i for i in pending if isinstance(replies[i], NoScriptError)]
+            if not pending:
+                return replies, None if confirmed is None else int(confirmed)
+            self._load_scripts()
+            before = None
         raise BackendUnavailable(f"{self.name} keeps forgetting its Lua scripts (SCRIPT FLUSH?)")
+
+    def _replication(self) -> list[dict[str, Any]]:
+        """``INFO replication`` of the server, or of each Cluster primary ([]: ACL forbids it)."""
+        try:
+            if isinstance(self._redis, RedisCluster):
+                found = self._redis.info("replication", target_nodes=RedisCluster.PRIMARIES)
+                return [found] if "role" in found else list(found.values())
+            return [self._redis.info("replication")]
+        except (NoPermissionError, ResponseError):
+            return []
 
     def _load_scripts(self) -> None:
         if isinstance(self._redis, RedisCluster):  # SCRIPT LOAD goes to every primary
@@ -542,17 +724,28 @@ class RedisLeaseBackend:
         return translated(self.name)
 
 
-def _connect(parsed: BackendURL, cluster: bool, where: str) -> redis.Redis | RedisCluster:
-    """A client for the URL without Relay's options (a Cluster client connects at once)."""
-    url = driver_url(parsed, _RELAY_OPTIONS)
+def _connect(
+    parsed: BackendURL, cluster: bool, where: str, timeout: float, waits: float
+) -> redis.Redis | RedisCluster:
+    """A client for the URL without Relay's options (a Cluster client connects at once).
+
+    Every connect waits ``timeout`` at most, every reply ``timeout`` plus ``waits`` (the WAIT
+    for replicas behind a step); a call that times out is not retried (it would wait as long
+    again), one whose connection broke is, once. Through Sentinel, a demoted primary's READONLY
+    counts as a broken connection: the retry asks the sentinels for the new one.
+    """
+    ours = (*_RELAY_OPTIONS, "cluster")
+    retry = Retry(
+        ExponentialBackoff(cap=_RETRY_CAP, base=0.05),
+        retries=1,
+        supported_errors=(redis.ConnectionError,),
+    )
+    options = {"decode_responses": True, "retry": retry, **_timeouts(parsed, timeout, waits)}
+    if is_sentinel(parsed):
+        return sentinel_client(parsed, ours, **options)
     factory = RedisCluster.from_url if cluster else redis.Redis.from_url
     try:
-        return factory(
-            url,
-            decode_responses=True,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=1),
-            **_timeouts(parsed),
-        )
+        return factory(driver_url(parsed, ours), **options)
     except ValueError as exc:
         raise ConfigurationError(
             f"Redis URL {parsed.redacted()} is malformed: {exc}; "
@@ -565,6 +758,53 @@ def _connect(parsed: BackendURL, cluster: bool, where: str) -> redis.Redis | Red
         ) from exc
 
 
+class _PartlyDone(Exception):
+    """Some nodes of a Cluster did their calls, others failed (``error``) the calls ``failed``."""
+
+    def __init__(self, replies: list[Any], failed: list[int], error: Exception) -> None:
+        super().__init__(str(error))
+        self.replies = replies
+        self.failed = failed
+        self.error = error
+
+
+def _by_node(
+    cluster: RedisCluster, calls: Sequence[tuple[list[str], list[Any]]], indexes: list[int]
+) -> list[tuple[str, redis.Redis, list[int]]]:
+    """The calls ``indexes`` grouped by the node serving their first key: its name, its client."""
+    groups: dict[str, list[int]] = {}
+    nodes = {}
+    for index in indexes:
+        node = cluster.get_node_from_key(calls[index][0][0])  # type: ignore[no-untyped-call]
+        nodes[node.name] = node
+        groups.setdefault(node.name, []).append(index)
+    return [
+        (name, cluster.get_redis_connection(nodes[name]), group) for name, group in groups.items()
+    ]
+
+
+def _node_name(cluster: RedisCluster, call: tuple[list[str], list[Any]]) -> str | None:
+    """The name of the node serving the call's first key now (None: no node serves it)."""
+    try:
+        return str(cluster.get_node_from_key(call[0][0]).name)  # type: ignore[no-untyped-call]
+    except (RedisError, RedisClusterException):
+        return None
+
+
+def _refresh(cluster: RedisCluster) -> None:
+    """Read again which node serves which slot, so the next call asks a promoted replica."""
+    with contextlib.suppress(RedisError, RedisClusterException):  # none answers: next time
+        cluster.nodes_manager.initialize()
+
+
+def _held_reply(args: list[Any]) -> str:
+    """The acquire script's reply for a call that was not answered: every request held."""
+    words = []
+    for block in args[2:]:
+        words += ["0"] + ["held", "0", "0"] * len(block.split("\n"))
+    return " ".join(words)
+
+
 def _flag(parsed: BackendURL, name: str) -> bool:
     """A yes/no URL option."""
     value = parsed.option(name, "no").lower()
@@ -573,9 +813,10 @@ def _flag(parsed: BackendURL, name: str) -> bool:
     return value in ("yes", "true", "1")
 
 
-def _timeouts(parsed: BackendURL) -> dict[str, float]:
-    """Default timeouts, so an unreachable server fails a step instead of hanging it."""
-    defaults = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+def _timeouts(parsed: BackendURL, timeout: float, waits: float) -> dict[str, float]:
+    """``timeout`` for connects and replies, unless the URL names redis-py's own options."""
+    # A reply may come after the server's WAIT for replicas (``waits``), then travel.
+    defaults = {"socket_connect_timeout": timeout, "socket_timeout": timeout + waits}
     return {name: value for name, value in defaults.items() if name not in parsed.options}
 
 

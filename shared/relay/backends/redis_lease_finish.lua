@@ -1,13 +1,24 @@
 -- finish: record the outcome of the attempt holding the token.
 -- KEYS: the job's base key, <prefix>live (not on Redis Cluster). ARGV: member, token, succeeded ('1'/'0'), error ('' for none),
 -- retention_ms.
--- Returns {'ok', new state} or {'lost', why, detail}.
+-- Returns {'ok', new state} or {'lost', why, detail}. The same finish by the same token again returns
+-- the state it recorded and changes nothing.
 
 local member, succeeded, retention = ARGV[1], ARGV[3] == '1', tonumber(ARGV[5])
 local run = KEYS[1] .. 'run:' .. member
 local now = clock()
 local f, lost = held(run, tonumber(ARGV[2]))
 if not f then
+  if lost[2] == 'state' then
+    local again = redis.call('HMGET', run, 'state', 'reason')
+    if again[1] == 'succeeded' or again[2] == 'failed' then
+      -- This token's own finish again (its answer was lost, or too few replicas confirmed it):
+      -- answer what it recorded and change nothing. Setting a field to its value makes the step a
+      -- write, so a WAIT after it waits until the replicas have the first finish too.
+      redis.call('HSET', run, 'state', again[1])
+      return {'ok', again[1]}
+    end
+  end
   return lost
 end
 local failures, state = tonumber(f[3]), 'succeeded'

@@ -25,14 +25,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from relay.backends._lost import is_held, lease_lost, started_elsewhere
+from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
 from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, StoreNotFound
+from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.health import InstanceInfo
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -101,7 +101,7 @@ _FAIL = (
 )
 _RELEASE = (
     "UPDATE relay_runs SET state = 'pending', reason = 'released', expires_ms = NULL, "
-    "updated_ms = ?1 " + _HELD.format(2, 3)
+    "attempt = attempt - (started_ms IS NULL), updated_ms = ?1 " + _HELD.format(2, 3)
 )
 
 _COLUMNS = (
@@ -249,11 +249,16 @@ class SQLiteLeaseBackend:
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
         with self._write() as (conn, now_ms):
+            try:
+                _update_held(conn, _SUCCEED if succeeded else _FAIL, (error, now_ms, run_id, token))
+            except LeaseLost:
+                again = _finished_again(conn, run_id, token)
+                if again is None:
+                    raise
+                return again
             if succeeded:
-                _update_held(conn, _SUCCEED, (error, now_ms, run_id, token))
                 _count_live(conn, _job_of(run_id), -1)
                 return RunState.SUCCEEDED
-            _update_held(conn, _FAIL, (error, now_ms, run_id, token))
             row = conn.execute("SELECT state FROM relay_runs WHERE run_id = ?", (run_id,))
             state = RunState(row.fetchone()[0])
             if state is RunState.FAILED:
@@ -652,6 +657,16 @@ def _installed_version(conn: sqlite3.Connection) -> int | None:
         return None
     row = conn.execute("SELECT value FROM relay_meta WHERE key = 'schema_version'").fetchone()
     return 1 if row is None else int(row[0])
+
+
+def _finished_again(conn: sqlite3.Connection, run_id: str, token: int) -> RunState | None:
+    """What a finish by ``token`` recorded, if one did (see :func:`finished_again`)."""
+    row = conn.execute(
+        "SELECT state, reason FROM relay_runs WHERE run_id = ? AND token = ? "
+        "AND state <> 'running'",
+        (run_id, token),
+    ).fetchone()
+    return None if row is None else finished_again(row[0], row[1])
 
 
 def _update_held(conn: sqlite3.Connection, statement: str, params: tuple[Any, ...]) -> None:

@@ -7,6 +7,7 @@ from relay.engine.deciding import Decider, Won
 from relay.engine.looping import MAX_BACKOFF, Loop, Step
 from relay.engine.running import (
     ActiveRun,
+    FinishLimit,
     Runner,
     current_run,
     enter_run,
@@ -18,6 +19,7 @@ __all__ = [
     "MAX_BACKOFF",
     "ActiveRun",
     "Decider",
+    "FinishLimit",
     "Loop",
     "Runner",
     "Step",

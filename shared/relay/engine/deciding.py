@@ -19,10 +19,11 @@ from typing import NamedTuple
 from relay import clock as relay_clock
 from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.engine.reporting import decision_event, missed_events
-from relay.errors import ConfigurationError
+from relay.engine.unacknowledged import hand_back
+from relay.errors import ConfigurationError, NotAcknowledged
 from relay.events import EventBus
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
-from relay.runs import Run, RunRecord, is_manual, run_id
+from relay.runs import Run, RunRecord, RunState, is_manual, run_id
 from relay.schedules import Schedule
 
 __all__ = ["DEFAULT_RETENTION", "ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
@@ -154,8 +155,8 @@ class Decider:
         due = [(job, slot) for job, plan in zip(jobs, plans, strict=True) for slot in plan.due]
         backend = self.backend
         if is_lease(backend):
-            # Only slots after a job's last recorded one are due: none has a record to report.
-            won = self._acquire(backend, due)
+            # Missed slots first: if recording them fails, nothing is won yet that the failure
+            # would leave leased but not dispatched (until its lease ran out).
             missed = [
                 (job.name, slot)
                 for job, plan in zip(jobs, plans, strict=True)
@@ -164,6 +165,8 @@ class Decider:
             if missed:
                 for event in missed_events(missed, backend.skip_many(missed, "missed"), self.owner):
                     self.events.emit(event)
+            # Only slots after a job's last recorded one are due: none has a record to report.
+            won = self._acquire(backend, due)
         else:
             won = self._claim(backend, due)
         for job, plan in zip(jobs, plans, strict=True):
@@ -177,16 +180,22 @@ class Decider:
                 self._undecided.add(job.name)
         return won
 
-    def sweep(self) -> list[Won]:
+    def sweep(self, *, takeovers: bool = True) -> list[Won]:
         """Lease the pending runs of our jobs (handed over, failed, triggered, backfilled,
-        resumed or buffered) and those whose runner died (lease backends); prune old runs."""
+        resumed or buffered) and those whose runner died (lease backends); prune old runs.
+
+        ``takeovers=False`` leaves expired leases alone (the grace after an outage, when their
+        runners may still record their finishes)."""
         backend = self.backend
         if not is_lease(backend):
             return []
         if not self._registered:  # what the jobs are, for `relay jobs` and backfills
             backend.register_jobs({name: job_spec(job) for name, job in self.jobs.items()})
             self._registered = True
-        records = [r for r in backend.reclaimable() if r.job in self.jobs]
+        records = [
+            r for r in backend.reclaimable()
+            if r.job in self.jobs and (takeovers or r.state is not RunState.RUNNING)
+        ]  # fmt: skip
         won = self._acquire(
             backend, [(self.jobs[r.job], r.scheduled_for) for r in records], records
         )
@@ -302,7 +311,11 @@ class Decider:
             )
             for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
-        results = backend.acquire_many(requests)
+        try:
+            results = backend.acquire_many(requests)
+        except NotAcknowledged as exc:
+            hand_back(backend, exc.won, "acquire", str(exc))
+            raise
         won = []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):

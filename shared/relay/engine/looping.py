@@ -11,6 +11,12 @@ published task, an enqueued message). The loop owns every rule of timing:
   history), reports :class:`~relay.events.StoreUnavailable` once, and retries after a back-off that
   doubles up to :data:`MAX_BACKOFF`; the first step that succeeds reports
   :class:`~relay.events.StoreRecovered`;
+* after an outage, the loop takes no expired run over for a **grace** (one lease by default): a
+  runner cut off by the same outage keeps retrying its finish, at least every half heartbeat,
+  and records it first, so a run that finished during the outage does not run again. Ticks go on
+  (they only ask for slots after each job's last recorded one: never a takeover), and sweeps
+  lease pending runs (handed over, retried, triggered); only expired leases wait. The tick is
+  what finds the store back: no sweep is tried before it answered;
 * given a ``role``, a step the store answered also records the instance's own heartbeat
   (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
 """
@@ -65,8 +71,9 @@ class Loop:
     ``interval`` is the longest wait between two steps (a host's tick); ``sweep_every`` how often
     expired runs are looked for on a lease backend (the heartbeat). ``role`` (``"scheduler"``,
     ``"beat"``, ``"dramatiq-scheduler"``) records the instance's heartbeat for ``relay instances``
-    and ``relay health``. ``monotonic`` times sweeps and back-off; the decider's own clock decides
-    which slots are due. Both exist for tests.
+    and ``relay health``. ``grace`` (default: the lease) is how long after an outage the loop
+    waits before taking expired runs over. ``monotonic`` times sweeps, back-off and the grace; the
+    decider's own clock decides which slots are due. Both exist for tests.
     """
 
     def __init__(
@@ -76,6 +83,7 @@ class Loop:
         interval: float,
         sweep_every: float,
         role: str | None = None,
+        grace: float | None = None,
         monotonic: Callable[[], float] = relay_clock.monotonic,
     ) -> None:
         self.decider = decider
@@ -94,6 +102,10 @@ class Loop:
         """This instance's own heartbeat, recorded from the loop (``None``: not recorded)."""
         self.next_sweep = 0.0
         """When the next sweep is due, on ``monotonic``: set it to 0 to sweep at the next step."""
+        self.grace = decider.lease if grace is None else grace
+        """Seconds after an outage before the loop takes expired runs over again."""
+        self.takeover_from = 0.0
+        """When (on ``monotonic``) sweeps may take runs over again: the end of the grace."""
         self._first_backoff = min(interval, FIRST_BACKOFF)
         self._backoff = self._first_backoff
         self._retry_at = 0.0
@@ -104,7 +116,8 @@ class Loop:
     def step(self, send: Send, *, force: bool = False) -> Step:
         """Tick, sweep when due, pass each won run to ``send``, and say when to step again.
 
-        ``force`` ticks and sweeps now, even while backing off or before anything is due.
+        ``force`` ticks and sweeps now, even while backing off or before anything is due; never
+        takes an expired run over in the grace after an outage.
         Never raises: ``BackendUnavailable`` is reported as an event, anything else (a bug) is
         logged with its traceback, and either way the step backs off and says when to retry.
         """
@@ -115,9 +128,11 @@ class Loop:
         failure: Exception | None = None
         try:
             won += self._tick(force)
+            if self.decider.jobs:  # after an outage a tick re-reads history: the store is back
+                self._recovered(now)
             if is_lease(self.decider.backend) and (force or now >= self.next_sweep):
                 self.next_sweep = now + self.sweep_every
-                won += self.decider.sweep()
+                won += self.decider.sweep(takeovers=now >= self.takeover_from)
         except Exception as exc:  # a host's loop never dies of one step
             failure = exc
             if not isinstance(exc, BackendUnavailable):
@@ -196,8 +211,11 @@ class Loop:
         self._retry_at = 0.0
         if self._down_since is not None:
             down_for, self._down_since = now - self._down_since, None
+            grace = self.grace if is_lease(self.decider.backend) else 0.0
+            self.takeover_from = now + grace
             self.events.emit(
                 StoreRecovered(
-                    backend=self.decider.backend.name, owner=self.decider.owner, down_for=down_for
+                    backend=self.decider.backend.name, owner=self.decider.owner,
+                    down_for=down_for, takeover_in=grace,
                 )
-            )
+            )  # fmt: skip

@@ -2,8 +2,23 @@
 
 The standalone scheduler, the Celery worker hooks and the Dramatiq middleware all run runs through
 a :class:`Runner`, so none of them has rules of its own, and none reports anything itself: the
-runner emits started, succeeded, failed, handed over, fenced off and abandoned on its
+runner emits started, succeeded, failed, handed over, fenced off, lease lost and abandoned on its
 :class:`~relay.events.EventBus`.
+
+Through a store that stops answering (a partition, an outage), two rules hold, both timed on this
+process's monotonic clock and never against a time the store wrote:
+
+* **Let go.** A lease counts from the moment this runner *sent* the start or heartbeat the store
+  last answered (a conservative bound: the store set it later). When a renewal fails and that
+  much time has passed, the lease may have run out on the store: ``run.lost`` is set,
+  :class:`~relay.events.RunLeaseLost` emitted, and the heartbeat stops. Store calls have a
+  deadline shorter than the lease, so this happens within ``lease + deadline`` of the last
+  renewal. The handler learns it from ``run.lost`` / ``run.check()``.
+* **Finish through an outage.** A finish is retried (back-off doubling to half a heartbeat) until
+  the store answers it or refuses the token: a token still current is accepted even after its
+  lease ran out, and instances that saw the store fail wait a grace before taking expired runs
+  over (:mod:`relay.engine.looping`). Only a stopping host gives up:
+  :meth:`Runner.stop_finishing` bounds the wait, then the finish is reported abandoned.
 """
 
 from __future__ import annotations
@@ -18,13 +33,15 @@ from typing import Any
 
 from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
-from relay.errors import BackendUnavailable, LeaseLost
+from relay.engine.unacknowledged import hand_back
+from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
 from relay.events import (
     EventBus,
     FencedOff,
     RunAbandoned,
     RunFailed,
     RunHandedOver,
+    RunLeaseLost,
     RunStarted,
     RunSucceeded,
 )
@@ -32,6 +49,7 @@ from relay.runs import Run, RunState
 
 __all__ = [
     "ActiveRun",
+    "FinishLimit",
     "Runner",
     "current_run",
     "enter_run",
@@ -40,12 +58,48 @@ __all__ = [
 ]
 
 log = logging.getLogger("relay.runner")
-FINISH_TRIES = 3
+FIRST_FINISH_RETRY = 0.25
+"""Seconds before a finish the store did not answer is tried again; it doubles up to half a
+heartbeat (at most :data:`LAST_FINISH_RETRY`), so a runner retries at least that often once the
+store is back."""
+LAST_FINISH_RETRY = 5.0
+"""The longest wait between two tries of a finish (a heartbeat may be long, or infinite)."""
 
 _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("relay_run", default=None)
 _active: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar(
     "relay_active_run", default=None
 )
+
+
+class FinishLimit:
+    """When the runners sharing it stop retrying finishes the store does not answer.
+
+    Unset, they retry for as long as it takes; a host sets it when it stops
+    (:meth:`stop_within`). Shared by the runners of one host (a worker's threads).
+    """
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        """The ``time.monotonic()`` after which a finish is given up, once a stop set it."""
+        self._set = threading.Event()
+
+    def stop_within(self, seconds: float) -> None:
+        """Give up finishes still unrecorded ``seconds`` from now (an earlier limit stays)."""
+        at = time.monotonic() + seconds
+        if self.at is None or at < self.at:
+            self.at = at
+        self._set.set()
+
+    def passed(self) -> bool:
+        """Whether a finish still unrecorded now is given up."""
+        return self.at is not None and time.monotonic() >= self.at
+
+    def pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a retry, and no later than the limit."""
+        if self.at is None:
+            self._set.wait(delay)
+        else:
+            time.sleep(max(0.0, min(delay, self.at - time.monotonic())))
 
 
 def current_run() -> Run | None:
@@ -89,6 +143,7 @@ class Runner:
         heartbeat: float,
         events: EventBus | None = None,
         clock: Callable[[], float] = relay_clock.time,
+        finish_limit: FinishLimit | None = None,
     ) -> None:
         self.backend = backend
         self.owner = owner
@@ -97,24 +152,40 @@ class Runner:
         self.events = events if events is not None else EventBus()
         self.clock = clock
         """Seconds since the epoch: a run's start delay is measured from its slot with it."""
+        self.finish_limit = finish_limit if finish_limit is not None else FinishLimit()
+        """When this runner stops retrying finishes (shared by a host's runners)."""
+
+    def stop_finishing(self, within: float) -> None:
+        """Give up recording finishes the store has not answered ``within`` seconds from now.
+
+        A host calls it when it stops: until then a finish is retried for as long as the store
+        does not answer. Each one given up is reported :class:`~relay.events.RunAbandoned`.
+        """
+        self.finish_limit.stop_within(within)
 
     def begin(self, run: Run, *, max_attempts: int = 0) -> ActiveRun | None:
         """Start ``run`` under this owner and begin heartbeating; ``None`` if it must not run.
 
         A run is refused (and reported fenced off) when its token is no longer current, it
         already finished, or another owner started it: a stale or duplicate delivery.
-        ``BackendUnavailable`` propagates: the caller must not run what it cannot confirm.
+        ``BackendUnavailable`` propagates: the caller must not run what it cannot confirm (a
+        start the store's replicas did not confirm is handed back first, see
+        :mod:`relay.engine.unacknowledged`).
         ``max_attempts`` is the job's, for the failed event (0: not known here).
         """
         backend = self.backend
         if not is_lease(backend):
             return self._started(ActiveRun(self, run, max_attempts or 1))
+        sent = time.monotonic()  # the lease counts from here: the store set it later
         try:
             started = backend.start(run.id, run.token, self.owner, self.lease)
         except LeaseLost as exc:
             ActiveRun(self, run, max_attempts).fenced_off("start", str(exc))
             return None
-        active = ActiveRun(self, started, max_attempts)
+        except NotAcknowledged as exc:
+            hand_back(backend, [run], "start", str(exc))
+            raise
+        active = ActiveRun(self, started, max_attempts, renewed=sent)
         active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
         return self._started(active)
 
@@ -165,7 +236,9 @@ class Runner:
 class ActiveRun:
     """A run this process is executing: it heartbeats until finished, failed or released."""
 
-    def __init__(self, runner: Runner, run: Run, max_attempts: int = 0) -> None:
+    def __init__(
+        self, runner: Runner, run: Run, max_attempts: int = 0, *, renewed: float | None = None
+    ) -> None:
         self.runner = runner
         self.run = run
         self.max_attempts = max_attempts
@@ -173,6 +246,13 @@ class ActiveRun:
         self.lost = False
         """Set when the store refused this attempt's token: a newer attempt owns the run."""
         self.started = time.monotonic()
+        self.renewed = self.started if renewed is None else renewed
+        """When (``time.monotonic()``) the last renewal the store answered was sent."""
+        self.let_go = False
+        """Set when the lease could not be renewed in time: ``run.lost`` is set, and the run
+        may be taken over; a finish is still tried, and the store decides."""
+        self.finishing = False
+        """Set once the attempt's end is being recorded: only the finish can end it now."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -255,7 +335,13 @@ class ActiveRun:
         return state
 
     def release(self) -> None:
-        """Hand the run over so another instance takes it at once (a graceful stop)."""
+        """Hand the run over so another instance takes it at once (a graceful stop).
+
+        Does nothing once the run is finishing: its finish, or the give-up of its retries
+        (:meth:`Runner.stop_finishing`), ends it.
+        """
+        if self.finishing:
+            return
         self._stop_heartbeat()
         if not self.lost:
             self.runner.release(self.run)
@@ -270,16 +356,15 @@ class ActiveRun:
         self._stop_heartbeat()
 
     def _finish(self, *, succeeded: bool, error: str | None) -> RunState | None:
+        self.finishing = True
         self._stop_heartbeat()
         backend = self.runner.backend
         if not is_lease(backend):
             return RunState.SUCCEEDED if succeeded else RunState.FAILED
         if self.lost:  # refused already (and reported): a newer attempt owns the run
             return None
-        unavailable = ""
-        for attempt in range(FINISH_TRIES):
-            if attempt:
-                time.sleep(0.5 * 2 ** (attempt - 1))
+        runner, delay, tries = self.runner, FIRST_FINISH_RETRY, 0
+        while True:
             try:
                 return backend.finish(self.run.id, self.run.token, succeeded=succeeded, error=error)
             except LeaseLost as exc:
@@ -287,24 +372,63 @@ class ActiveRun:
                 return None
             except BackendUnavailable as exc:
                 unavailable = str(exc)
-                log.warning("could not record the result of %s, will retry: %s", self.run.id, exc)
+            tries += 1
+            if runner.finish_limit.passed():
+                break
+            level = logging.WARNING if tries == 1 else logging.DEBUG
+            log.log(
+                level, "could not record the result of %s, retrying: %s", self.run.id, unavailable
+            )
+            runner.finish_limit.pause(delay)
+            delay = min(delay * 2, max(min(runner.heartbeat / 2, LAST_FINISH_RETRY), delay))
         # The lease will expire and another instance will take the run over: nothing is lost,
         # but what this attempt did may be done again.
         outcome = "succeeded" if succeeded else "failed"
-        self.runner.abandoned(self.run, "finish", outcome, unavailable)
+        runner.abandoned(self.run, "finish", outcome, unavailable)
         return None
 
     def _beat(self) -> None:
         backend = self.runner.backend
         assert is_lease(backend)
-        while not self._stop.wait(self.runner.heartbeat):
+        failing = False
+        while not self._stop.wait(self._beat_wait(failing)):
+            sent = time.monotonic()
             try:
                 backend.heartbeat(self.run.id, self.run.token, self.runner.lease)
             except LeaseLost as exc:
                 self.fenced_off("heartbeat", str(exc))
                 return
             except BackendUnavailable as exc:
+                if self._stop.is_set():  # finishing: the finish loop takes it from here
+                    return
+                if time.monotonic() - self.renewed >= self.runner.lease:
+                    self._let_go(str(exc))
+                    return
+                failing = True
                 log.warning("heartbeat of %s failed, will retry: %s", self.run.id, exc)
+                continue
+            failing = False
+            self.renewed = sent
+
+    def _beat_wait(self, failing: bool) -> float:
+        """Seconds to the next renewal: a heartbeat, or less when the lease runs out sooner."""
+        if not failing:
+            return self.runner.heartbeat
+        left = self.renewed + self.runner.lease - time.monotonic()
+        return max(0.0, min(self.runner.heartbeat, left))
+
+    def _let_go(self, error: str) -> None:
+        """The lease may have run out on the store: tell the handler, report it, stop renewing."""
+        self.let_go = True
+        self.run.lost.set()
+        runner = self.runner
+        silent_for = time.monotonic() - self.renewed
+        runner.events.emit(
+            RunLeaseLost(
+                *_values(self.run, runner.owner), error=error, silent_for=silent_for,
+                lease=runner.lease,
+            )
+        )  # fmt: skip
 
     def _duration(self) -> float:
         return time.monotonic() - self.started

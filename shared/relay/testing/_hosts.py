@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from relay.contract import is_lease
 from relay.engine import Runner, Won
+from relay.engine.coroutines import call_handler
 from relay.errors import BackendUnavailable
 from relay.scheduler import Scheduler
 
@@ -132,7 +133,7 @@ class InlineScheduler:
         if active is None:
             return
         try:
-            active.call(handler)
+            active.call(lambda run: call_handler(handler, run))
         except SimulatedCrash:
             active.abandon()
             heapq.heappush(self._sweeps, now + lease + heartbeat)
