@@ -53,7 +53,7 @@ def test_instances_run_as_a_user_allowed_only_the_buckets_subjects(tmp_path: Pat
     with locked_nats(tmp_path, _users(_relay_user())) as port:
         url = f"nats://relay:s3cret@127.0.0.1:{port}?bucket={BUCKET}&timeout=2"
         ran: list[int] = []
-        scheduler = relay.Scheduler(url, lease=5, heartbeat=1, tick=0.05)
+        scheduler = relay.Scheduler(url, lease=10, heartbeat=1, tick=0.05)
 
         @scheduler.job(every=0.2, max_attempts=2, overlap="skip", name="beat")
         def beat(run: relay.Run) -> None:
