@@ -15,7 +15,7 @@ import pytest
 
 import relay
 from relay import AcquireRequest, Outcome, open_backend
-from relay.backends._nats_security import kv_permissions, kv_user
+from relay.backends._nats_security import dedup_permissions, kv_permissions, kv_user
 from relay.errors import BackendUnavailable, ConfigurationError
 from tests.support.nats_locked import locked_nats
 from tests.support.tls import Certificates, certificates
@@ -147,3 +147,37 @@ def test_the_dedup_claim_strategy_over_tls(tmp_path: Path) -> None:
             claims.close()
         with pytest.raises(BackendUnavailable, match="certificate verify failed"):
             open_backend(f"tls://127.0.0.1:{port}?strategy=dedup&timeout=1&tlsca={certs.other_ca}")
+
+
+def _dedup_user(subjects: list[str]) -> str:
+    allowed = ", ".join(f'"{subject}"' for subject in subjects)
+    return (
+        "{ user: relay, password: s3cret, permissions: { publish: { allow: ["
+        f'{allowed}] }}, subscribe: {{ allow: ["_INBOX.>"] }} }} }}'
+    )
+
+
+def test_the_dedup_strategy_runs_with_its_stream_only(tmp_path: Path) -> None:
+    subjects = dedup_permissions("RELAY_CLAIMS")
+    assert all(f"`{subject}`" in DOCS.read_text() for subject in subjects)
+    with locked_nats(tmp_path, _users(_dedup_user(subjects))) as port:
+        url = f"nats://relay:s3cret@127.0.0.1:{port}?strategy=dedup&timeout=1"
+        claims = open_backend(url)
+        try:
+            assert claims.claim("locked", NOW) is True  # type: ignore[union-attr]
+            assert claims.claim("locked", NOW) is False  # type: ignore[union-attr]
+        finally:
+            claims.close()
+        with pytest.raises(BackendUnavailable, match=r"refused this user publish.*OTHER"):
+            open_backend(f"{url}&stream=OTHER")
+
+
+def test_a_missing_dedup_permission_is_named(tmp_path: Path) -> None:
+    missing = "$JS.API.STREAM.CREATE.RELAY_CLAIMS"
+    subjects = [s for s in dedup_permissions("RELAY_CLAIMS") if s != missing]
+    with (
+        locked_nats(tmp_path, _users(_dedup_user(subjects))) as port,
+        pytest.raises(BackendUnavailable) as caught,
+    ):
+        open_backend(f"nats://relay:s3cret@127.0.0.1:{port}?strategy=dedup&timeout=1")
+    assert f"refused this user publish to '{missing}'" in str(caught.value)

@@ -19,6 +19,7 @@ __all__ = [
     "TLS_OPTIONS",
     "PermissionWatch",
     "connect_fix",
+    "dedup_permissions",
     "kv_permissions",
     "kv_user",
     "tls_context",
@@ -90,6 +91,12 @@ def kv_permissions(bucket: str) -> list[str]:
     return subjects
 
 
+def dedup_permissions(stream: str) -> list[str]:
+    """The subjects a NATS user must be allowed to publish to, for ``strategy=dedup`` on
+    ``stream``: its claims subject and the creation of its stream (replies on ``_INBOX.>``)."""
+    return [f"relay-claims.{stream}", f"$JS.API.STREAM.CREATE.{stream}"]
+
+
 def kv_user(bucket: str, user: str) -> str:
     """The ``authorization { users = [...] }`` entry of a nats-server configuration for Relay."""
     subjects = "".join(f'        "{subject}",\n' for subject in kv_permissions(bucket))
@@ -107,8 +114,8 @@ class PermissionWatch:
     server sends the violation apart, to the client's error callback, which calls :meth:`saw`.
     """
 
-    def __init__(self, where: str, bucket: str) -> None:
-        self._where, self._bucket = where, bucket
+    def __init__(self, where: str, subjects: list[str]) -> None:
+        self._where, self._subjects = where, subjects
         self._last: tuple[float, str, str] | None = None
 
     def saw(self, error: object) -> None:
@@ -123,18 +130,18 @@ class PermissionWatch:
             return None
         _, kind, subject = self._last
         allow = "publish" if kind == "publish" else "subscribe"
-        subject = _cased(subject, self._bucket)
+        subject = _cased(subject, self._subjects)
         return BackendUnavailable(
             f"NATS at {self._where} refused this user {kind} to {subject!r}, so the "
             f"request went unanswered: add it to the user's {allow} allow list. Relay's user "
-            f"needs publish {kv_permissions(self._bucket)} and subscribe ['_INBOX.>'] "
+            f"needs publish {self._subjects} and subscribe ['_INBOX.>'] "
             "(see docs/security.md)"
         )
 
 
-def _cased(subject: str, bucket: str) -> str:
+def _cased(subject: str, subjects: list[str]) -> str:
     """The allow-list entry a (lower-cased) refused subject falls under, or the subject itself."""
-    for allowed in [*kv_permissions(bucket), "_INBOX.>"]:
+    for allowed in [*subjects, "_INBOX.>"]:
         wanted = allowed.lower()
         if subject.lower() == wanted or (
             wanted.endswith(".>") and subject.lower().startswith(wanted[:-1])

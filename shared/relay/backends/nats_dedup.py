@@ -26,7 +26,13 @@ from nats.js.api import StorageType, StreamConfig
 
 from relay.backends._nats_cluster import retried, server_urls
 from relay.backends._nats_loop import LoopThread
-from relay.backends._nats_security import TLS_OPTIONS, connect_fix, tls_context
+from relay.backends._nats_security import (
+    TLS_OPTIONS,
+    PermissionWatch,
+    connect_fix,
+    dedup_permissions,
+    tls_context,
+)
 from relay.backends._url import BackendURL
 from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -72,6 +78,7 @@ class NatsClaimBackend:
         self._servers = servers
         self._tls = tls
         self._connect_error: Exception | None = None
+        self._refusals = PermissionWatch(location, dedup_permissions(stream))
         self._loop = LoopThread()
         self._client: Client | None = None
         try:
@@ -202,7 +209,9 @@ class NatsClaimBackend:
         return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
 
     async def _saw(self, exc: Exception) -> None:
-        """nats-py's error callback: keep a TLS failure, which leaves the connect hanging."""
+        """nats-py's error callback: keep a TLS failure, which leaves the connect hanging, and a
+        permission refused, which leaves a request unanswered."""
+        self._refusals.saw(exc)
         if isinstance(exc, ssl.SSLError):
             self._connect_error = exc
 
@@ -210,7 +219,16 @@ class NatsClaimBackend:
     def _translated(self) -> Iterator[None]:
         try:
             yield
-        except BackendUnavailable as exc:  # the loop's deadline: say why, if nats-py told us
+        except (BackendUnavailable, nats.errors.TimeoutError) as exc:
+            # The loop's deadline, or a request's: say why, if the server or nats-py told us.
+            refused = self._refusals.explain(self.timeout * 3 + 5)
+            if refused is not None:
+                raise refused from exc
+            if isinstance(exc, nats.errors.TimeoutError):
+                raise BackendUnavailable(
+                    f"NATS at {self.location} did not answer ({exc!r}): check the server and "
+                    "JetStream"
+                ) from exc
             if self._connect_error is None:
                 raise
             raise BackendUnavailable(

@@ -51,6 +51,7 @@ from relay.backends._nats_security import (
     TLS_OPTIONS,
     PermissionWatch,
     connect_fix,
+    kv_permissions,
     tls_context,
 )
 from relay.backends._url import BackendURL
@@ -135,7 +136,7 @@ class NatsLeaseBackend:
     ) -> None:
         self._where = BackendURL(servers).redacted()
         self._tls = tls
-        self._refusals = PermissionWatch(self._where, bucket)
+        self._refusals = PermissionWatch(self._where, kv_permissions(bucket))
         self.bucket = bucket
         self._stream = f"KV_{bucket}"
         self._prefix = f"$KV.{bucket}."
