@@ -110,6 +110,26 @@ def check_test() -> None:
     import xdist  # noqa: F401  (the suite runs with -n auto)
 
 
+def check_testing() -> None:
+    """pytest, with Relay's plugin registered: a test using ``relay_clock`` runs an hour of a
+    five-minute job in fake time."""
+    import subprocess
+
+    (TMP / "test_kit.py").write_text(
+        "import relay\n"
+        "from relay.testing import runs_of\n\n"
+        "def test_an_hour(relay_clock, relay_scheduler):\n"
+        "    relay_scheduler.job(cron='*/5 * * * *', name='tick')(lambda run: None)\n"
+        "    relay_clock.advance(hours=1)\n"
+        "    assert len(runs_of('tick')) == 13\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_kit.py"],
+        cwd=TMP, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def check_metrics() -> None:
     """Metrics counted from a real scheduler's events and exposed over HTTP (text format)."""
     import urllib.request
