@@ -26,6 +26,7 @@ from rich.table import Table
 
 from relay.backends import Backend, open_backend
 from relay.cli_control import COMMANDS
+from relay.cli_doctor import doctor
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
@@ -355,7 +356,7 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, doctor):
     main.add_command(_command)
 main.add_command(migrate_command)
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
+from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
 from relay.runs import RunRecord, RunState
@@ -108,6 +109,15 @@ class Control:
         store = self._lease("jobs")
         info = self._known(store, name)
         return self._status(store, info, store.now())
+
+    def doctor(self) -> DoctorReport:
+        """What the store, as it is configured, can cost when a Relay process crashes, the
+        store restarts or loses power, a replica is promoted, or the network splits.
+
+        Reads the store's own settings and creates nothing (:mod:`relay.doctor`). A claim
+        backend raises :class:`ConfigurationError` saying what a claim store can cost.
+        """
+        return diagnose(self.backend)
 
     # -- changing --------------------------------------------------------------------------
 

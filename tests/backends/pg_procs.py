@@ -1,9 +1,10 @@
 """Real processes for the PostgreSQL fault tests: ``python -m tests.backends.pg_procs CMD JSON``.
 
 ``instance`` runs a standalone Scheduler until SIGTERM and appends one JSON line per execution to
-a log file. ``skewed`` shifts this process's ``time.time`` before Relay is imported, then tries to
-take a run another process holds, and prints what it got; ``hold`` holds a run with its clock
-shifted; ``race-batch`` races batched acquires.
+a log file; ``failover-instance`` writes one when a run starts and one when it ends, and catches
+up. ``skewed`` shifts this process's ``time.time`` before Relay is imported, then tries to take a
+run another process holds, and prints what it got; ``hold`` holds a run with its clock shifted;
+``race-batch`` races batched acquires.
 """
 
 from __future__ import annotations
@@ -54,6 +55,28 @@ def instance(args: dict[str, Any]) -> None:
         with open(args["log"], "a") as log:
             log.write(json.dumps(line) + "\n")
         time.sleep(args["work"])
+
+    emit(event="ready")
+    scheduler.run()
+
+
+def failover_instance(args: dict[str, Any]) -> None:
+    """``instance`` with catch-up, writing a line when each run starts and one when it ends."""
+    from relay import Run, Scheduler
+
+    scheduler = Scheduler(
+        args["url"], lease=args["lease"], heartbeat=args["heartbeat"], tick=0.2,
+        owner=args["owner"], stop_timeout=30,
+    )  # fmt: skip
+
+    @scheduler.job(every=1, name="every-second", max_attempts=3, catch_up=args["catch_up"])
+    def work(run: Run) -> None:
+        line = {"run": run.id, "owner": run.owner, "token": run.token, "attempt": run.attempt}
+        with open(args["log"], "a") as log:
+            log.write(json.dumps({**line, "start": time.time()}) + "\n")
+        time.sleep(args["work"])
+        with open(args["log"], "a") as log:
+            log.write(json.dumps({**line, "end": time.time()}) + "\n")
 
     emit(event="ready")
     scheduler.run()
@@ -131,7 +154,13 @@ def race_batch(args: dict[str, Any]) -> None:
     backend.close()
 
 
-COMMANDS = {"hold": hold, "instance": instance, "race-batch": race_batch, "skewed": skewed}
+COMMANDS = {
+    "failover-instance": failover_instance,
+    "hold": hold,
+    "instance": instance,
+    "race-batch": race_batch,
+    "skewed": skewed,
+}
 
 if __name__ == "__main__":
     COMMANDS[sys.argv[1]](json.loads(sys.argv[2]))

@@ -59,6 +59,12 @@ def test_urls_built_from_django_databases(tmp_path: Path) -> None:
         (pg(NAME="app", USER="me"), "django://default?schema=jobs"),
         (pg(NAME="app"), "django://other"),
         ({"default": {"ENGINE": "django.db.backends.mysql", "NAME": "x"}}, "django"),
+        (
+            pg(NAME="app", HOST="a,b", PORT="5441,5442", OPTIONS={"target_session_attrs": "any"}),
+            "django",
+        ),
+        (pg(NAME="app", HOST="a,::1", PORT=5432), "django"),
+        (pg(NAME="app", HOST="a,b,c", PORT="1,2"), "django"),
     ) == [
         f"sqlite:///{ROOT / 'rel' / 'db.sqlite3'}",
         "ConfigurationError: DATABASES['default'] is an in-memory SQLite database: processes "
@@ -72,6 +78,10 @@ def test_urls_built_from_django_databases(tmp_path: Path) -> None:
         "ConfigurationError: settings.RELAY['BACKEND'] = 'django' needs DATABASES['default'] on "
         "PostgreSQL or SQLite, not django.db.backends.mysql; set RELAY['BACKEND'] to a backend "
         "URL instead, such as 'redis://localhost:6379/0'",
+        "postgresql://a:5441,b:5442/app?target_session_attrs=any",
+        "postgresql://a:5432,[::1]:5432/app",
+        "ConfigurationError: DATABASES HOST 'a,b,c' names 3 hosts but PORT '1,2' gives 2 ports; "
+        "give one port for all hosts, or one per host",
     ]
 
 

@@ -9,6 +9,7 @@ import relay
 import relay.testing
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.backends.sqlite_claim import SQLiteClaimBackend
+from relay.doctor import DoctorReport, Failure
 from relay.fencing import SQLFence
 from relay.upcoming import NextRun
 
@@ -59,3 +60,10 @@ coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)
 
 
 current: relay.Run | None = relay.current_run()
+
+
+def doctor(url: str) -> bool:
+    with relay.Control(url, read_only=True) as control:
+        checked: DoctorReport = control.doctor()
+    twice: list[Failure] = [f.failure for f in checked.findings if f.cost == "run twice"]
+    return checked.passes_strict and not twice

@@ -190,6 +190,13 @@ class NatsLeaseBackend:
     def name(self) -> str:
         return f"NATS KV ({self._where}, bucket {self.bucket})"
 
+    def durability_facts(self) -> dict[str, object]:
+        """What ``relay doctor`` judges (:mod:`relay.doctor`): the bucket's storage, replicas and
+        servers. Only reads the stream's info."""
+        from relay.backends._nats_facts import kv_facts
+
+        return self._call(kv_facts(self._nc, self._js, self._stream))
+
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:

@@ -29,6 +29,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from relay.backends._lost import finished_again, is_held, lease_lost, started_elsewhere
 from relay.backends._pg_watchdog import Watchdog
+from relay.backends._postgres_replication import (
+    ReplicationFacts,
+    check_replication,
+    replication_facts,
+)
 from relay.backends._postgres_schema import (
     SCHEMA_VERSION,
     check_newer,
@@ -40,14 +45,25 @@ from relay.backends._postgres_schema import (
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    NotAcknowledged,
+    StoreNotFound,
+)
 from relay.health import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
 UTC = timezone.utc
-_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "migrate")
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "require_sync", "migrate")
+_WRITABLE_ATTRS = ("read-write", "primary")
+_RECONNECT_TIMEOUT = 1.0
+# The server's WARNING when a commit's wait for a synchronous standby is cancelled (a cancel
+# request): the commit stands on the primary alone, and the statement succeeds.
+_UNREPLICATED = "canceling wait for synchronous replication"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _NO_BITMAP = "SET LOCAL enable_bitmapscan = off;\n"
 _MISSING = (
@@ -66,9 +82,14 @@ class PostgresLeaseBackend:
     each), ``pool_max`` (connections per process, default 5), ``timeout`` (seconds, default 2:
     the longest wait for a pooled connection and for each statement's answer, measured here, so
     it holds when packets vanish), ``pool_timeout`` (the wait for a connection, default
-    ``timeout``), and any libpq parameter such as ``sslmode``, ``connect_timeout`` (default
+    ``timeout``), ``require_sync`` (``1``: refuse a server whose commits do not wait for a
+    standby), and any libpq parameter such as ``sslmode``, ``connect_timeout`` (default
     ``timeout``, at least 2: libpq's floor), ``tcp_user_timeout`` (default ``timeout``) or
     ``application_name``.
+
+    A URL may name several hosts (``postgresql://a:5432,b:5432/db``): each connection goes to the
+    one that accepts writes (``target_session_attrs=read-write``, the default with several hosts),
+    so after a standby's promotion the pool reaches it without a restart.
 
     ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
     no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
@@ -90,6 +111,7 @@ class PostgresLeaseBackend:
         display: str | None = None,
         read_only: bool = False,
         deadline: Deadline | None = None,
+        require_sync: bool = False,
         migrate: bool = True,
     ) -> None:
         self.schema = _checked_schema(schema)
@@ -100,10 +122,11 @@ class PostgresLeaseBackend:
         statement = DEFAULT_TIMEOUT if deadline is None else deadline.timeout
         self._watchdog = Watchdog(statement, name=f"relay-pg-watchdog-{self.schema}")
         self._queries, self._version, self.found_version = _ensure_schema(
-            conninfo, self.schema, self._display, read_only, migrate
+            conninfo, self.schema, self._display, read_only, require_sync, migrate
         )
         """The schema version found at open (0: none); ``relay migrate`` reports it."""
         self._closed = threading.Event()
+        self._unreplicated = threading.local()  # a step's notices arrive in its own thread
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             conninfo,
             min_size=1,
@@ -111,8 +134,13 @@ class PostgresLeaseBackend:
             timeout=pool_timeout,
             kwargs={"autocommit": True, "prepare_threshold": None},
             check=_check_idle,
+            configure=lambda conn: conn.add_notice_handler(self._notice),
             name=f"relay-{self.schema}",
             open=True,
+            # The pool retries a failed connection after 1, 2, 4, 8… s: after a long outage (a
+            # failover) its next try could come long after the server is back. Giving up after
+            # a second makes the next step that needs a connection try again at once.
+            reconnect_timeout=_RECONNECT_TIMEOUT,
         )
 
     @classmethod
@@ -120,19 +148,14 @@ class PostgresLeaseBackend:
         """Open the backend a ``postgresql://`` (or ``postgres://``) URL names."""
         parsed = BackendURL(url)
         parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
-        try:
-            parsed.parts.port  # noqa: B018 (urlsplit checks the port only when asked)
-        except ValueError:
-            raise ConfigurationError(
-                f"PostgreSQL URL {parsed.redacted()!r} has a malformed port; "
-                "use postgresql://user:password@host:5432/database"
-            ) from None
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
         # A call waits for a pooled connection, then for its statement: each up to timeout.
         deadline = deadline_of(parsed, calls=2)
         libpq.setdefault("connect_timeout", str(max(2, math.ceil(deadline.timeout))))
         if "tcp_user_timeout" in _libpq_keywords():  # unacknowledged data ends the connection
             libpq.setdefault("tcp_user_timeout", str(math.ceil(deadline.timeout * 1000)))
+        if parsed.multi_host or "," in libpq.get("host", ""):  # a:1,b:2 or ?host=a,b&port=1,2
+            _check_session_attrs(parsed, libpq, read_only=bool(kwargs.get("read_only")))
         try:
             conninfo = make_conninfo(urlunsplit(parsed.parts._replace(query="")), **libpq)
         except psycopg.ProgrammingError as exc:
@@ -150,12 +173,32 @@ class PostgresLeaseBackend:
             pool_timeout=parsed.float_option("pool_timeout", deadline.timeout),
             display=display,
             deadline=deadline,
+            require_sync=_flag(parsed, "require_sync"),
             **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
 
     @property
     def name(self) -> str:
         return f"PostgreSQL ({self._display}, schema {self.schema})"
+
+    def durability_facts(self) -> dict[str, object]:
+        """What ``relay doctor`` judges (:mod:`relay.doctor`): ``fsync``, and the replication
+        facts (:meth:`replication`). Only reads."""
+        with self._connection() as conn:
+            row = conn.execute(self._queries["durability"]).fetchone()
+        replication = self.replication()
+        assert row is not None
+        version, fsync = row
+        states = [state for _, state in replication.standbys]
+        return {
+            "store": "postgresql", "version": version,
+            "role": "standby" if replication.in_recovery else "primary", "fsync": fsync,
+            "synchronous_commit": replication.synchronous_commit,
+            "synchronous_standby_names": replication.synchronous_standby_names,
+            "standbys": len(states), "standby_names": [n for n, _ in replication.standbys],
+            # sync_state is hidden from a user without pg_read_all_stats: unknown, then
+            "sync_standbys": None if None in states else replication.sync_standbys,
+        }  # fmt: skip
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -345,6 +388,11 @@ class PostgresLeaseBackend:
         with self._connection() as conn:
             return conn.execute(self._queries["prune"], params).rowcount
 
+    def replication(self) -> ReplicationFacts:
+        """What the server's replication may lose now: its settings and connected standbys."""
+        with self._connection() as conn:
+            return replication_facts(conn)
+
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
@@ -355,8 +403,10 @@ class PostgresLeaseBackend:
 
     @contextmanager
     def _connection(self, jobs: int = 0) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; driver errors leave as ``BackendUnavailable``. Its statement
-        is cut past the deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
+        """A pooled connection; driver errors leave as ``BackendUnavailable``, and a commit no
+        synchronous standby confirmed as ``NotAcknowledged``. Its statement is cut past the
+        deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
+        self._unreplicated.detail = None
         try:
             with (
                 self._pool.connection() as conn,
@@ -364,6 +414,9 @@ class PostgresLeaseBackend:
             ):
                 try:
                     yield conn
+                except psycopg.errors.ReadOnlySqlTransaction:
+                    conn.close()  # a standby's: the pool discards it and connects anew
+                    raise
                 except psycopg.OperationalError as exc:
                     if w.cut:
                         raise self._no_answer() from exc
@@ -375,6 +428,8 @@ class PostgresLeaseBackend:
             ) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
             raise _not_granted(exc, self.schema, self._display) from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise self._read_only_server(exc) from exc
         except PoolTimeout as exc:
             raise BackendUnavailable(
                 f"no connection to PostgreSQL at {self._display} within {self._timeout:g}s; "
@@ -385,6 +440,25 @@ class PostgresLeaseBackend:
                 f"PostgreSQL at {self._display} failed: {_first_line(exc)}; "
                 "check that the server is up and reachable"
             ) from exc
+        if self._unreplicated.detail is not None:
+            raise NotAcknowledged(
+                f"PostgreSQL at {self._display} committed a step that no synchronous standby "
+                f"confirmed (its wait was cancelled: {self._unreplicated.detail}); a failover now "
+                "would lose it, so it counts as not done"
+            )
+
+    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        """Note a commit that stands on the primary alone, for the step that made it."""
+        if (diagnostic.message_primary or "").startswith(_UNREPLICATED):
+            self._unreplicated.detail = diagnostic.message_detail or diagnostic.message_primary
+
+    def _read_only_server(self, exc: psycopg.Error) -> BackendUnavailable:
+        """A write reached a standby (or a demoted primary), over a connection now closed."""
+        return BackendUnavailable(
+            f"PostgreSQL at {self._display} refused a write, as a standby does "
+            f"({_first_line(exc)}); Relay reconnects: list every server in the URL "
+            "(postgresql://a:5432,b:5432/db) with target_session_attrs=read-write"
+        )
 
     def _no_answer(self) -> BackendUnavailable:
         return BackendUnavailable(
@@ -407,22 +481,32 @@ class PostgresLeaseBackend:
 
 
 def _ensure_schema(
-    conninfo: str, schema: str, display: str, read_only: bool, may_migrate: bool = True
+    conninfo: str,
+    schema: str,
+    display: str,
+    read_only: bool,
+    require_sync: bool = False,
+    may_migrate: bool = True,
 ) -> tuple[dict[str, str], int, int]:
     """Check, create or migrate the schema on a direct connection: queries, version, version found.
 
     A direct connection (not the pool) so that a refused login surfaces as its real cause.
-    ``read_only`` checks that the schema exists and changes nothing. A schema at this Relay's
-    version is only read, whoever connects: an instance without the owner's rights issues no DDL.
+    ``read_only`` checks that the schema exists and changes nothing. A writer also checks what
+    the server's replication may lose (``require_sync``: refuse, otherwise warn). A schema at this
+    Relay's version is only read, whoever connects: an instance without the owner's rights issues
+    no DDL.
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
             found = version = installed_version(conn, schema)
             if read_only:
                 _check_readable(conn, schema, display, version)
-            elif version != SCHEMA_VERSION:
-                found = migrate(conn, schema, display, allowed=may_migrate)
-                version = SCHEMA_VERSION
+            else:
+                facts = replication_facts(conn)
+                check_replication(facts, require_sync=require_sync, display=display)
+                if version != SCHEMA_VERSION:
+                    found = migrate(conn, schema, display, allowed=may_migrate)
+                    version = SCHEMA_VERSION
             queries = {
                 key: sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(conn)
                 for key, text in _QUERIES.items()
@@ -475,11 +559,41 @@ def _connect_error(exc: psycopg.OperationalError, display: str) -> BackendUnavai
         return BackendUnavailable(
             f"PostgreSQL URL {display!r} was refused: {_first_line(exc)}; fix the URL"
         )
+    elif "session is read-only" in message:
+        fix = (
+            "no server in the URL takes writes now (each is a standby, or a promotion is under "
+            "way): name the primary in the URL, or wait for the failover to end"
+        )
     else:
         fix = "check that the server is running and reachable at the URL's host and port"
-    return BackendUnavailable(
-        f"cannot connect to PostgreSQL at {display}: {_first_line(exc)}; {fix}"
-    )
+    return BackendUnavailable(f"cannot connect to PostgreSQL at {display}: {_reason(exc)}; {fix}")
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """The first line of a driver error, or with several hosts what each one answered."""
+    hosts = re.findall(r"^- host: '([^']*)', port: '([^']*)'.*failed: (.*)$", str(exc), re.M)
+    if len(hosts) < 2:
+        return _first_line(exc)
+    return "; ".join(f"{host}:{port} {why.strip()}" for host, port, why in hosts)
+
+
+def _check_session_attrs(parsed: BackendURL, libpq: dict[str, str], *, read_only: bool) -> None:
+    """With several hosts, connect to the one that takes writes; refuse a writer told otherwise."""
+    attrs = libpq.setdefault("target_session_attrs", "read-write")
+    if not read_only and attrs not in _WRITABLE_ATTRS:
+        raise ConfigurationError(
+            f"PostgreSQL URL {parsed.redacted()!r} names several hosts with "
+            f"target_session_attrs={attrs}: a scheduler may land on a standby, which refuses "
+            "writes; use target_session_attrs=read-write (the default with several hosts)"
+        )
+
+
+def _flag(parsed: BackendURL, name: str) -> bool:
+    """A yes/no URL option (``1``/``0``, ``yes``/``no``, ``true``/``false``)."""
+    value = parsed.option(name, "0").lower()
+    if value not in ("yes", "true", "1", "no", "false", "0"):
+        raise ConfigurationError(f"URL option {name}={value!r} must be 1 or 0 (yes or no)")
+    return value in ("yes", "true", "1")
 
 
 def _check_idle(conn: psycopg.Connection[Any]) -> None:

@@ -185,3 +185,7 @@ ON CONFLICT (owner) DO UPDATE SET
 -- name: instances
 SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
+
+-- name: durability
+-- What relay doctor judges beside the replication facts (relay.backends._postgres_replication).
+SELECT current_setting('server_version'), current_setting('fsync')

@@ -206,6 +206,15 @@ class RedisLeaseBackend:
     def name(self) -> str:
         return self._description
 
+    def durability_facts(self) -> dict[str, object]:
+        """What ``relay doctor`` judges (:mod:`relay.doctor`): the server's role, replicas and
+        persistence, and the URL's ``wait_replicas``. Only reads (``INFO``, ``CONFIG GET``)."""
+        from relay.backends._redis_facts import redis_facts
+
+        with self._errors():
+            facts = redis_facts(self._redis)
+        return {"store": "redis", **facts, "wait_replicas": self.wait_replicas}
+
     # -- the lease contract ------------------------------------------------------------------
 
     def acquire(self, request: AcquireRequest) -> AcquireResult:

@@ -179,6 +179,14 @@ class SQLiteLeaseBackend:
     def name(self) -> str:
         return f"SQLite ({self.path})"
 
+    def durability_facts(self) -> dict[str, object]:
+        """What ``relay doctor`` judges (:mod:`relay.doctor`): the URL's durability and the
+        file's journal mode. Only reads."""
+        with self._read() as conn:
+            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        durability = "full" if self._durable == DURABILITY["full"] else "fast"
+        return {"store": "sqlite", "durability": durability, "journal_mode": mode}
+
     def _open_read_only(self, busy_timeout: float) -> sqlite3.Connection:
         """A connection that cannot write (``mode=ro``)."""
         return sqlite3.connect(

@@ -74,16 +74,32 @@ def _postgres_url(db: Mapping[str, Any]) -> str:
     host = str(db.get("HOST") or "")
     if host.startswith("/"):  # a Unix socket folder: libpq's host option, not the URL's host
         options: dict[str, str] = {"host": host}
-        host = ""
+        hosts = ""
     else:
         options = {}
-        host = f"[{host}]" if ":" in host else host
-    port = f":{db['PORT']}" if db.get("PORT") else ""
+        hosts = _host_list(host, str(db.get("PORT") or ""))
     for key, option in dict(db.get("OPTIONS") or {}).items():
         if key in LIBPQ_OPTIONS:
             options[key] = str(option)
     query = f"?{urlencode(options)}" if options else ""
-    return f"postgresql://{auth}{host}{port}/{quote(str(db.get('NAME') or ''), safe='')}{query}"
+    return f"postgresql://{auth}{hosts}/{quote(str(db.get('NAME') or ''), safe='')}{query}"
+
+
+def _host_list(host: str, port: str) -> str:
+    """``host:port``, or ``a:p1,b:p2`` for libpq's lists (``HOST="a,b"``, ``PORT="p1,p2"`` or one
+    port for all), as a multi-host URL names them."""
+    hosts, ports = host.split(","), port.split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)
+    if len(ports) != len(hosts):
+        raise ConfigurationError(
+            f"DATABASES HOST {host!r} names {len(hosts)} hosts but PORT {port!r} gives "
+            f"{len(ports)} ports; give one port for all hosts, or one per host"
+        )
+    return ",".join(
+        (f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
+        for h, p in zip(hosts, ports, strict=True)
+    )
 
 
 def _sqlite_url(db: Mapping[str, Any], alias: str) -> str:
