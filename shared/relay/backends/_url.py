@@ -127,11 +127,14 @@ class BackendURL:
         (``nats://TOKEN@host``: a user name with no password), and the options that carry one
         (named ``*password``, such as libpq's ``sslpassword``, or ``token``)."""
         parts = self.parts
+        token = self.scheme in _TOKEN_SCHEMES and "@" in parts.netloc
+        secrets = [k for k in self.options if k.lower().endswith("password") or k == "token"]
+        if parts.password is None and not token and not secrets:
+            return self.url  # as given: urlunsplit would rewrite some (an empty host's "//")
         if parts.password is not None:
             parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
-        elif self.scheme in _TOKEN_SCHEMES and "@" in parts.netloc:
+        elif token:
             parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
-        secrets = [k for k in self.options if k.lower().endswith("password") or k == "token"]
         if secrets:
             masked = [f"{k}={'***' if k in secrets else v}" for k, v in self.options.items()]
             parts = parts._replace(query="&".join(masked))
