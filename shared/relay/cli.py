@@ -31,6 +31,7 @@ from relay.cli_schedules import schedules
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
+from relay.migrate import migrate_command
 from relay.runs import RunRecord, RunState, format_slot
 from relay.timeline.model import parse_since
 
@@ -359,6 +360,7 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
 for _command in (*COMMANDS, doctor):
     main.add_command(_command)
 main.add_command(schedules)
+main.add_command(migrate_command)
 
 
 if __name__ == "__main__":

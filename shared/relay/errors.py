@@ -14,6 +14,8 @@
         │   └── NotAcknowledged     the primary did the write, but too few replicas confirmed
         │                           it in time: the step counts as not done
         ├── StoreNotFound           a read-only open found no store where the URL points
+        ├── MigrationRequired       the schema is missing or older than this Relay needs, and
+        │                           this user may not change it: run `relay migrate` as its owner
         └── LeaseLost               the lease is no longer ours: a newer token exists,
                                     or the run already finished
     Conflict                        a stored schedule changed since the version a change was
@@ -39,6 +41,7 @@ __all__ = [
     "Conflict",
     "InvalidSchedule",
     "LeaseLost",
+    "MigrationRequired",
     "MissingDependency",
     "NotAcknowledged",
     "RelayError",
@@ -117,6 +120,15 @@ class StoreNotFound(BackendError):
     Read-only commands (``relay runs``, ``relay instances``, ``relay health``) never create a
     store, so a mistyped URL fails with this instead of creating an empty one. The message names
     what was not found.
+    """
+
+
+class MigrationRequired(BackendError):
+    """The store's schema is missing or older than this Relay needs, and this instance may not
+    create or upgrade it: its user does not own the schema, or the URL says ``migrate=false``.
+
+    Nothing was changed. Run ``relay migrate --backend URL`` as the schema's owner (the message
+    says so), then start the instance again.
     """
 
 

@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from relay import AcquireRequest, Control, open_backend
+from relay.backends.postgres import SCHEMA_VERSION
 from relay.engine import Decider
 from relay.jobs import make_job
 from tests.django_app.support import manage, site_env, spawn_manage
+from tests.support.backends import postgres_lease
+from tests.support.services import require
 
 
 def fill(url: str) -> list[str]:
@@ -121,3 +124,16 @@ def test_relay_next_reads_the_settings_store(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert len(rows) == 2 and all(row["local"][11:16] in ("02:30", "03:00") for row in rows)
     assert rows[0]["timezone"] == "Europe/Paris"
+
+
+@pytest.mark.postgres
+def test_relay_migrate_creates_the_settings_store_schema(tmp_path: Path) -> None:
+    require("postgres")
+    with postgres_lease(tmp_path) as url:
+        env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": url})
+        created = manage(env, "relay_migrate")
+        assert created.returncode == 0, created.stderr
+        assert f"created Relay's schema at version {SCHEMA_VERSION}" in created.stdout
+        again = manage(env, "relay_migrate")
+        assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
+        open_backend(url + "&migrate=false", read_only=False).close()  # instances need no DDL

@@ -220,3 +220,28 @@ def test_a_rabbitmq_queue_prefix_that_is_not_plain_text_is_refused(prefix: str) 
     with pytest.raises(ConfigurationError, match="queue prefix"):
         GateQueues(prefix)
     GateQueues("myapp.relay:claim")
+
+
+def test_a_yes_no_option_takes_words_and_refuses_anything_else() -> None:
+    url = BackendURL("postgresql://h/db?migrate=false&a=YES&b=0")
+    assert url.flag_option("migrate", True) is False
+    assert url.flag_option("a", False) is True and url.flag_option("b", True) is False
+    assert url.flag_option("absent", True) is True
+    with pytest.raises(ConfigurationError, match="must be true or false"):
+        BackendURL("postgresql://h/db?migrate=maybe").flag_option("migrate", True)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://u:s3cret@h:6379/0?prefix=a:", "redis://u:***@h:6379/0?prefix=a:"),
+        ("nats://s3cret@h:4222?bucket=b", "nats://***@h:4222?bucket=b"),  # a NATS token
+        ("tls://s3cret@h:4222", "tls://***@h:4222"),
+        ("redis://u@h:6379/0", "redis://u@h:6379/0"),  # a user name alone is no secret
+        ("postgresql://u@h/db?password=s3cret&sslmode=require",
+         "postgresql://u@h/db?password=***&sslmode=require"),
+        ("postgresql://u@h/db?a=1&sslpassword=s3cret", "postgresql://u@h/db?a=1&sslpassword=***"),
+    ],
+)  # fmt: skip
+def test_redacted_hides_every_secret_a_url_can_carry(url: str, shown: str) -> None:
+    assert BackendURL(url).redacted() == shown

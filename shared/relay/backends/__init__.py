@@ -84,7 +84,8 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
     if read_only:
         if factory.capability != "lease" and not getattr(factory, "readable_runs", False):
             raise ConfigurationError(
-                f"{url.split('?')[0]!r} is a claim backend: it records only who won each run, "
+                f"{BackendURL(url).redacted().split('?')[0]!r} is a claim backend: it records "
+                "only who won each run, "
                 "no runs or instances to read; read-only commands need a lease backend "
                 "(sqlite, postgresql, redis, nats)"
             )

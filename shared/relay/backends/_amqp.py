@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import ssl
 from collections.abc import Sequence
 from contextlib import suppress
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
-from pika.exceptions import AMQPError
+from pika.exceptions import AMQPConnectionError, AMQPError
 
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -16,14 +18,66 @@ PRECONDITION_FAILED = 406
 """The broker's reply code for a queue declared again with other arguments."""
 NOT_FOUND = 404
 """The broker's reply code for a queue that does not exist."""
+TLS_OPTIONS = ("cacertfile", "certfile", "keyfile")
+"""URL options of an ``amqps://`` URL, named as RabbitMQ's URI query parameters: the CA that
+signed the broker's certificate, and a client certificate and its key. The broker's certificate
+and host name are always verified; no URL option turns that off."""
+ACCESS_REFUSED = 403
+"""The broker's reply code for a resource the user's permissions do not cover."""
+
+
+def permissions(prefix: str) -> tuple[str, str, str]:
+    """The configure, write and read patterns of a user limited to the queues of ``prefix``.
+
+    Every queue Relay declares is named ``<prefix>.…`` (gate queues; in consumer mode also run,
+    dead-letter and outcome queues). Writes also go to the default exchange, ``amq.default``,
+    which Relay publishes through and run queues dead-letter to.
+    """
+    queues = f"^{re.escape(prefix)}\\..*"
+    return queues, f"^({re.escape(prefix)}\\..*|amq\\.default)$", queues
+
+
+def set_permissions(prefix: str, user: str = "relay", vhost: str = "/") -> str:
+    """The ``rabbitmqctl`` command that gives ``user`` those permissions on ``vhost``."""
+    configure, write, read = permissions(prefix)
+    return f"rabbitmqctl set_permissions -p {vhost} {user} '{configure}' '{write}' '{read}'"
 
 
 def pika_parameters(parsed: BackendURL, ours: Sequence[str]) -> pika.URLParameters:
-    """pika's connection parameters from a URL, without Relay's own options ``ours``."""
+    """pika's connection parameters from a URL, without Relay's own options ``ours``; TLS from
+    :data:`TLS_OPTIONS` on an ``amqps://`` URL."""
     try:
-        return pika.URLParameters(parsed.without_options(ours))
+        parameters = pika.URLParameters(parsed.without_options([*ours, *TLS_OPTIONS]))
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(f"AMQP URL {parsed.redacted()!r} is malformed: {exc}") from None
+    if any(name in parsed.options for name in TLS_OPTIONS):
+        parameters.ssl_options = pika.SSLOptions(_tls_context(parsed))
+    return parameters
+
+
+def _tls_context(parsed: BackendURL) -> ssl.SSLContext:
+    """A verifying TLS context from the URL's ``cacertfile``, ``certfile`` and ``keyfile``."""
+    ca, cert, key = (parsed.options.get(name) for name in TLS_OPTIONS)
+    if parsed.scheme != "amqps":
+        raise ConfigurationError(
+            f"AMQP URL {parsed.redacted()!r} gives TLS files to a plain-text amqp:// URL: use "
+            "amqps://host:5671/vhost (TLS), or drop cacertfile, certfile and keyfile"
+        )
+    if (cert is None) != (key is None):
+        raise ConfigurationError(
+            f"AMQP URL {parsed.redacted()!r} gives only one of certfile and keyfile: a client "
+            "certificate needs both"
+        )
+    try:
+        context = ssl.create_default_context(cafile=ca)
+        if cert is not None:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(
+            f"AMQP URL {parsed.redacted()!r}: cannot load its TLS files ({exc}); give readable "
+            "PEM files in cacertfile, certfile and keyfile"
+        ) from None
+    return context
 
 
 def confirm_channel(
@@ -36,11 +90,29 @@ def confirm_channel(
     A new connection always comes with a new channel.
     """
     if connection is None or not connection.is_open:
-        connection, channel = pika.BlockingConnection(parameters), None
+        connection, channel = connect(parameters), None
     if channel is None or not channel.is_open:
         channel = connection.channel()
         channel.confirm_delivery()
     return connection, channel
+
+
+def connect(parameters: pika.connection.Parameters) -> pika.BlockingConnection:
+    """A connection; a failed TLS handshake (pika lets ``ssl`` errors through) becomes an
+    ``AMQPConnectionError`` naming the fix, so that callers translate it as any other."""
+    try:
+        return pika.BlockingConnection(parameters)
+    except ssl.SSLCertVerificationError as exc:
+        raise AMQPConnectionError(
+            f"TLS refused, certificate verify failed ({exc.verify_message or exc}): the broker's "
+            "certificate did not verify: give the CA that signed it in the URL "
+            "(?cacertfile=/path/ca.pem), and reach the broker by a host name its certificate names"
+        ) from exc
+    except ssl.SSLError as exc:
+        raise AMQPConnectionError(
+            f"TLS failed: {exc}; check that the port speaks TLS (5671 by default for amqps://) "
+            "and the URL's cacertfile, certfile and keyfile"
+        ) from exc
 
 
 def close_quietly(connection: pika.BlockingConnection | None) -> None:
@@ -58,6 +130,13 @@ def unreachable(location: str, exc: Exception) -> BackendUnavailable:
     )
 
 
-def refused(location: str, exc: Exception) -> BackendUnavailable:
-    """The error for a channel the broker closed for a reason Relay does not handle."""
+def refused(location: str, exc: Exception, prefix: str | None = None) -> BackendUnavailable:
+    """The error for a channel the broker closed for a reason Relay does not handle; a refusal
+    for lack of permission names the permissions Relay's user needs (queues of ``prefix``)."""
+    if prefix is not None and getattr(exc, "reply_code", None) == ACCESS_REFUSED:
+        return BackendUnavailable(
+            f"RabbitMQ at {location} refused this user ({exc}): give it the permissions "
+            f"Relay's queues need, {set_permissions(prefix, '<user>', '<vhost>')} "
+            "(see docs/security.md)"
+        )
     return BackendUnavailable(f"RabbitMQ at {location} refused: {exc}")

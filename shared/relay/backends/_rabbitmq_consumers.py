@@ -25,6 +25,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
+from relay.backends._amqp import connect
 from relay.backends._rabbitmq_outcomes import HANDED_OVER
 from relay.engine.coroutines import not_awaitable
 from relay.engine.looping import MAX_BACKOFF
@@ -115,7 +116,7 @@ class JobConsumers:
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
     def _consume(self) -> None:
-        session = _Session(pika.BlockingConnection(self._parameters))
+        session = _Session(connect(self._parameters))
         try:
             channel = session.connection.channel()
             channel.basic_qos(prefetch_count=1)  # per consumer: one run of each job at a time

@@ -11,6 +11,9 @@ from relay.errors import ConfigurationError
 
 __all__ = ["BackendURL"]
 
+_TOKEN_SCHEMES = ("nats", "tls")
+_FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
 
 class BackendURL:
     """A backend URL split into its parts, with its query options checked against a known set."""
@@ -102,6 +105,17 @@ class BackendURL:
             raise ConfigurationError(f"URL option {name}={raw!r} must be a positive number")
         return value
 
+    def flag_option(self, name: str, default: bool) -> bool:
+        """A yes/no query option: ``true``/``false``, ``yes``/``no`` or ``1``/``0``."""
+        raw = self.options.get(name)
+        if raw is None:
+            return default
+        if raw.lower() not in _FLAGS:
+            raise ConfigurationError(
+                f"URL option {name}={raw!r} must be true or false (yes/no and 1/0 also work)"
+            )
+        return _FLAGS[raw.lower()]
+
     def without_options(self, names: Iterable[str]) -> str:
         """The URL with the named query options removed (to hand the rest to a driver)."""
         drop = set(names)
@@ -109,13 +123,18 @@ class BackendURL:
         return urlunsplit(self.parts._replace(query="&".join(kept)))
 
     def redacted(self) -> str:
-        """The URL with any password (also an option named ``*password``) as ``***``."""
-        secrets = [k for k in self.options if k.endswith("password")]
-        if self.parts.password is None and not secrets:
-            return self.url
+        """The URL with any secret as ``***``, for messages: the password, a NATS token
+        (``nats://TOKEN@host``: a user name with no password), and the options that carry one
+        (named ``*password``, such as libpq's ``sslpassword``, or ``token``)."""
         parts = self.parts
+        token = self.scheme in _TOKEN_SCHEMES and "@" in parts.netloc
+        secrets = [k for k in self.options if k.lower().endswith("password") or k == "token"]
+        if parts.password is None and not token and not secrets:
+            return self.url  # as given: urlunsplit would rewrite some (an empty host's "//")
         if parts.password is not None:
             parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+        elif token:
+            parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
         if secrets:
             masked = [f"{k}={'***' if k in secrets else v}" for k, v in self.options.items()]
             parts = parts._replace(query="&".join(masked))

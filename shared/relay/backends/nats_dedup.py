@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -25,6 +26,13 @@ from nats.js.api import StorageType, StreamConfig
 
 from relay.backends._nats_cluster import retried, server_urls
 from relay.backends._nats_loop import LoopThread
+from relay.backends._nats_security import (
+    TLS_OPTIONS,
+    PermissionWatch,
+    connect_fix,
+    dedup_permissions,
+    tls_context,
+)
 from relay.backends._url import BackendURL
 from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
@@ -55,6 +63,7 @@ class NatsClaimBackend:
         timeout: float = DEFAULT_TIMEOUT,
         replicas: int = 1,
         location: str = "NATS",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not _STREAM_NAME.match(stream):
             raise ConfigurationError(
@@ -67,6 +76,9 @@ class NatsClaimBackend:
         self.replicas = replicas
         self.location = location
         self._servers = servers
+        self._tls = tls
+        self._connect_error: Exception | None = None
+        self._refusals = PermissionWatch(location, dedup_permissions(stream))
         self._loop = LoopThread()
         self._client: Client | None = None
         try:
@@ -83,17 +95,21 @@ class NatsClaimBackend:
 
         Options: ``stream`` (default ``RELAY_CLAIMS``), ``window`` in seconds (default 300),
         ``timeout`` of one request in seconds (default 2), ``replicas`` of the stream (1 to 5,
-        default 1; 3 on a cluster keeps the claims through the loss of a server).
+        default 1; 3 on a cluster keeps the claims through the loss of a server); TLS:
+        ``tlsca``, ``tlscert``, ``tlskey`` (see :mod:`relay.backends._nats_security`).
         """
         parsed = BackendURL(url)
-        parsed.check_options(_OUR_OPTIONS, "the NATS claim backend (strategy=dedup)")
+        parsed.check_options(
+            [*_OUR_OPTIONS, *TLS_OPTIONS], "the NATS claim backend (strategy=dedup)"
+        )
         return cls(
-            parsed.without_options(_OUR_OPTIONS),
+            parsed.without_options([*_OUR_OPTIONS, *TLS_OPTIONS]),
             stream=parsed.option("stream", DEFAULT_STREAM),
             window=parsed.float_option("window", DEFAULT_WINDOW),
             timeout=parsed.float_option("timeout", DEFAULT_TIMEOUT),
             replicas=_replicas(parsed),
             location=BackendURL(parsed.without_options(_OUR_OPTIONS)).redacted(),
+            tls=tls_context(parsed),
             **kwargs,
         )
 
@@ -139,7 +155,8 @@ class NatsClaimBackend:
                 allow_reconnect=False,
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0,
-                error_cb=_ignore,
+                error_cb=self._saw,
+                tls=self._tls,
             )
             await self._ensure_stream(client)
         except BaseException:
@@ -191,10 +208,33 @@ class NatsClaimBackend:
 
         return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
 
+    async def _saw(self, exc: Exception) -> None:
+        """nats-py's error callback: keep a TLS failure, which leaves the connect hanging, and a
+        permission refused, which leaves a request unanswered."""
+        self._refusals.saw(exc)
+        if isinstance(exc, ssl.SSLError):
+            self._connect_error = exc
+
     @contextmanager
     def _translated(self) -> Iterator[None]:
         try:
             yield
+        except (BackendUnavailable, nats.errors.TimeoutError) as exc:
+            # The loop's deadline, or a request's: say why, if the server or nats-py told us.
+            refused = self._refusals.explain(self.timeout * 3 + 5)
+            if refused is not None:
+                raise refused from exc
+            if isinstance(exc, nats.errors.TimeoutError):
+                raise BackendUnavailable(
+                    f"NATS at {self.location} did not answer ({exc!r}): check the server and "
+                    "JetStream"
+                ) from exc
+            if self._connect_error is None:
+                raise
+            raise BackendUnavailable(
+                f"cannot connect to NATS at {self.location} ({self._connect_error!r}); "
+                f"{connect_fix(self._connect_error)}"
+            ) from exc
         except (
             nats.errors.NoServersError,
             nats.errors.ConnectionClosedError,
@@ -234,7 +274,3 @@ def _replicas(parsed: BackendURL) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= 5:
         raise ConfigurationError(f"URL option replicas={raw!r} must be a whole number 1 to 5")
     return int(raw)
-
-
-async def _ignore(exc: Exception) -> None:
-    """Connection errors surface through the calls that fail; nats-py would only print them."""

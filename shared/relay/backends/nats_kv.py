@@ -23,6 +23,7 @@ import json
 import logging
 import random
 import re
+import ssl
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime, timezone
@@ -47,6 +48,13 @@ from relay.backends._nats_cluster import (
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_loop import LoopThread
 from relay.backends._nats_schedules import NatsSchedules
+from relay.backends._nats_security import (
+    TLS_OPTIONS,
+    PermissionWatch,
+    connect_fix,
+    kv_permissions,
+    tls_context,
+)
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
 from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
@@ -125,8 +133,11 @@ class NatsLeaseBackend(NatsSchedules):
         timeout: float = DEFAULT_TIMEOUT,
         read_only: bool = False,
         deadline: Deadline | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._where = BackendURL(servers).redacted()
+        self._tls = tls
+        self._refusals = PermissionWatch(self._where, kv_permissions(bucket))
         self.bucket = bucket
         self._stream = f"KV_{bucket}"
         self._prefix = f"$KV.{bucket}."
@@ -155,7 +166,7 @@ class NatsLeaseBackend(NatsSchedules):
     def from_url(cls, url: str, **kwargs: Any) -> NatsLeaseBackend:
         """Open the bucket a ``nats://`` (or ``tls://``) URL names; see the class for options."""
         parsed = BackendURL(url)
-        parsed.check_options([*_OPTIONS, "strategy"], "the NATS lease backend")
+        parsed.check_options([*_OPTIONS, *TLS_OPTIONS, "strategy"], "the NATS lease backend")
         bucket = parsed.option("bucket", "relay")
         if not _BUCKET.match(bucket):
             raise ConfigurationError(
@@ -171,8 +182,10 @@ class NatsLeaseBackend(NatsSchedules):
             "history": _int_option(parsed, "history", 5, 1, 64),
             "timeout": parsed.float_option("timeout", DEFAULT_TIMEOUT),
             "deadline": deadline_of(parsed, calls=3),  # see _call
+            "tls": tls_context(parsed),
         }
-        return cls(parsed.without_options([*_OPTIONS, "strategy"]), **options, **kwargs)
+        servers = parsed.without_options([*_OPTIONS, *TLS_OPTIONS, "strategy"])
+        return cls(servers, **options, **kwargs)
 
     @property
     def name(self) -> str:
@@ -665,6 +678,7 @@ class NatsLeaseBackend(NatsSchedules):
 
         async def on_error(exc: Exception) -> None:
             errors.append(exc)
+            self._refusals.saw(exc)
             log.debug("NATS at %s: %r", self._where, exc)
 
         async def on_disconnect() -> None:
@@ -686,6 +700,7 @@ class NatsLeaseBackend(NatsSchedules):
                     reconnect_time_wait=1,
                     pending_size=0,
                     connect_timeout=max(1, round(self._timeout)),
+                    tls=self._tls,
                 ),
                 self._timeout * 2,
             )
@@ -693,8 +708,7 @@ class NatsLeaseBackend(NatsSchedules):
             await nc.close()
             last = errors[-1] if errors else exc
             raise BackendUnavailable(
-                f"cannot connect to NATS at {self._where} ({last!r}); check that the server is "
-                "up and the URL's host, port and credentials"
+                f"cannot connect to NATS at {self._where} ({last!r}); {connect_fix(last)}"
             ) from exc
         return nc
 
@@ -770,6 +784,8 @@ class NatsLeaseBackend(NatsSchedules):
         """
         try:
             return self._loop.run(coro, (timeout or self._timeout * 3) + jobs * _PER_JOB)
+        except BackendUnavailable as exc:
+            raise self._refusals.explain(self._timeout * 3 + 1) or exc from exc.__cause__
         except RelayError:
             raise
         except (
@@ -783,7 +799,11 @@ class NatsLeaseBackend(NatsSchedules):
             raise self._unavailable(exc) from exc
 
     def _unavailable(self, exc: Exception) -> BackendUnavailable:
-        """The words for a driver error."""
+        """The words for a driver error (a permission the server refused first: see
+        :class:`PermissionWatch`)."""
+        refused = self._refusals.explain(self._timeout * 3 + 1)
+        if refused is not None:
+            return refused
         if leaderless(exc):
             return BackendUnavailable(
                 f"NATS at {self._where} did not answer in time: no server is reachable, or the "

@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 from urllib.parse import urlunsplit
 
@@ -37,6 +36,14 @@ from relay.backends._postgres_replication import (
     replication_facts,
 )
 from relay.backends._postgres_schedules import PostgresSchedules
+from relay.backends._postgres_schema import (
+    SCHEMA_VERSION,
+    check_newer,
+    grants,
+    installed_version,
+    migrate,
+    sections,
+)
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
@@ -53,18 +60,13 @@ from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, s
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
 UTC = timezone.utc
-_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "require_sync")
+_OWN_OPTIONS = ("schema", "pool_max", "pool_timeout", "timeout", "require_sync", "migrate")
 _WRITABLE_ATTRS = ("read-write", "primary")
 _RECONNECT_TIMEOUT = 1.0
 # The server's WARNING when a commit's wait for a synchronous standby is cancelled (a cancel
 # request): the commit stands on the primary alone, and the statement succeeds.
 _UNREPLICATED = "canceling wait for synchronous replication"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
-_SETUP = (
-    "CREATE SCHEMA IF NOT EXISTS {schema}; "
-    "CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL)"
-)
 _NO_BITMAP = "SET LOCAL enable_bitmapscan = off;\n"
 _MISSING = (
     psycopg.errors.UndefinedTable,
@@ -72,18 +74,7 @@ _MISSING = (
     psycopg.errors.InvalidSchemaName,
 )
 
-
-def _sections(filename: str, marker: str) -> dict[str, str]:
-    """Split a SQL data file at ``-- <marker> <key>`` lines."""
-    text = resources.files("relay.backends").joinpath(filename).read_text()
-    parts = re.split(rf"^-- {marker} (\w+)\s*$", text, flags=re.MULTILINE)
-    return {key: body.strip() for key, body in zip(parts[1::2], parts[2::2], strict=True)}
-
-
-_MIGRATIONS = {int(version): body for version, body in _sections("postgres.sql", "version").items()}
-_QUERIES = _sections("postgres_queries.sql", "name:")
-SCHEMA_VERSION = max(_MIGRATIONS)
-"""The schema version this module creates; older schemas are migrated up to it on first use."""
+_QUERIES = sections("postgres_queries.sql", "name:")
 
 
 class PostgresLeaseBackend(PostgresSchedules):
@@ -104,6 +95,10 @@ class PostgresLeaseBackend(PostgresSchedules):
 
     ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
     no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
+
+    A schema missing or older than this Relay's is created or migrated at open by its owner;
+    ``migrate=false`` in the URL (``migrate=False``), or a role that does not own the schema,
+    never changes it and raises :class:`~relay.errors.MigrationRequired` naming ``relay migrate``.
     """
 
     capability: Literal["lease"] = "lease"
@@ -119,6 +114,7 @@ class PostgresLeaseBackend(PostgresSchedules):
         read_only: bool = False,
         deadline: Deadline | None = None,
         require_sync: bool = False,
+        migrate: bool = True,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
@@ -127,9 +123,10 @@ class PostgresLeaseBackend(PostgresSchedules):
         """How long a call waits for the server (``timeout``), when opened from a URL."""
         statement = DEFAULT_TIMEOUT if deadline is None else deadline.timeout
         self._watchdog = Watchdog(statement, name=f"relay-pg-watchdog-{self.schema}")
-        self._queries, self._version = _ensure_schema(
-            conninfo, self.schema, self._display, read_only, require_sync
+        self._queries, self._version, self.found_version = _ensure_schema(
+            conninfo, self.schema, self._display, read_only, require_sync, migrate
         )
+        """The schema version found at open (0: none); ``relay migrate`` reports it."""
         self._closed = threading.Event()
         self._unreplicated = threading.local()  # a step's notices arrive in its own thread
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -179,7 +176,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             display=display,
             deadline=deadline,
             require_sync=_flag(parsed, "require_sync"),
-            **kwargs,
+            **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
 
     @property
@@ -435,6 +432,8 @@ class PostgresLeaseBackend(PostgresSchedules):
                 f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
                 f"(was the schema dropped?); reopen the backend to create them again: {exc}"
             ) from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise _not_granted(exc, self.schema, self._display) from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise self._read_only_server(exc) from exc
         except PoolTimeout as exc:
@@ -488,38 +487,45 @@ class PostgresLeaseBackend(PostgresSchedules):
 
 
 def _ensure_schema(
-    conninfo: str, schema: str, display: str, read_only: bool, require_sync: bool = False
-) -> tuple[dict[str, str], int]:
-    """Create or migrate the schema once, on a direct connection; the queries and the version.
+    conninfo: str,
+    schema: str,
+    display: str,
+    read_only: bool,
+    require_sync: bool = False,
+    may_migrate: bool = True,
+) -> tuple[dict[str, str], int, int]:
+    """Check, create or migrate the schema on a direct connection: queries, version, version found.
 
     A direct connection (not the pool) so that a refused login surfaces as its real cause.
     ``read_only`` checks that the schema exists and changes nothing. A writer also checks what
-    the server's replication may lose (``require_sync``: refuse, otherwise warn).
+    the server's replication may lose (``require_sync``: refuse, otherwise warn). A schema at this
+    Relay's version is only read, whoever connects: an instance without the owner's rights issues
+    no DDL.
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
-            name = sql.Identifier(schema)
-            version = _installed_version(conn, schema)
+            found = version = installed_version(conn, schema)
             if read_only:
                 _check_readable(conn, schema, display, version)
             else:
                 facts = replication_facts(conn)
                 check_replication(facts, require_sync=require_sync, display=display)
                 if version != SCHEMA_VERSION:
-                    _migrate(conn, schema, name)
+                    found = migrate(conn, schema, display, allowed=may_migrate)
                     version = SCHEMA_VERSION
             queries = {
-                key: sql.SQL(text).format(schema=name).as_string(conn)
+                key: sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(conn)
                 for key, text in _QUERIES.items()
             }
-            return queries, version
+            return queries, version, found
     except psycopg.OperationalError as exc:
         raise _connect_error(exc, display) from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise _not_granted(exc, schema, display) from exc
     except psycopg.Error as exc:
         raise BackendUnavailable(
-            f"could not create Relay's schema {schema!r} on {display}: {_first_line(exc)}; "
-            "the user needs the CREATE privilege on the database the first time (or create the "
-            "schema once as its owner)"
+            f"could not open Relay's schema {schema!r} on {display}: {_first_line(exc)}; "
+            "check that the server is up and reachable"
         ) from exc
 
 
@@ -532,43 +538,18 @@ def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, ve
             f"schema {schema!r} {what} on {display}; check ?schema= in the URL "
             "(read-only commands never create it)"
         )
-    if version > SCHEMA_VERSION:
-        raise ConfigurationError(
-            f"schema {schema!r} has version {version}, made by a newer Relay than this one "
-            f"(version {SCHEMA_VERSION}); upgrade Relay"
-        )
+    check_newer(schema, version)
 
 
-def _installed_version(conn: psycopg.Connection[Any], schema: str) -> int:
-    """The schema's recorded version, 0 if it has none yet."""
-    meta = sql.SQL("{}.meta").format(sql.Identifier(schema)).as_string(conn)
-    if conn.execute("SELECT to_regclass(%s)", (meta,)).fetchone() == (None,):
-        return 0
-    query = sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'")
-    row = conn.execute(query.format(sql.Identifier(schema))).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def _migrate(conn: psycopg.Connection[Any], schema: str, name: sql.Identifier) -> None:
-    """Bring the schema to :data:`SCHEMA_VERSION` under an advisory transaction lock."""
-    with conn.transaction():
-        conn.execute(_SCHEMA_LOCK, (schema,))
-        conn.execute(sql.SQL(_SETUP).format(schema=name))
-        version = _installed_version(conn, schema)
-        if version > SCHEMA_VERSION:
-            raise ConfigurationError(
-                f"schema {schema!r} has version {version}, made by a newer Relay than this one "
-                f"(version {SCHEMA_VERSION}); upgrade Relay or use another ?schema="
-            )
-        for number in sorted(v for v in _MIGRATIONS if v > version):
-            conn.execute(sql.SQL(_MIGRATIONS[number]).format(schema=name))
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-            ).format(name),
-            (str(SCHEMA_VERSION),),
-        )
+def _not_granted(exc: psycopg.Error, schema: str, display: str) -> BackendUnavailable:
+    """A privilege the connected role lacks, with the grants a Relay role needs."""
+    return BackendUnavailable(
+        f"PostgreSQL at {display} refused Relay for lack of a privilege ({_first_line(exc)}): "
+        f"as the schema's owner, run {' '.join(grants(schema, '<role>', '<owner>'))} "
+        "(read-only commands need only USAGE and SELECT; see Relay's docs/security.md). A schema "
+        "that holds no Relay tables yet is created first by `relay migrate --backend URL`, run "
+        "as its owner"
+    )
 
 
 def _connect_error(exc: psycopg.OperationalError, display: str) -> BackendUnavailable:

@@ -34,6 +34,7 @@ from pika.exceptions import (
 
 from relay.backends._amqp import (
     PRECONDITION_FAILED,
+    TLS_OPTIONS,
     close_quietly,
     confirm_channel,
     pika_parameters,
@@ -154,7 +155,9 @@ class RabbitMQClaimBackend:
         ``connection_attempts``, ``retry_delay``, ``blocked_connection_timeout``.
         """
         parsed = BackendURL(url)
-        parsed.check_options([*_OUR_OPTIONS, *_DRIVER_OPTIONS], "the RabbitMQ claim backend")
+        parsed.check_options(
+            [*_OUR_OPTIONS, *_DRIVER_OPTIONS, *TLS_OPTIONS], "the RabbitMQ claim backend"
+        )
         return cls(
             pika_parameters(parsed, _OUR_OPTIONS),
             prefix=parsed.option("prefix", "relay.claim"),
@@ -227,7 +230,7 @@ class RabbitMQClaimBackend:
                     f"RabbitMQ refused a gate queue ({exc.reply_text}): every instance must use "
                     "the same prefix and retention, and no other queue may use the prefix"
                 ) from exc
-            raise refused(self.location, exc) from exc
+            raise refused(self.location, exc, self.gates.prefix) from exc
         except (AMQPConnectionError, AMQPChannelError, AMQPError) as exc:
             self._drop()
             raise unreachable(self.location, exc) from exc

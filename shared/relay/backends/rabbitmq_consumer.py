@@ -115,7 +115,9 @@ class RabbitMQConsumerBackend:
         ``connection_attempts``, ``retry_delay``.
         """
         parsed = BackendURL(url)
-        parsed.check_options([*_OPTIONS, *_DRIVER_OPTIONS], "RabbitMQ consumer mode")
+        parsed.check_options(
+            [*_OPTIONS, *_DRIVER_OPTIONS, *amqp.TLS_OPTIONS], "RabbitMQ consumer mode"
+        )
         if parsed.option("mode", "consumer") != "consumer":
             raise ConfigurationError(f"mode={parsed.options['mode']!r} is not known: use consumer")
         attempts = parsed.option("max_attempts", str(DEFAULT_MAX_ATTEMPTS))
@@ -290,7 +292,7 @@ class RabbitMQConsumerBackend:
         outcomes stream, with each job's dead letters on top. Declares nothing; a missing
         stream raises :class:`~relay.errors.StoreNotFound`."""
         with self._translated():
-            connection = pika.BlockingConnection(self._parameters)
+            connection = amqp.connect(self._parameters)
             try:
                 records = self.outcomes.read(connection.channel())
             except ChannelClosedByBroker as exc:
@@ -342,7 +344,7 @@ class RabbitMQConsumerBackend:
             self._channel = None
             if exc.reply_code == amqp.PRECONDITION_FAILED:
                 raise ConfigurationError(refused_queue(str(exc.reply_text), job)) from exc
-            raise amqp.refused(self.location, exc) from exc
+            raise amqp.refused(self.location, exc, self.queues.prefix) from exc
         except AMQPError as exc:
             self._connection = None
             raise amqp.unreachable(self.location, exc) from exc
