@@ -2,7 +2,11 @@
 
 1. Per step: ``acquire``, ``heartbeat`` and ``finish`` of one run, each against a raw
    ``SET key val NX PX`` on the same server (target: at most 1.5x per step).
-2. A tick of N due jobs (default 10,000) decided by 3 competing instance processes at once: every
+2. The server's own time per step (``INFO commandstats``: ``usec_per_call`` of ``EVALSHA``, each
+   step in rounds of its own after ``CONFIG RESETSTAT``) against ``SET NX PX``'s, on a
+   ``redis-server`` the benchmark starts for it (the shared server's statistics are left alone):
+   targets heartbeat at most 15 µs, acquire and finish at most 30 µs.
+3. A tick of N due jobs (default 10,000) decided by 3 competing instance processes at once: every
    run must be claimed exactly once; the wall time is printed (target: at most 1 s).
 
 Usage: ``.venv/bin/python bench/bench_redis.py [--url redis://127.0.0.1:6379/0] [--jobs 10000]``.
@@ -18,14 +22,17 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
 import redis  # noqa: E402
 
+from bench.stores import private_redis  # noqa: E402
 from bench.table import Row, at_most, ratio_at_most  # noqa: E402
 from relay.backends.redis_lease import RedisLeaseBackend  # noqa: E402
 from relay.contract import AcquireRequest  # noqa: E402
@@ -74,6 +81,52 @@ def per_step(url: str, prefix: str, count: int) -> dict[str, float]:
     print(f"  acquire + finish: {both:.2f}x two raw SETs")
     backend.close()
     raw.close()
+    return micros
+
+
+SERVER_TARGETS = {"acquire": 30.0, "heartbeat": 15.0, "finish": 30.0}
+"""Microseconds of the server's time per step (issue 28)."""
+
+
+def server_cpu(count: int, rounds: int = 20) -> dict[str, float]:
+    """Median over ``rounds`` of the server's ``usec_per_call`` for each step, and SET NX PX.
+
+    Each step runs alone in its rounds (``INFO commandstats`` sums every script under
+    ``EVALSHA``): ``count`` runs are acquired, then heartbeated, then finished. The server is
+    the benchmark's own, so nothing else runs on it.
+    """
+    per_round = max(1, count // rounds)
+    with private_redis() as url:
+        raw = redis.Redis.from_url(url)
+        backend = RedisLeaseBackend.from_url(f"{url}?prefix=bench:")
+        base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+        requests = [
+            AcquireRequest(f"job{i % 100}", base + timedelta(seconds=i), "me", 30)
+            for i in range(per_round * rounds)
+        ]
+        backend.acquire(AcquireRequest("warm", base, "me", 30))  # loads the scripts
+        runs: list[Any] = []
+        steps: dict[str, Callable[[int], None]] = {
+            "SET NX PX": lambda i: raw.set(f"raw:{i}", "owner", nx=True, px=30_000),
+            "acquire": lambda i: runs.append(backend.acquire(requests[i]).run),
+            "heartbeat": lambda i: backend.heartbeat(runs[i].id, runs[i].token, 30),
+            "finish": lambda i: backend.finish(runs[i].id, runs[i].token, succeeded=True),
+        }
+        micros: dict[str, float] = {}
+        for step, call in steps.items():
+            command = "cmdstat_set" if step == "SET NX PX" else "cmdstat_evalsha"
+            figures = []
+            for r in range(rounds):
+                raw.config_resetstat()
+                for i in range(r * per_round, (r + 1) * per_round):
+                    call(i)
+                figures.append(float(raw.info("commandstats")[command]["usec_per_call"]))
+            micros[step] = statistics.median(figures)
+        backend.close()
+        raw.close()
+    print(f"server's time per call (INFO commandstats, median of {rounds} rounds):")
+    for step, value in micros.items():
+        print(f"  {step:<10} {value:6.1f} us   {value / micros['SET NX PX']:.1f}x SET NX PX")
     return micros
 
 
@@ -129,6 +182,7 @@ def rows(quick: bool = False) -> list[Row]:
     jobs = 10_000
     try:
         micros = per_step(url, prefix, 1000 if quick else 5000)
+        server = server_cpu(2000 if quick else 10_000)
         wall = tick(url, prefix + "tick:", jobs)
     finally:
         _clean(url, prefix)
@@ -137,6 +191,12 @@ def rows(quick: bool = False) -> list[Row]:
         Row("redis", step, us, "µs", raw, "SET NX PX", "<= 1.5x", ratio_at_most(1.5))
         for step, us in micros.items()
     ]
+    server_set = server.pop("SET NX PX")
+    out += [
+        Row("redis", f"server's time per {step} (INFO commandstats)", us, "µs", server_set,
+            "SET NX PX", f"<= {SERVER_TARGETS[step]:.0f} µs", at_most(SERVER_TARGETS[step]))
+        for step, us in server.items()
+    ]  # fmt: skip
     figure = f"tick, {jobs:,} due jobs, 3 processes (inf: a run not claimed once)"
     out.append(Row("redis", figure, wall, "s", None, "", "<= 1 s", at_most(1.0)))
     return out
@@ -159,6 +219,7 @@ def main() -> None:
     prefix = f"relay_bench_{secrets.token_hex(3)}:"
     try:
         per_step(options.url, prefix, options.count)
+        server_cpu(options.count)
         tick(options.url, prefix + "tick:", options.jobs)
     finally:
         _clean(options.url, prefix)
