@@ -29,6 +29,20 @@ local function renew(key, ttl)
   end
 end
 
+-- Make a running run's record and its job's active runs live `ttl` ms more, writing only when the
+-- record has less than `ttl` - a minute left. The record's field kept_ms says when it runs out (a
+-- lower bound: PEXPIRE ... GT never shortens a key), so a heartbeat reads no TTL. Returns the
+-- kept_ms to record.
+local function keep(base, run, now, ttl, kept_ms)
+  local kept = tonumber(kept_ms) or 0
+  if kept - now >= ttl - math.min(60000, ttl / 2) then
+    return kept
+  end
+  redis.call('PEXPIRE', run, ttl, 'GT')
+  redis.call('PEXPIRE', base .. 'active', ttl, 'GT')
+  return now + ttl
+end
+
 -- Record in the index of live runs (if kept) that the run is live from `score`, or (nil) not live.
 local function index(live, run, score)
   if not live then
@@ -41,11 +55,12 @@ local function index(live, run, score)
   end
 end
 
--- Drop from the indexes old runs whose records have expired, two per call. A record lives
--- `retention` after its last write, which comes after its slot: only runs whose slot is older than
--- that can be gone, and usually there are none, so this costs one read.
-local function trim(base, now, retention, live)
-  local old = redis.call('ZRANGEBYSCORE', base .. 'slots', '-inf', now - retention, 'LIMIT', 0, 2)
+-- Drop from the indexes old runs whose records have expired, `most` (default two) per call. A
+-- record lives `retention` after its last write, which comes after its slot: only runs whose slot
+-- is older than that can be gone, and usually there are none, so this costs one read.
+local function trim(base, now, retention, live, most)
+  local old = redis.call('ZRANGEBYSCORE', base .. 'slots', '-inf', now - retention, 'LIMIT', 0,
+    most or 2)
   for _, member in ipairs(old) do
     if redis.call('EXISTS', base .. 'run:' .. member) == 0 then
       redis.call('ZREM', base .. 'slots', member)
@@ -85,10 +100,11 @@ local function live_other(base, member, now)
   return false
 end
 
--- The run's fields if `token` holds its live-or-expired lease, else nil and why it does not.
-local function held(run, token)
-  local f = redis.call('HMGET', run, 'state', 'token', 'failures', 'max_attempts', 'owner',
-    'started_ms', 'attempt')
+-- The run's fields (state, token, then `extra` or failures, max_attempts, owner, started_ms,
+-- attempt) if `token` holds its live-or-expired lease, else nil and why it does not.
+local function held(run, token, extra)
+  extra = extra or {'failures', 'max_attempts', 'owner', 'started_ms', 'attempt'}
+  local f = redis.call('HMGET', run, 'state', 'token', unpack(extra))
   if not f[1] then
     return nil, {'lost', 'none'}
   end
