@@ -4,6 +4,9 @@ Usage: ``python bench/bench_postgres.py [URL]`` (default: ``RELAY_TEST_POSTGRES_
 ``postgresql://postgres@127.0.0.1:5432/test``). Everything runs in a fresh schema that is dropped
 at the end. It prints figures and ratios; targets: each lease step within 1.5x of the raw insert,
 and a tick of 10,000 due jobs raced by 3 processes within 1 s, every run claimed exactly once.
+It also gives the server's own execution time per step against the raw insert's
+(``pg_stat_statements``, on a PostgreSQL server the benchmark starts with it preloaded, so the
+shared server's configuration is left alone).
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -68,6 +73,68 @@ def steps(
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def server_time(count: int, rounds: int = 20) -> dict[str, float]:
+    """Median over ``rounds`` of the server's execution time per step, in milliseconds.
+
+    On a server of the benchmark's own with ``pg_stat_statements`` preloaded: each round runs
+    ``count / rounds`` raw inserts, then acquires, heartbeats and finishes as many runs, each
+    batch between ``pg_stat_statements_reset()`` and the sum of its top-level statements'
+    ``total_exec_time`` (the time in the executor, not the commit's flush), divided by the steps.
+    """
+    from tests.backends.pg_server import OwnPostgres, find_bin
+
+    class StatsPostgres(OwnPostgres):
+        def start(self) -> None:
+            self._pg_ctl("start", "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 "
+                         f"-c unix_socket_directories={self.root} -c fsync=off "
+                         "-c shared_preload_libraries=pg_stat_statements")  # fmt: skip
+
+    bindir = find_bin()
+    if bindir is None:
+        raise RuntimeError("no initdb / pg_ctl on this machine")
+    server = StatsPostgres(bindir)
+    server.start()
+    try:
+        return _server_rounds(server.url, max(1, count // rounds), rounds)
+    finally:
+        server.stop()
+
+
+def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
+    first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
+    backend = PostgresLeaseBackend.from_url(_url(base, "bench"))
+    figures: dict[str, list[float]] = {"raw": [], "acquire": [], "heartbeat": [], "finish": []}
+    with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+        conn.execute('CREATE TABLE "bench".raw_claims (run_id text PRIMARY KEY)')
+        query = 'INSERT INTO "bench".raw_claims (run_id) VALUES (%s) ON CONFLICT DO NOTHING'
+        runs: list[Any] = []
+        steps: dict[str, Callable[[int], object]] = {
+            "raw": lambda n: conn.execute(query, (f"job@{n}",)),
+            "acquire": lambda n: runs.append(
+                backend.acquire(AcquireRequest("bench", first + timedelta(seconds=n), "b", 30)).run
+            ),
+            "heartbeat": lambda n: backend.heartbeat(runs[n].id, runs[n].token, 30),
+            "finish": lambda n: backend.finish(runs[n].id, runs[n].token, succeeded=True),
+        }
+        for r in range(rounds):
+            for step, call in steps.items():
+                conn.execute("SELECT pg_stat_statements_reset()")
+                for n in range(r * per_round, (r + 1) * per_round):
+                    call(n)
+                row = conn.execute(
+                    "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements"
+                    " WHERE query NOT LIKE '%pg_stat_statements%'"
+                ).fetchone()
+                figures[step].append(float(row[0] if row else 0) / per_round)
+    backend.close()
+    millis = {step: statistics.median(values) for step, values in figures.items()}
+    print(f"server's execution time per step (pg_stat_statements, median of {rounds} rounds):")
+    for step, value in millis.items():
+        print(f"  {step:<10} {value * 1e3:7.1f} us   {value / millis['raw']:.2f}x raw INSERT")
+    return millis
+
+
 def tick_race(url: str, minute: int) -> tuple[float, Counter[str], list[float]]:
     """3 processes each decide the same 10,000 due runs in one acquire_many; wall time and wins."""
     start_at = time.time() + 3
@@ -114,6 +181,7 @@ def rows(quick: bool = False) -> list[Row]:
     backend = PostgresLeaseBackend.from_url(url)
     try:
         medians = steps(base, schema, backend, 300 if quick else STEPS)
+        server = server_time(1000 if quick else 4000)
         wall, wins, _ = tick_race(url, 0)
     finally:
         backend.close()
@@ -124,6 +192,12 @@ def rows(quick: bool = False) -> list[Row]:
         Row("postgres", step, s * 1e3, "ms", raw * 1e3, "raw INSERT", "<= 1.5x", ratio_at_most(1.5))
         for step, s in medians.items()
     ]
+    server_raw = server.pop("raw")
+    out += [
+        Row("postgres", f"server's time per {step} (pg_stat_statements)", ms * 1e3, "µs",
+            server_raw * 1e3, "raw INSERT")
+        for step, ms in server.items()
+    ]  # fmt: skip
     once = sorted(set(wins.values())) == [1] and len(wins) == JOBS
     figure = f"tick, {JOBS:,} due jobs, {INSTANCES} processes (each once: {once})"
     out.append(Row("postgres", figure, wall, "s", None, "", "<= 1 s", at_most(1.0)))
@@ -136,6 +210,7 @@ def main(base: str) -> None:
     backend = PostgresLeaseBackend.from_url(url)
     try:
         medians = steps(base, schema, backend)
+        server_time(4000)
         ticks = [tick_race(url, minute) for minute in (1, 0)]
     finally:
         backend.close()
