@@ -22,25 +22,28 @@ local function clock()
   return math.floor(us / 1000), us
 end
 
--- Make a key live about `ttl` ms more, writing only when it has less than `ttl` - a minute.
+-- Make a key live about `ttl` ms more, writing only when it has less than `ttl` - a minute;
+-- returns the ms it has left.
 local function renew(key, ttl)
-  if redis.call('PTTL', key) < ttl - math.min(60000, ttl / 2) then
+  local left = redis.call('PTTL', key)
+  if left < ttl - math.min(60000, ttl / 2) then
     redis.call('PEXPIRE', key, ttl)
+    return ttl
   end
+  return left
 end
 
--- Make a running run's record and its job's active runs live `ttl` ms more, writing only when the
--- record has less than `ttl` - a minute left. The record's field kept_ms says when it runs out (a
--- lower bound: PEXPIRE ... GT never shortens a key), so a heartbeat reads no TTL. Returns the
--- kept_ms to record.
+-- renew() a running run's record and its job's active runs, but only once the record's field
+-- kept_ms (when its TTL runs out, as the last renewal left it) says it runs low: a heartbeat
+-- reads no TTL most of the time. Returns the kept_ms to record.
 local function keep(base, run, now, ttl, kept_ms)
   local kept = tonumber(kept_ms) or 0
   if kept - now >= ttl - math.min(60000, ttl / 2) then
     return kept
   end
-  redis.call('PEXPIRE', run, ttl, 'GT')
-  redis.call('PEXPIRE', base .. 'active', ttl, 'GT')
-  return now + ttl
+  local left = renew(run, ttl)
+  renew(base .. 'active', ttl)
+  return now + left
 end
 
 -- Record in the index of live runs (if kept) that the run is live from `score`, or (nil) not live.
