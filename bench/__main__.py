@@ -38,6 +38,7 @@ BENCHES = [
     "scale",
     "soak",
     "redbeat",
+    "shared_broker",
     "events",
     "async",
     "metrics",

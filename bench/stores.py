@@ -59,3 +59,44 @@ def delete_prefix(prefix: str) -> None:
         keys = list(client.scan_iter(match=f"{prefix}*", count=5000))
         for i in range(0, len(keys), 5000):
             client.delete(*keys[i : i + 5000])
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    """A ``redis-server`` of the benchmark's own on a free loopback port (nothing on disk), so it
+    may reset its statistics (``CONFIG RESETSTAT``) without touching the shared server; killed
+    afterwards. Yields its URL; raises ``RuntimeError`` if the machine has no ``redis-server``."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("no redis-server binary on this machine")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    with tempfile.TemporaryDirectory() as folder:
+        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        process = subprocess.Popen(
+            [binary, *args, "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with redis.Redis(port=port, socket_connect_timeout=1) as client:
+                        if client.info("server")["process_id"] == process.pid:
+                            break
+                except redis.ConnectionError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {port} did not start")
+                time.sleep(0.05)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            process.kill()
+            process.wait(timeout=30)

@@ -76,13 +76,14 @@ local function lease(job, run, member, slot, lease_ms, failures, attempt, max_at
   local token = string.format('%.0f', job.last_token)
   if not recorded then
     redis.call('HSET', run, 'state', 'running', 'attempt', 1, 'failures', 0,
-      'max_attempts', max_attempts, 'token', token, 'owner', owner, 'expires_ms', now + lease_ms)
+      'max_attempts', max_attempts, 'token', token, 'owner', owner, 'expires_ms', now + lease_ms,
+      'kept_ms', now + retention + lease_ms)
     redis.call('ZADD', job.base .. 'active', slot, member)
     redis.call('ZADD', job.base .. 'slots', slot, member)
   else
     redis.call('HSET', run, 'state', 'running', 'attempt', attempt + 1, 'failures', failures,
       'token', token, 'owner', owner, 'expires_ms', now + lease_ms, 'reason', '', 'started_ms', '',
-      'max_attempts', max_attempts)
+      'max_attempts', max_attempts, 'kept_ms', now + retention + lease_ms)
   end
   redis.call('PEXPIRE', run, retention + lease_ms)
   index(live, run, now + lease_ms)

@@ -22,11 +22,28 @@ local function clock()
   return math.floor(us / 1000), us
 end
 
--- Make a key live about `ttl` ms more, writing only when it has less than `ttl` - a minute.
+-- Make a key live about `ttl` ms more, writing only when it has less than `ttl` - a minute;
+-- returns the ms it has left.
 local function renew(key, ttl)
-  if redis.call('PTTL', key) < ttl - math.min(60000, ttl / 2) then
+  local left = redis.call('PTTL', key)
+  if left < ttl - math.min(60000, ttl / 2) then
     redis.call('PEXPIRE', key, ttl)
+    return ttl
   end
+  return left
+end
+
+-- renew() a running run's record and its job's active runs, but only once the record's field
+-- kept_ms (when its TTL runs out, as the last renewal left it) says it runs low: a heartbeat
+-- reads no TTL most of the time. Returns the kept_ms to record.
+local function keep(base, run, now, ttl, kept_ms)
+  local kept = tonumber(kept_ms) or 0
+  if kept - now >= ttl - math.min(60000, ttl / 2) then
+    return kept
+  end
+  local left = renew(run, ttl)
+  renew(base .. 'active', ttl)
+  return now + left
 end
 
 -- Record in the index of live runs (if kept) that the run is live from `score`, or (nil) not live.
@@ -41,11 +58,12 @@ local function index(live, run, score)
   end
 end
 
--- Drop from the indexes old runs whose records have expired, two per call. A record lives
--- `retention` after its last write, which comes after its slot: only runs whose slot is older than
--- that can be gone, and usually there are none, so this costs one read.
-local function trim(base, now, retention, live)
-  local old = redis.call('ZRANGEBYSCORE', base .. 'slots', '-inf', now - retention, 'LIMIT', 0, 2)
+-- Drop from the indexes old runs whose records have expired, `most` (default two) per call. A
+-- record lives `retention` after its last write, which comes after its slot: only runs whose slot
+-- is older than that can be gone, and usually there are none, so this costs one read.
+local function trim(base, now, retention, live, most)
+  local old = redis.call('ZRANGEBYSCORE', base .. 'slots', '-inf', now - retention, 'LIMIT', 0,
+    most or 2)
   for _, member in ipairs(old) do
     if redis.call('EXISTS', base .. 'run:' .. member) == 0 then
       redis.call('ZREM', base .. 'slots', member)
@@ -85,10 +103,11 @@ local function live_other(base, member, now)
   return false
 end
 
--- The run's fields if `token` holds its live-or-expired lease, else nil and why it does not.
-local function held(run, token)
-  local f = redis.call('HMGET', run, 'state', 'token', 'failures', 'max_attempts', 'owner',
-    'started_ms', 'attempt')
+-- The run's fields (state, token, then `extra` or failures, max_attempts, owner, started_ms,
+-- attempt) if `token` holds its live-or-expired lease, else nil and why it does not.
+local function held(run, token, extra)
+  extra = extra or {'failures', 'max_attempts', 'owner', 'started_ms', 'attempt'}
+  local f = redis.call('HMGET', run, 'state', 'token', unpack(extra))
   if not f[1] then
     return nil, {'lost', 'none'}
   end

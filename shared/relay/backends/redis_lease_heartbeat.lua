@@ -5,12 +5,11 @@
 local lease = tonumber(ARGV[3])
 local run = KEYS[1] .. 'run:' .. ARGV[1]
 local now = clock()
-local f, lost = held(run, tonumber(ARGV[2]))
+local f, lost = held(run, tonumber(ARGV[2]), {'kept_ms'})
 if not f then
   return lost
 end
-redis.call('HSET', run, 'expires_ms', now + lease)
+local kept = keep(KEYS[1], run, now, tonumber(ARGV[4]) + lease, f[3])
+redis.call('HSET', run, 'expires_ms', now + lease, 'kept_ms', kept)
 index(KEYS[2], run, now + lease)
-renew(run, tonumber(ARGV[4]) + lease)
-renew(KEYS[1] .. 'active', tonumber(ARGV[4]) + lease)
 return {'ok'}

@@ -5,7 +5,8 @@
 local member, owner, lease = ARGV[1], ARGV[3], tonumber(ARGV[4])
 local run = KEYS[1] .. 'run:' .. member
 local now = clock()
-local f, lost = held(run, tonumber(ARGV[2]))
+local f, lost = held(run, tonumber(ARGV[2]),
+  {'failures', 'max_attempts', 'owner', 'started_ms', 'attempt', 'kept_ms'})
 if not f then
   return lost
 end
@@ -13,9 +14,8 @@ local started = f[6] or ''
 if started ~= '' and f[5] ~= owner then
   return {'lost', 'started', f[5]}
 end
+local kept = keep(KEYS[1], run, now, tonumber(ARGV[5]) + lease, f[8])
 redis.call('HSET', run, 'owner', owner, 'expires_ms', now + lease,
-  'started_ms', started ~= '' and started or now)
+  'started_ms', started ~= '' and started or now, 'kept_ms', kept)
 index(KEYS[2], run, now + lease)
-renew(run, tonumber(ARGV[5]) + lease)
-renew(KEYS[1] .. 'active', tonumber(ARGV[5]) + lease)
 return {'ok', tonumber(f[7])}
