@@ -64,7 +64,9 @@ class Roles:
                 None,
             ):
                 return None
-            row = conn.execute(f"SELECT value FROM {self.schema}.meta").fetchone()
+            row = conn.execute(
+                f"SELECT value FROM {self.schema}.meta WHERE key = 'schema_version'"
+            ).fetchone()
             return None if row is None else str(row[0])
 
     def tables(self) -> set[str]:
