@@ -160,6 +160,7 @@ class Scheduler(Generic[BackendT]):
             self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
             events=self.events, clock=clock,
         )  # fmt: skip
+        self.decider.holding = self.runner.holding
         self.loop = Loop(
             self.decider, interval=self.tick_interval, sweep_every=self.heartbeat, role="scheduler"
         )
