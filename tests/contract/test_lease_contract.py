@@ -29,6 +29,7 @@ from relay.fencing import SQLFence
 from relay.health import InstanceInfo
 from tests.support import procs
 from tests.support.tail_loss import lose_tail
+from tests.support.waiting import lease_ran_out, wait_until
 
 UTC = timezone.utc
 JOB = "contract-job"
@@ -43,6 +44,9 @@ def backend(lease_url: str) -> Iterator[LeaseBackend]:
 
 
 # Fixed once, so that every call in a test names the same runs, whatever minute it is.
+# A lease that must still hold at the next step: a loaded two-core machine can stall a
+# process for a second, so it is seconds long and the test then waits on the store's clock.
+SHORT = 3.0
 BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
 
 
@@ -194,9 +198,9 @@ def test_start_hands_the_run_to_its_runner_once(backend: LeaseBackend) -> None:
 
 
 def test_expired_lease_is_taken_over_with_a_new_token(backend: LeaseBackend) -> None:
-    run = lease_run(backend, owner="a", lease=0.5, max_attempts=3)
+    run = lease_run(backend, owner="a", lease=SHORT, max_attempts=3)
     assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
-    time.sleep(1.0)
+    lease_ran_out(backend, run.id)
     assert run.id in {r.id for r in backend.reclaimable()}
     result = backend.acquire(req(owner="b", lease=30))
     assert result.outcome is Outcome.WON and result.run is not None
@@ -226,10 +230,11 @@ def test_a_finish_with_the_current_token_is_accepted_after_the_lease_ran_out(
 
 
 def test_heartbeat_keeps_the_lease_alive(backend: LeaseBackend) -> None:
-    run = lease_run(backend, lease=1.0)
-    for _ in range(4):
-        time.sleep(0.4)
-        backend.heartbeat(run.id, run.token, 1.0)
+    run = lease_run(backend, lease=SHORT)
+    ends = time.monotonic() + SHORT + 1  # past the first lease period, beating every 0.5 s
+    while time.monotonic() < ends:
+        time.sleep(0.5)
+        backend.heartbeat(run.id, run.token, SHORT)
     assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
     assert run.id not in {r.id for r in backend.reclaimable()}
 
@@ -435,16 +440,16 @@ def test_runner_killed_with_sigkill_is_taken_over(lease_url: str, backend: Lease
             "job": JOB,
             "slot": _ms(0),
             "owner": "doomed",
-            "lease": 1.5,
+            "lease": SHORT,
             "heartbeat": 0.3,
         },
     )
     held = procs.next_event(holder)
     assert backend.acquire(req(owner="backup")).outcome is Outcome.HELD
-    time.sleep(1.0)  # heartbeats keep it alive past its first lease period
+    time.sleep(SHORT + 1)  # heartbeats keep it alive past its first lease period
     assert backend.acquire(req(owner="backup")).outcome is Outcome.HELD
     procs.kill(holder)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while (result := backend.acquire(req(owner="backup", max_attempts=3))).outcome is Outcome.HELD:
         assert time.monotonic() < deadline, "the dead runner's lease never expired"
         time.sleep(0.2)
@@ -522,11 +527,10 @@ def test_record_instance_replaces_the_same_owners_record(backend: LeaseBackend) 
 
 
 def test_an_instance_that_stops_beating_expires(backend: LeaseBackend) -> None:
-    backend.record_instance(instance("gone:1"), ttl=1.0)
+    backend.record_instance(instance("gone:1"), ttl=SHORT)
     backend.record_instance(instance("here:2"), ttl=600)
     assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
-    time.sleep(1.3)
-    assert [i.owner for i in backend.instances()] == ["here:2"]
+    wait_until(lambda: [i.owner for i in backend.instances()] == ["here:2"], "gone:1 expires")
     backend.record_instance(instance("here:2"), ttl=600)  # another's beat does not revive it
     assert [i.owner for i in backend.instances()] == ["here:2"]
     backend.record_instance(instance("gone:1"), ttl=600)  # its own beat does
