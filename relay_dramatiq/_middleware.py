@@ -26,7 +26,7 @@ from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
-from relay.jobs import check_scheduler_options, check_tick
+from relay.jobs import Job, check_scheduler_options, check_tick
 from relay.runs import HEADER, Run, max_attempts_from_headers
 from relay.scheduler import default_owner
 from relay.tracing import run_from_message
@@ -128,6 +128,9 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """The events of this middleware's worker and scheduler; each is logged (see :meth:`on`)."""
         self.declared: set[str] = set()
         """Names of the actors declared on a broker while this middleware was on it."""
+        self.consumer_jobs: list[Job] = []
+        """The jobs of this middleware's periodic actors, each handler calling its actor: what
+        a worker's own consumers run in RabbitMQ consumer mode (added by ``@periodic``)."""
         self._lock = threading.Lock()
         self._active: dict[int, tuple[ActiveRun, Any]] = {}
         self._heartbeat: InstanceHeartbeat | None = None
@@ -219,13 +222,14 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start this worker process's own heartbeat (``relay instances``, ``relay health``)."""
         self._heartbeat = InstanceHeartbeat(self.backend, self.owner, "dramatiq-worker")
         self._heartbeat.start()
-        _consumer.serve(self)  # RabbitMQ consumer mode: Relay's consumers of the run queues
+        # RabbitMQ consumer mode: Relay's consumers of the run queues
+        _consumer.serve(self.backend, self.consumer_jobs, self.owner, self.events)
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the heartbeat: the record expires on its own. A finish the store does not
         answer is retried for one lease more at most, then reported abandoned."""
         self._finish_limit.stop_within(self.lease)
-        _consumer.stop_serving(self)  # RabbitMQ consumer mode: hand unfinished runs over
+        _consumer.stop_serving(self.backend)  # RabbitMQ consumer mode: hand unfinished runs over
         if self._heartbeat is not None:
             self._heartbeat.stop()
 
