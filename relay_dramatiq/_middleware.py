@@ -27,9 +27,9 @@ from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job, check_scheduler_options, check_tick
-from relay.runs import HEADER, Run, max_attempts_from_headers
+from relay.runs import HEADER, Run
 from relay.scheduler import default_owner
-from relay.tracing import run_from_message
+from relay.tracing import read_message
 from relay_dramatiq import _consumer
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
@@ -169,13 +169,13 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""
         if HEADER not in message.options or message.failed:
             return
-        run = run_from_message(message.options[HEADER])
-        if run is None:
+        carried = read_message(message.options[HEADER])
+        if carried is None:
             log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
             raise SkipMessage("malformed Relay run option")
-        max_attempts = max_attempts_from_headers(message.options[HEADER])
+        run = carried.run
         try:
-            active = self.runner().begin(run, max_attempts=max_attempts)
+            active = self.runner().begin(run, max_attempts=carried.max_attempts)
         except Exception:
             log.exception("skipping %s: could not start it; it will be taken over", run.id)
             raise SkipMessage(f"could not start {run.id}") from None

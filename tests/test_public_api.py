@@ -33,7 +33,7 @@ def test_all_is_what_the_docs_promise() -> None:
      "relay.schedules", "relay.settings", "relay.engine", "relay.scheduler", "relay.backends",
      "relay.retries", "relay.control", "relay.lease_rules", "relay.upcoming", "relay.testing",
      "relay.testing.plugin", "relay.clock", "relay.deadlines", "relay.doctor",
-     "relay.doctor_rules"],
+     "relay.doctor_rules", "relay.instances", "relay.health", "relay.tracing"],
 )  # fmt: skip
 def test_every_public_name_has_a_docstring(module: str) -> None:
     loaded = importlib.import_module(module)
