@@ -115,7 +115,7 @@ def _never_beside_itself(group: Instances) -> None:
 
 def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    with instances(tmp_path, url, lease=2, heartbeat=0.5, every=60, work=20) as group:
+    with instances(tmp_path, url, lease=4, heartbeat=0.5, every=60, work=20) as group:
         dead = group.start("dead")
         started = group.wait("the first attempt", "started", owner=dead)
         backup = group.start("backup")
@@ -138,7 +138,7 @@ def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
 
 def test_a_sigstopped_runner_is_fenced_off_once_when_it_wakes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    with instances(tmp_path, url, lease=2, heartbeat=0.5, every=60, work=8) as group:
+    with instances(tmp_path, url, lease=4, heartbeat=0.5, every=60, work=8) as group:
         frozen = group.start("frozen")
         started = group.wait("the first attempt", "started", owner=frozen)
         group.start("other")
