@@ -4,7 +4,8 @@ Each store's fixtures live here, named after what they give (``redis_lease_backe
 module's own ``backend``), so no test module defines them again:
 
 - ``lease_url`` / ``claim_url``: a fresh store, once per lease or claim backend;
-- ``lease_backend``: the lease store of ``lease_url``, opened, closed after the test;
+- ``lease_backend`` / ``claim_backend``: the store of ``lease_url`` / ``claim_url``, opened,
+  closed after the test;
 - ``redis_lease_url`` / ``redis_lease_backend`` / ``redis_client``: a fresh Redis lease store and a
   plain client of the shared server, to look at its keys;
 - ``fake_clock`` / ``clocked_store``: a :class:`~relay.testing.FakeClock` at ``T0`` and a SQLite
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from relay import LeaseBackend, open_backend
+from relay import ClaimBackend, LeaseBackend, open_backend
 from relay.backends.redis_lease import RedisLeaseBackend
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.engine import Decider
@@ -55,6 +56,15 @@ def lease_backend(lease_url: str) -> Iterator[LeaseBackend]:
     """The lease store of ``lease_url``, opened; closed after the test."""
     opened = open_backend(lease_url)
     assert opened.capability == "lease"
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def claim_backend(claim_url: str) -> Iterator[ClaimBackend]:
+    """The claim store of ``claim_url``, opened; closed after the test."""
+    opened = open_backend(claim_url)
+    assert opened.capability == "claim"
     yield opened
     opened.close()
 
