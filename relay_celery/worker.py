@@ -34,9 +34,9 @@ from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job
 from relay.retries import foreign_retries
-from relay.runs import HEADER, Run, max_attempts_from_headers, run_from_headers
+from relay.runs import HEADER, Run
 from relay.scheduler import default_owner
-from relay.tracing import run_from_message
+from relay.tracing import read_message
 from relay_celery.config import (
     CelerySettings,
     load_settings,
@@ -57,6 +57,8 @@ __all__ = [
 
 log = logging.getLogger("relay.celery.worker")
 _WRAPPED = "_relay_wrapped"
+_CARRIED = "relay_message"
+"""The attribute of a task's request holding the run message read where it arrived."""
 SCHEDULER = "relay_celery.RelayScheduler"
 POOL_CHECK = 0.2
 """Seconds between a prefork worker's checks for children that died (Celery's own: 5 s)."""
@@ -237,11 +239,11 @@ class RunHooks:
 
         @functools.wraps(body)
         def run(*args: Any, **kwargs: Any) -> Any:
-            header = _header(task)
-            relay_run = run_from_message(header)
-            if relay_run is None:
+            carried = read_message(_header(task))
+            if carried is None:
                 return body(*args, **kwargs)
-            max_attempts = max_attempts_from_headers(header)
+            relay_run, max_attempts = carried
+            setattr(task.request, _CARRIED, carried)  # for task.retry(): read once, here
             if self.consumer_jobs is not None:
                 return run_delivery(
                     relay_run,
@@ -337,7 +339,7 @@ def _own_retries(task: Task[Any, Any]) -> None:
     @functools.wraps(original)
     def retry(*args: Any, **kwargs: Any) -> Any:
         run = current_run()
-        if run is None or run_from_headers(_header(task)) is None:
+        if run is None or getattr(task.request, _CARRIED, None) is None:
             return original(*args, **kwargs)
         exc = kwargs.get("exc", args[2] if len(args) > 2 else None)
         countdown = kwargs.get("countdown") or kwargs.get("eta")

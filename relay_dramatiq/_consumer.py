@@ -20,35 +20,37 @@ refused: Relay's consumers call the function synchronously.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import dramatiq
 
+from relay.contract import ClaimBackend, LeaseBackend
 from relay.engine.dispatching import Dispatcher
 from relay.errors import ConfigurationError
+from relay.events import EventBus
 from relay.jobs import Job
 from relay.runs import Run
 
-if TYPE_CHECKING:
-    from relay_dramatiq._middleware import RelayMiddleware
-
-__all__ = ["STOP_TIMEOUT", "check_actor", "check_queues", "dispatcher", "serve", "stop_serving"]
+__all__ = [
+    "STOP_TIMEOUT", "caller", "check_actor", "check_queues", "dispatcher", "serve", "stop_serving",
+]  # fmt: skip
 
 STOP_TIMEOUT = 10.0
 """Seconds a stopping worker waits for its consumer-mode runs before handing them over."""
 
+Backend = ClaimBackend | LeaseBackend
 
-def dispatcher(middleware: RelayMiddleware[Any]) -> Dispatcher | None:
-    """The middleware's backend if it hands runs out itself (RabbitMQ consumer mode)."""
-    backend = middleware.backend
+
+def dispatcher(backend: Backend) -> Dispatcher | None:
+    """``backend`` if it hands runs out itself (RabbitMQ consumer mode)."""
     return backend if isinstance(backend, Dispatcher) else None
 
 
-def check_actor(middleware: RelayMiddleware[Any], actor: dramatiq.Actor[Any, Any]) -> None:
+def check_actor(backend: Backend, actor: dramatiq.Actor[Any, Any]) -> None:
     """Refuse, when the actor is declared, what consumer mode cannot run: ``async def`` actors."""
-    if dispatcher(middleware) is not None and inspect.iscoroutinefunction(inspect.unwrap(actor.fn)):
+    if dispatcher(backend) is not None and inspect.iscoroutinefunction(inspect.unwrap(actor.fn)):
         raise ConfigurationError(
             f"periodic actor {actor.actor_name!r} is async, but RabbitMQ consumer mode calls "
             "periodic actors on Relay's consumer thread, synchronously: make it a plain def, "
@@ -56,39 +58,32 @@ def check_actor(middleware: RelayMiddleware[Any], actor: dramatiq.Actor[Any, Any
         )
 
 
-def check_queues(middleware: RelayMiddleware[Any], jobs: list[Job]) -> None:
+def check_queues(backend: Backend, jobs: list[Job]) -> None:
     """Declare the jobs' run queues at start: one declared with other arguments (another
     ``max_attempts``) raises ``ConfigurationError`` naming the fix."""
-    backend = dispatcher(middleware)
-    check_jobs = getattr(backend, "check_jobs", None)
+    check_jobs = getattr(dispatcher(backend), "check_jobs", None)
     if check_jobs is not None:
         check_jobs(jobs)
 
 
-def serve(middleware: RelayMiddleware[Any]) -> None:
-    """Start consuming the run queues of the middleware's periodic actors in this process."""
-    backend = dispatcher(middleware)
-    if backend is None:
-        return
-    from relay_dramatiq._periodic import periodic_actors
-
-    jobs: list[Job] = [
-        dataclasses.replace(item.job, handler=_caller(item.actor))
-        for item in periodic_actors()
-        if item.middleware is middleware
-    ]
-    if jobs:
-        backend.serve(jobs, middleware.owner, middleware.events)
+def serve(backend: Backend, jobs: Sequence[Job], owner: str, events: EventBus) -> None:
+    """Start consuming the run queues of ``jobs`` (each handler calling its actor, see
+    :func:`caller`) in this process."""
+    serving = dispatcher(backend)
+    if serving is not None and jobs:
+        serving.serve(list(jobs), owner, events)
 
 
-def stop_serving(middleware: RelayMiddleware[Any]) -> None:
+def stop_serving(backend: Backend) -> None:
     """Stop consuming; runs not done within :data:`STOP_TIMEOUT` are handed over."""
-    backend = dispatcher(middleware)
-    if backend is not None:
-        backend.stop_serving(STOP_TIMEOUT)
+    serving = dispatcher(backend)
+    if serving is not None:
+        serving.stop_serving(STOP_TIMEOUT)
 
 
-def _caller(actor: dramatiq.Actor[Any, Any]) -> Any:
+def caller(actor: dramatiq.Actor[Any, Any]) -> Any:
+    """A job handler that calls the actor's function, as consumer mode's consumers do."""
+
     def call(run: Run) -> None:
         actor.fn()
 

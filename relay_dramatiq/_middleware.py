@@ -26,10 +26,10 @@ from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
-from relay.jobs import check_scheduler_options, check_tick
-from relay.runs import HEADER, Run, max_attempts_from_headers
+from relay.jobs import Job, check_scheduler_options, check_tick
+from relay.runs import HEADER, Run
 from relay.scheduler import default_owner
-from relay.tracing import run_from_message
+from relay.tracing import read_message
 from relay_dramatiq import _consumer
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
@@ -128,6 +128,9 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """The events of this middleware's worker and scheduler; each is logged (see :meth:`on`)."""
         self.declared: set[str] = set()
         """Names of the actors declared on a broker while this middleware was on it."""
+        self.consumer_jobs: list[Job] = []
+        """The jobs of this middleware's periodic actors, each handler calling its actor: what
+        a worker's own consumers run in RabbitMQ consumer mode (added by ``@periodic``)."""
         self._lock = threading.Lock()
         self._active: dict[int, tuple[ActiveRun, Any]] = {}
         self._heartbeat: InstanceHeartbeat | None = None
@@ -166,13 +169,13 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""
         if HEADER not in message.options or message.failed:
             return
-        run = run_from_message(message.options[HEADER])
-        if run is None:
+        carried = read_message(message.options[HEADER])
+        if carried is None:
             log.error("skipping message %s: malformed %r option", message.message_id, HEADER)
             raise SkipMessage("malformed Relay run option")
-        max_attempts = max_attempts_from_headers(message.options[HEADER])
+        run = carried.run
         try:
-            active = self.runner().begin(run, max_attempts=max_attempts)
+            active = self.runner().begin(run, max_attempts=carried.max_attempts)
         except Exception:
             log.exception("skipping %s: could not start it; it will be taken over", run.id)
             raise SkipMessage(f"could not start {run.id}") from None
@@ -219,13 +222,14 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         """Start this worker process's own heartbeat (``relay instances``, ``relay health``)."""
         self._heartbeat = InstanceHeartbeat(self.backend, self.owner, "dramatiq-worker")
         self._heartbeat.start()
-        _consumer.serve(self)  # RabbitMQ consumer mode: Relay's consumers of the run queues
+        # RabbitMQ consumer mode: Relay's consumers of the run queues
+        _consumer.serve(self.backend, self.consumer_jobs, self.owner, self.events)
 
     def before_worker_shutdown(self, broker: Broker, worker: Worker) -> None:
         """Stop the heartbeat: the record expires on its own. A finish the store does not
         answer is retried for one lease more at most, then reported abandoned."""
         self._finish_limit.stop_within(self.lease)
-        _consumer.stop_serving(self)  # RabbitMQ consumer mode: hand unfinished runs over
+        _consumer.stop_serving(self.backend)  # RabbitMQ consumer mode: hand unfinished runs over
         if self._heartbeat is not None:
             self._heartbeat.stop()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from relay.engine.coroutines import is_coroutine_function
 from relay.errors import ConfigurationError
 from relay.jobs import Job, Overlap, make_job
 from relay.retries import foreign_retries
-from relay_dramatiq._consumer import check_actor
+from relay_dramatiq._consumer import caller, check_actor
 from relay_dramatiq._middleware import RelayMiddleware
 
 __all__ = ["Periodic", "periodic", "periodic_actors", "require_worker_side"]
@@ -72,7 +73,7 @@ def periodic(
         middleware = _middleware_of(actor)
         _check_arguments(actor)
         _check_retries(actor)
-        check_actor(middleware, actor)
+        check_actor(middleware.backend, actor)
         _check_coroutine(actor)
         if actor in _registry:
             raise ConfigurationError(f"actor {actor.actor_name!r} is already periodic")
@@ -89,6 +90,7 @@ def periodic(
             jitter=jitter,
         )
         _registry[actor] = Periodic(actor, job, middleware)
+        middleware.consumer_jobs.append(dataclasses.replace(job, handler=caller(actor)))
         return actor
 
     return register

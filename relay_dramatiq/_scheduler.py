@@ -54,7 +54,7 @@ class _Group:
         return self.loop.step(self._enqueue)
 
     def _enqueue(self, won: Won) -> bool:
-        consumer = dispatcher(self.middleware)
+        consumer = dispatcher(self.middleware.backend)
         if consumer is not None:  # RabbitMQ consumer mode: the job's run queue, not Dramatiq's
             consumer.dispatch(won)
             return True
@@ -94,7 +94,7 @@ class Scheduler:
                 self._groups[key] = _Group(item.middleware, self.tick, clock)
             self._groups[key].add(item)
         for group in self._groups.values():
-            check_queues(group.middleware, list(group.loop.decider.jobs.values()))
+            check_queues(group.middleware.backend, list(group.loop.decider.jobs.values()))
         self._stopping = threading.Event()
 
     def run(self) -> None:

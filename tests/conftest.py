@@ -1,15 +1,14 @@
-"""Fixtures shared by every test: one fresh backend URL per test, per backend."""
+"""The suite's hooks; its shared fixtures are in ``tests/fixtures.py``, loaded below."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.support import services
-from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS, params
+
+pytest_plugins = ["tests.fixtures"]
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -30,19 +29,3 @@ def _services(request: pytest.FixtureRequest) -> None:
     for name in services.SERVICES:
         if request.node.get_closest_marker(name) is not None:
             services.require(name)
-
-
-@pytest.fixture(params=params(LEASE_BACKENDS))
-def lease_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL to a fresh lease store, once per lease backend."""
-    factory, _ = LEASE_BACKENDS[request.param]
-    with factory(tmp_path) as url:
-        yield url
-
-
-@pytest.fixture(params=params(CLAIM_BACKENDS))
-def claim_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL to a fresh claim store, once per claim backend."""
-    factory, _ = CLAIM_BACKENDS[request.param]
-    with factory(tmp_path) as url:
-        yield url

@@ -7,28 +7,16 @@ running with an expired lease, pending with reason ``released``, or pending afte
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import pytest
-
-from relay.backends import open_backend
-from relay.contract import LeaseBackend, is_lease
+from relay.contract import LeaseBackend
 from relay.engine import Decider, Runner
 from relay.events import Event, EventBus, RunPickedUp, RunRetried, RunTakenOver
 from relay.jobs import make_job
 from relay.schedules import EverySchedule
 
 EVERY = 10**8
-
-
-@pytest.fixture
-def store(lease_url: str) -> Iterator[LeaseBackend]:
-    backend = open_backend(lease_url)
-    assert is_lease(backend)
-    yield backend
-    backend.close()
 
 
 def won_now(store: LeaseBackend, owner: str, seen: list[Event], lease: float = 30) -> Any:
@@ -50,11 +38,11 @@ def runner(store: LeaseBackend, owner: str, seen: list[Event]) -> Runner:
     return Runner(store, owner=owner, lease=30, heartbeat=3600, events=bus)
 
 
-def test_a_hand_over_is_picked_up(store: LeaseBackend) -> None:
+def test_a_hand_over_is_picked_up(lease_backend: LeaseBackend) -> None:
     seen: list[Event] = []
-    decider = won_now(store, "a", seen)
+    decider = won_now(lease_backend, "a", seen)
     [won] = decider.tick()
-    active = runner(store, "a:worker", seen).begin(won.run)
+    active = runner(lease_backend, "a:worker", seen).begin(won.run)
     assert active is not None
     active.release()
     decider.sweep()
@@ -63,22 +51,22 @@ def test_a_hand_over_is_picked_up(store: LeaseBackend) -> None:
     assert not [e for e in seen if isinstance(e, (RunRetried, RunTakenOver))]
 
 
-def test_a_failed_attempt_is_retried(store: LeaseBackend) -> None:
+def test_a_failed_attempt_is_retried(lease_backend: LeaseBackend) -> None:
     seen: list[Event] = []
-    decider = won_now(store, "a", seen)
+    decider = won_now(lease_backend, "a", seen)
     [won] = decider.tick()
-    runner(store, "a:worker", seen).execute(won.run, lambda run: 1 / 0, max_attempts=3)
+    runner(lease_backend, "a:worker", seen).execute(won.run, lambda run: 1 / 0, max_attempts=3)
     decider.sweep()
     [retried] = [e for e in seen if isinstance(e, RunRetried)]
     assert (retried.attempt, retried.max_attempts) == (2, 3)
     assert not [e for e in seen if isinstance(e, (RunPickedUp, RunTakenOver))]
 
 
-def test_an_expired_lease_is_taken_over(store: LeaseBackend) -> None:
+def test_an_expired_lease_is_taken_over(lease_backend: LeaseBackend) -> None:
     seen: list[Event] = []
-    decider = won_now(store, "a", seen, lease=1)
+    decider = won_now(lease_backend, "a", seen, lease=1)
     [won] = decider.tick()
-    Runner(store, owner="dead", lease=1, heartbeat=3600).begin(won.run)
+    Runner(lease_backend, owner="dead", lease=1, heartbeat=3600).begin(won.run)
     time.sleep(1.5)  # the store's clock decides the lease expired
     decider.sweep()
     [taken] = [e for e in seen if isinstance(e, RunTakenOver)]

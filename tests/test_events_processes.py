@@ -107,9 +107,15 @@ def test_racing_instances_report_each_run_won_once_and_lost_by_the_others(
         assert [counted[r] for r in runs] == [times] * len(runs), (kind, events)
 
 
+def _never_beside_itself(group: Instances) -> None:
+    """No instance took over a run from itself: one it still executes, it renews."""
+    taken = group.events("taken_over")
+    assert all(e["relay_owner"] != e["relay_previous_owner"] for e in taken), taken
+
+
 def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    with instances(tmp_path, url, lease=2, heartbeat=0.5, every=60, work=20) as group:
+    with instances(tmp_path, url, lease=4, heartbeat=0.5, every=60, work=20) as group:
         dead = group.start("dead")
         started = group.wait("the first attempt", "started", owner=dead)
         backup = group.start("backup")
@@ -119,6 +125,7 @@ def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
         time.sleep(3)  # several more sweeps: none may take it over again
         group.stop("backup")
     assert len(group.events("taken_over")) == 1
+    _never_beside_itself(group)
     assert taken["relay_run_id"] == started["relay_run_id"]
     assert (taken["relay_owner"], taken["relay_previous_owner"]) == (backup, dead)
     assert (taken["relay_previous_attempt"], taken["relay_attempt"]) == (1, 2)
@@ -131,7 +138,7 @@ def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
 
 def test_a_sigstopped_runner_is_fenced_off_once_when_it_wakes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    with instances(tmp_path, url, lease=2, heartbeat=0.5, every=60, work=8) as group:
+    with instances(tmp_path, url, lease=4, heartbeat=0.5, every=60, work=8) as group:
         frozen = group.start("frozen")
         started = group.wait("the first attempt", "started", owner=frozen)
         group.start("other")
@@ -145,6 +152,7 @@ def test_a_sigstopped_runner_is_fenced_off_once_when_it_wakes(tmp_path: Path) ->
         group.stop("frozen")
         group.stop("other")
     assert len(group.events("fenced_off")) == 1
+    _never_beside_itself(group)
     assert fenced["relay_owner"] == frozen and fenced["relay_token"] == started["relay_token"]
     assert fenced["relay_operation"] in ("heartbeat", "finish")
     succeeded = group.events("succeeded", run_id=started["relay_run_id"])

@@ -42,14 +42,12 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
+from relay.instances import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slot, run_id
-
-if TYPE_CHECKING:  # relay.health builds on this module
-    from relay.health import InstanceInfo
 
 __all__ = [
     "AcquireRequest",

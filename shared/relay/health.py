@@ -18,11 +18,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.errors import BackendUnavailable, ConfigurationError
+from relay.instances import LATE_AFTER_BEATS, ROLES, InstanceInfo, is_alive
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -36,54 +36,10 @@ __all__ = [
 
 log = logging.getLogger("relay.health")
 
-ROLES = ("scheduler", "beat", "worker", "dramatiq-scheduler", "dramatiq-worker")
-"""What an instance does: the standalone scheduler, Celery beat, a Celery worker, the Dramatiq
-scheduler process, a Dramatiq worker."""
 DEFAULT_INTERVAL = 10.0
 """Seconds between two heartbeats of an instance."""
 DEFAULT_TTL = 3600.0
 """Seconds a record outlives its last beat: a dead instance stays listed (as late) this long."""
-LATE_AFTER_BEATS = 3
-"""An instance that missed this many beats counts as dead (unless a probe gives ``max_age``)."""
-
-
-@dataclass(frozen=True)
-class InstanceInfo:
-    """One instance as a lease store records it.
-
-    ``beat_at`` and ``expires_at`` are set by the store, on its own clock, when it records a beat;
-    they are ``None`` in the value an instance hands to ``record_instance``.
-    """
-
-    owner: str
-    """The instance's owner name, the one its leases carry (``host:pid:random`` by default)."""
-    role: str
-    """One of :data:`ROLES`."""
-    host: str
-    pid: int
-    started_at: datetime
-    """When the instance started (its own clock, UTC)."""
-    version: str
-    """The Relay version it runs."""
-    interval: float
-    """Seconds between its beats: a probe's default ``max_age`` is a few of these."""
-    beat_at: datetime | None = None
-    """Its last beat, on the store's clock."""
-    expires_at: datetime | None = None
-    """When the store forgets it unless it beats again, on the store's clock."""
-    tasks: tuple[str, ...] = ()
-    """The tasks it allows stored schedules to run (``@scheduler.task("name")``), by name."""
-
-
-def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:
-    """Whether ``info`` beat within ``max_age`` seconds of ``now`` (the store's clock).
-
-    ``max_age`` defaults to :data:`LATE_AFTER_BEATS` of the instance's own interval.
-    """
-    if info.beat_at is None:
-        return False
-    limit = LATE_AFTER_BEATS * info.interval if max_age is None else max_age
-    return (now - info.beat_at).total_seconds() <= limit
 
 
 class InstanceHeartbeat:

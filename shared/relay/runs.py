@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from relay.errors import ConfigurationError, LeaseLost
 
@@ -15,6 +15,7 @@ __all__ = [
     "AWARE_HINT",
     "MANUAL",
     "Run",
+    "RunMessage",
     "RunRecord",
     "RunState",
     "check_slot",
@@ -23,6 +24,7 @@ __all__ = [
     "from_ms",
     "is_manual",
     "max_attempts_from_headers",
+    "message_from_headers",
     "parse_run_id",
     "run_from_headers",
     "run_id",
@@ -235,3 +237,17 @@ def run_from_headers(values: object) -> Run | None:
         )  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return None
+
+
+class RunMessage(NamedTuple):
+    """What a run message's header carries, read once where the message arrives."""
+
+    run: Run
+    max_attempts: int
+    """The job's ``max_attempts`` (0 if the header carries none)."""
+
+
+def message_from_headers(values: object) -> RunMessage | None:
+    """The run and ``max_attempts`` a message header carries, or ``None`` (none, or malformed)."""
+    run = run_from_headers(values)
+    return None if run is None else RunMessage(run, max_attempts_from_headers(values))

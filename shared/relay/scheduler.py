@@ -172,6 +172,7 @@ class Scheduler(Generic[BackendT]):
             if stores_schedules(self.backend)
             else None
         )
+        self.decider.holding = self.runner.holding
         self.loop = Loop(
             self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
             role="scheduler", schedules=self.feed,

@@ -37,7 +37,7 @@ from relay.events import (
     RunTakenOver,
     RunWon,
 )
-from relay.runs import Run, format_slot, run_from_headers, run_to_headers
+from relay.runs import Run, RunMessage, format_slot, message_from_headers, run_to_headers
 
 if TYPE_CHECKING:
     from relay.metrics import Subscribable
@@ -47,6 +47,7 @@ __all__ = [
     "RunTracer",
     "instrument",
     "message_headers",
+    "read_message",
     "run_from_message",
     "uninstrument",
 ]
@@ -262,15 +263,22 @@ def message_headers(run: Run, *, max_attempts: int = 0) -> dict[str, Any]:
     return values
 
 
-def run_from_message(values: object) -> Run | None:
-    """The run a message header carries (:func:`~relay.runs.run_from_headers`), noting its trace.
+def read_message(values: object) -> RunMessage | None:
+    """What a run message's header carries (:func:`~relay.runs.message_from_headers`), noting
+    its trace: read once, where the message arrives, and handed on.
 
     Hosts call it when a worker receives a run message (Celery worker, Dramatiq middleware).
     """
-    run = run_from_headers(values)
+    message = message_from_headers(values)
     tracer = _tracer
-    if run is not None and tracer is not None and isinstance(values, dict):
+    if message is not None and tracer is not None and isinstance(values, dict):
         carrier = values.get(TRACE_KEY)
         if isinstance(carrier, dict):
-            tracer.receive(run, carrier)
-    return run
+            tracer.receive(message.run, carrier)
+    return message
+
+
+def run_from_message(values: object) -> Run | None:
+    """The run a message header carries, noting its trace (:func:`read_message`'s run)."""
+    message = read_message(values)
+    return None if message is None else message.run

@@ -25,6 +25,7 @@ from relay.backends.nats_kv import NatsLeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
 from tests.support import services
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary, free_port
+from tests.support.waiting import lease_ran_out
 
 UTC = timezone.utc
 JOB = "nightly report/é"  # a name NATS keys could not hold as it is
@@ -140,14 +141,14 @@ def test_decisions_ignore_the_instances_clock(
     server_now = backend.now()
     monkeypatch.setattr(time, "time", lambda: time.monotonic() + 10**9)  # an absurd local clock
     # stale_after 1 h and the slot 30 min old by the server's clock: not stale
-    result = backend.acquire(req(0, lease=0.5, stale_after=3600, max_attempts=2))
+    result = backend.acquire(req(0, lease=3, stale_after=3600, max_attempts=2))
     assert result.outcome is Outcome.WON and result.run is not None
     (record,) = backend.runs(JOB)
     assert record.expires_at is not None
     assert timedelta(0) < record.expires_at - server_now < timedelta(seconds=5)
     assert backend.acquire(req(0, owner="b")).outcome is Outcome.HELD
     monkeypatch.undo()
-    time.sleep(1.0)
+    lease_ran_out(backend, result.run.id)
     assert backend.acquire(req(0, owner="b")).outcome is Outcome.WON
 
 

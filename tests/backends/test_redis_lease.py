@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -14,32 +13,11 @@ from redis.crc import key_slot
 from relay import AcquireRequest, Outcome, RunState, open_backend
 from relay.backends.redis_lease import RedisLeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError
-from tests.support.backends import redis_lease
 from tests.support.redis_server import own_redis
 from tests.support.services import SERVICES
 
 pytestmark = pytest.mark.redis
 UTC = timezone.utc
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> Iterator[str]:
-    with redis_lease(tmp_path) as fresh:
-        yield fresh
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[RedisLeaseBackend]:
-    opened = open_backend(url)
-    assert isinstance(opened, RedisLeaseBackend)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    with redis.Redis.from_url(SERVICES["redis"].url, decode_responses=True) as plain:
-        yield plain
 
 
 # Fixed once, so that every call in a test names the same runs, whatever minute it is.
@@ -61,12 +39,12 @@ def keys_of(client: redis.Redis, backend: RedisLeaseBackend) -> list[str]:
 # -- URLs ---------------------------------------------------------------------------------------
 
 
-def test_valkey_scheme_and_prefix_option(url: str, client: redis.Redis) -> None:
-    backend = open_backend(url.replace("redis://", "valkey://", 1))
+def test_valkey_scheme_and_prefix_option(redis_lease_url: str, redis_client: redis.Redis) -> None:
+    backend = open_backend(redis_lease_url.replace("redis://", "valkey://", 1))
     assert isinstance(backend, RedisLeaseBackend) and backend.prefix.startswith("relay_t_")
     assert backend.acquire(req()).outcome is Outcome.WON
-    assert all(key.startswith(backend.prefix) for key in keys_of(client, backend))
-    assert keys_of(client, backend)
+    assert all(key.startswith(backend.prefix) for key in keys_of(redis_client, backend))
+    assert keys_of(redis_client, backend)
     backend.close()
 
 
@@ -132,21 +110,21 @@ def test_missing_database_says_what_to_check() -> None:
 
 
 def test_each_jobs_keys_share_one_cluster_slot(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
     jobs = ["plain", "with{braces}", "{", "}x{", "per%cent"]
     for job in jobs:
-        run = backend.acquire(req(job)).run
+        run = redis_lease_backend.acquire(req(job)).run
         assert run is not None
-        backend.finish(run.id, run.token, succeeded=False)
-        backend.skip(job, slot(1), "missed")
+        redis_lease_backend.finish(run.id, run.token, succeeded=False)
+        redis_lease_backend.skip(job, slot(1), "missed")
     per_job: dict[int, set[str]] = {}
-    for key in keys_of(client, backend):
-        if key != f"{backend.prefix}jobs":
+    for key in keys_of(redis_client, redis_lease_backend):
+        if key != f"{redis_lease_backend.prefix}jobs":
             per_job.setdefault(key_slot(key.encode()), set()).add(key.split("}:")[0])
     assert len(per_job) == len(jobs)  # one slot per job, and no job shares another's
     assert all(len(tags) == 1 for tags in per_job.values())
-    assert {r.job for r in backend.runs()} == set(jobs)
+    assert {r.job for r in redis_lease_backend.runs()} == set(jobs)
 
 
 # -- round trips --------------------------------------------------------------------------------
@@ -165,22 +143,22 @@ class _Counter:
 
 
 def test_batched_acquire_is_one_round_trip(
-    backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
+    redis_lease_backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counter = _Counter(monkeypatch)
     requests = [req(f"job-{j}", i) for j in range(20) for i in range(5)]
-    results = backend.acquire_many(requests)
+    results = redis_lease_backend.acquire_many(requests)
     assert counter.sends == 1
     assert [r.outcome for r in results] == [Outcome.WON] * 100
-    again = backend.acquire_many(requests)
+    again = redis_lease_backend.acquire_many(requests)
     assert {r.outcome for r in again} == {Outcome.HELD}
     assert counter.sends == 2
 
 
 def test_one_job_per_script_call_is_still_one_round_trip(
-    url: str, monkeypatch: pytest.MonkeyPatch
+    redis_lease_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = RedisLeaseBackend.from_url(url, jobs_per_call=1)  # as on Redis Cluster
+    backend = RedisLeaseBackend.from_url(redis_lease_url, jobs_per_call=1)  # as on Redis Cluster
     requests = [req(f"job-{j}", i) for i in range(3) for j in range(7)]
     counter = _Counter(monkeypatch)
     results = backend.acquire_many([*requests, req("job-0", 0)])
@@ -191,70 +169,71 @@ def test_one_job_per_script_call_is_still_one_round_trip(
 
 
 def test_a_batch_of_several_owners_gives_each_its_own_runs(
-    backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
+    redis_lease_backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counter = _Counter(monkeypatch)
     requests = [
         req(f"job-{j}", i, owner=f"owner-{(j + i) % 3}") for j in range(60) for i in range(2)
     ]
-    results = backend.acquire_many(requests)
+    results = redis_lease_backend.acquire_many(requests)
     assert counter.sends == 1
     for request, result in zip(requests, results, strict=True):
         assert result.run is not None
         assert (result.run.job, result.run.owner) == (request.job, request.owner)
         assert result.run.scheduled_for == request.slot
-    runs = {record.id: record.owner for record in backend.runs(limit=500)}
+    runs = {record.id: record.owner for record in redis_lease_backend.runs(limit=500)}
     assert runs == {r.run.id: r.run.owner for r in results if r.run is not None}
 
 
 def test_acquire_and_finish_take_two_round_trips(
-    backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
+    redis_lease_backend: RedisLeaseBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend.acquire(req(index=9))  # the scripts are loaded at open; this warms the pool
+    redis_lease_backend.acquire(req(index=9))  # the scripts are loaded at open; this warms the pool
     counter = _Counter(monkeypatch)
-    run = backend.acquire(req()).run
+    run = redis_lease_backend.acquire(req()).run
     assert run is not None
-    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    assert redis_lease_backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
     assert counter.sends == 2
 
 
-def test_forgotten_scripts_are_loaded_again(backend: RedisLeaseBackend) -> None:
+def test_forgotten_scripts_are_loaded_again(redis_lease_backend: RedisLeaseBackend) -> None:
     # A restart makes the server forget the scripts; a hash it never saw does the same without
     # flushing everyone's scripts from the shared server.
-    script = backend._scripts["acquire"]
+    script = redis_lease_backend._scripts["acquire"]
     real = script.sha
     script.sha = "0" * 40
-    results = backend.acquire_many([req(), req(index=1), req("other")])
+    results = redis_lease_backend.acquire_many([req(), req(index=1), req("other")])
     assert [r.outcome for r in results] == [Outcome.WON] * 3
     assert script.sha == real
-    assert backend.acquire(req(index=2)).outcome is Outcome.WON
+    assert redis_lease_backend.acquire(req(index=2)).outcome is Outcome.WON
 
 
 # -- the server's clock, tokens -----------------------------------------------------------------
 
 
-def test_expiry_is_written_on_the_servers_clock(backend: RedisLeaseBackend) -> None:
-    run = backend.acquire(AcquireRequest("job", slot(0), "a", lease=120)).run
+def test_expiry_is_written_on_the_servers_clock(redis_lease_backend: RedisLeaseBackend) -> None:
+    run = redis_lease_backend.acquire(AcquireRequest("job", slot(0), "a", lease=120)).run
     assert run is not None
-    (record,) = backend.runs("job")
+    (record,) = redis_lease_backend.runs("job")
     assert record.expires_at is not None
-    assert abs((record.expires_at - backend.now()).total_seconds() - 120) < 5
+    assert abs((record.expires_at - redis_lease_backend.now()).total_seconds() - 120) < 5
 
 
 def test_tokens_keep_growing_when_the_counter_is_lost(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
-    first = backend.acquire(req(index=0)).run
+    first = redis_lease_backend.acquire(req(index=0)).run
     assert first is not None
-    client.delete(*keys_of(client, backend))  # what a restart without persistence does
-    second = backend.acquire(req(index=0)).run
+    # what a restart without persistence does:
+    redis_client.delete(*keys_of(redis_client, redis_lease_backend))
+    second = redis_lease_backend.acquire(req(index=0)).run
     assert second is not None and second.token > first.token
-    third = backend.acquire(req(index=1)).run
+    third = redis_lease_backend.acquire(req(index=1)).run
     assert third is not None and third.token > second.token
 
 
-def test_tokens_grow_within_one_batch_of_one_job(backend: RedisLeaseBackend) -> None:
-    results = backend.acquire_many([req(index=i) for i in range(50)])
+def test_tokens_grow_within_one_batch_of_one_job(redis_lease_backend: RedisLeaseBackend) -> None:
+    results = redis_lease_backend.acquire_many([req(index=i) for i in range(50)])
     tokens = [r.run.token for r in results if r.run is not None]
     assert len(tokens) == 50 and tokens == sorted(set(tokens))
 
@@ -263,26 +242,28 @@ def test_tokens_grow_within_one_batch_of_one_job(backend: RedisLeaseBackend) -> 
 
 
 def test_records_expire_after_retention_and_leave_the_indexes(
-    url: str, client: redis.Redis
+    redis_lease_url: str, redis_client: redis.Redis
 ) -> None:
-    backend = open_backend(url + "&retention=1")
+    backend = open_backend(redis_lease_url + "&retention=1")
     assert isinstance(backend, RedisLeaseBackend)
     run = backend.acquire(req()).run
     assert run is not None
     backend.finish(run.id, run.token, succeeded=True)
     backend.skip("job", slot(1), "missed")
-    (run_key,) = [k for k in keys_of(client, backend) if k.endswith(":run:" + run.id[4:])]
-    assert 0 < client.pttl(run_key) <= 1000
+    (run_key,) = [k for k in keys_of(redis_client, backend) if k.endswith(":run:" + run.id[4:])]
+    assert 0 < redis_client.pttl(run_key) <= 1000
     time.sleep(1.5)
     assert backend.runs() == [] and backend.last_slot("job") is None
-    leftovers = set(keys_of(client, backend)) - {f"{backend.prefix}jobs"}
+    leftovers = set(keys_of(redis_client, backend)) - {f"{backend.prefix}jobs"}
     assert not any(":run:" in key for key in leftovers)
-    assert all(client.zcard(key) == 0 for key in leftovers if not key.endswith(":token"))
+    assert all(redis_client.zcard(key) == 0 for key in leftovers if not key.endswith(":token"))
     backend.close()
 
 
-def test_prune_forgets_a_job_whose_keys_all_expired(url: str, client: redis.Redis) -> None:
-    backend = open_backend(url + "&retention=1")
+def test_prune_forgets_a_job_whose_keys_all_expired(
+    redis_lease_url: str, redis_client: redis.Redis
+) -> None:
+    backend = open_backend(redis_lease_url + "&retention=1")
     assert isinstance(backend, RedisLeaseBackend)
     try:
         for job in ("gone", "kept"):
@@ -291,31 +272,32 @@ def test_prune_forgets_a_job_whose_keys_all_expired(url: str, client: redis.Redi
             backend.finish(run.id, run.token, succeeded=True)
         backend.register_jobs({"kept": "{}"})  # a registered job keeps its name
         jobs_key = f"{backend.prefix}jobs"
-        assert client.smembers(jobs_key) == {"gone", "kept"}
+        assert redis_client.smembers(jobs_key) == {"gone", "kept"}
         time.sleep(2.0)  # records, token and indexes expire: 1 s retention + 0.5 s lease
         assert backend.prune(3600) == 0
-        assert client.smembers(jobs_key) == {"kept"}
+        assert redis_client.smembers(jobs_key) == {"kept"}
         run = backend.acquire(AcquireRequest("gone", slot(1), "a", lease=30)).run
         assert run is not None  # the job comes back, and is listed again
-        assert client.smembers(jobs_key) == {"gone", "kept"}
+        assert redis_client.smembers(jobs_key) == {"gone", "kept"}
     finally:
         backend.close()
 
 
 def test_running_records_live_as_long_as_their_lease(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
-    backend.acquire(AcquireRequest("job", slot(0), "a", lease=3600))
-    store_wide = {f"{backend.prefix}jobs", f"{backend.prefix}live"}  # indexes of every job
-    for key in keys_of(client, backend):
+    redis_lease_backend.acquire(AcquireRequest("job", slot(0), "a", lease=3600))
+    prefix = redis_lease_backend.prefix
+    store_wide = {f"{prefix}jobs", f"{prefix}live"}  # indexes of every job
+    for key in keys_of(redis_client, redis_lease_backend):
         if key not in store_wide:
-            assert client.pttl(key) > (7 * 24 + 1) * 3600 * 1000 - 60_000, key
+            assert redis_client.pttl(key) > (7 * 24 + 1) * 3600 * 1000 - 60_000, key
 
 
-def test_pending_runs_are_reclaimable_and_not_live(backend: RedisLeaseBackend) -> None:
-    run = backend.acquire(req(max_attempts=3)).run
+def test_pending_runs_are_reclaimable_and_not_live(redis_lease_backend: RedisLeaseBackend) -> None:
+    run = redis_lease_backend.acquire(req(max_attempts=3)).run
     assert run is not None
-    backend.release(run.id, run.token)
-    assert [r.id for r in backend.reclaimable()] == [run.id]
-    assert backend.acquire(req(index=1, overlap_skip=True)).outcome is Outcome.WON
-    assert [r.id for r in backend.reclaimable(limit=1)] == [run.id]
+    redis_lease_backend.release(run.id, run.token)
+    assert [r.id for r in redis_lease_backend.reclaimable()] == [run.id]
+    assert redis_lease_backend.acquire(req(index=1, overlap_skip=True)).outcome is Outcome.WON
+    assert [r.id for r in redis_lease_backend.reclaimable(limit=1)] == [run.id]

@@ -10,43 +10,22 @@ from __future__ import annotations
 import re
 import secrets
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 import redis
 
 from relay import AcquireRequest, RunState, open_backend
 from relay.backends.redis_lease import RedisLeaseBackend
-from tests.support.backends import redis_lease
 from tests.support.services import SERVICES
+from tests.support.waiting import lease_ran_out, wait_until
 
 pytestmark = pytest.mark.redis
 UTC = timezone.utc
 BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> Iterator[str]:
-    with redis_lease(tmp_path) as fresh:
-        yield fresh
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[RedisLeaseBackend]:
-    opened = open_backend(url)
-    assert isinstance(opened, RedisLeaseBackend)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    with redis.Redis.from_url(SERVICES["redis"].url, decode_responses=True) as plain:
-        yield plain
+LEASE = 3.0  # long enough to still hold at the next assertion on a loaded machine
 
 
 def req(job: str, index: int = 0, lease: float = 30, **options: object) -> AcquireRequest:
@@ -99,111 +78,123 @@ def idle_store(backend: RedisLeaseBackend, jobs: int) -> None:
 
 
 def two_live_runs(backend: RedisLeaseBackend) -> tuple[str, str]:
-    """A handed-over run (pending) and one whose lease runs out in 0.2 s; their ids."""
+    """A handed-over run (pending) and one whose lease runs out in ``LEASE`` s; their ids."""
     released = backend.acquire(req("released")).run
-    expiring = backend.acquire(req("expiring", lease=0.2)).run
+    expiring = backend.acquire(req("expiring", lease=LEASE)).run
     assert released is not None and expiring is not None
     backend.release(released.id, released.token)
     return released.id, expiring.id
 
 
 def test_a_sweep_reads_only_the_jobs_of_live_runs(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
-    idle_store(backend, 1000)
-    released, expiring = two_live_runs(backend)
-    assert [r.id for r in backend.reclaimable()] == [released]  # the expiring one still holds
-    time.sleep(0.3)
-    with jobs_touched(backend.prefix) as touched:
-        found = backend.reclaimable()
+    idle_store(redis_lease_backend, 1000)
+    released, expiring = two_live_runs(redis_lease_backend)
+    # the expiring one still holds:
+    assert [r.id for r in redis_lease_backend.reclaimable()] == [released]
+    lease_ran_out(redis_lease_backend, expiring)
+    with jobs_touched(redis_lease_backend.prefix) as touched:
+        found = redis_lease_backend.reclaimable()
     assert sorted(r.id for r in found) == sorted([released, expiring])
     assert touched == {"released", "expiring"}  # not one of the 1,000 finished jobs
-    with jobs_touched(backend.prefix) as touched:
-        retried, exhausted = backend.acquire_many([req("released"), req("expiring")])
+    with jobs_touched(redis_lease_backend.prefix) as touched:
+        retried, exhausted = redis_lease_backend.acquire_many([req("released"), req("expiring")])
         assert retried.run is not None and exhausted.outcome.value == "exhausted"
-        backend.finish(retried.run.id, retried.run.token, succeeded=True)
-        assert backend.reclaimable() == []
+        redis_lease_backend.finish(retried.run.id, retried.run.token, succeeded=True)
+        assert redis_lease_backend.reclaimable() == []
     assert touched == {"released", "expiring"}
-    assert live(client, backend) == {}
+    assert live(redis_client, redis_lease_backend) == {}
 
 
-def test_the_index_follows_every_step(backend: RedisLeaseBackend, client: redis.Redis) -> None:
-    assert backend.reclaimable() == []  # a store with no job: the index is built at once
-    assert client.get(f"{backend.prefix}live:version") == "1"
-    run = backend.acquire(req("job", max_attempts=2)).run
+def test_the_index_follows_every_step(
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
+) -> None:
+    # a store with no job: the index is built at once
+    assert redis_lease_backend.reclaimable() == []
+    assert redis_client.get(f"{redis_lease_backend.prefix}live:version") == "1"
+    run = redis_lease_backend.acquire(req("job", max_attempts=2)).run
     assert run is not None
-    (record,) = backend.runs("job")
+    (record,) = redis_lease_backend.runs("job")
     assert record.expires_at is not None
-    assert live(client, backend) == {run.id: record.expires_at.timestamp() * 1000}
-    backend.heartbeat(run.id, run.token, 600)
-    assert live(client, backend)[run.id] > record.expires_at.timestamp() * 1000 + 500_000
-    assert backend.finish(run.id, run.token, succeeded=False) is RunState.PENDING
-    assert live(client, backend) == {run.id: 0}  # a retry waits
-    again = backend.acquire(req("job", max_attempts=2)).run
+    assert live(redis_client, redis_lease_backend) == {run.id: record.expires_at.timestamp() * 1000}
+    redis_lease_backend.heartbeat(run.id, run.token, 600)
+    assert (
+        live(redis_client, redis_lease_backend)[run.id]
+        > record.expires_at.timestamp() * 1000 + 500_000
+    )
+    assert redis_lease_backend.finish(run.id, run.token, succeeded=False) is RunState.PENDING
+    assert live(redis_client, redis_lease_backend) == {run.id: 0}  # a retry waits
+    again = redis_lease_backend.acquire(req("job", max_attempts=2)).run
     assert again is not None
-    backend.start(again.id, again.token, "a", 60)
-    assert live(client, backend)[run.id] > 0
-    backend.release(again.id, again.token)
-    assert live(client, backend) == {run.id: 0}
-    last = backend.acquire(req("job")).run
+    redis_lease_backend.start(again.id, again.token, "a", 60)
+    assert live(redis_client, redis_lease_backend)[run.id] > 0
+    redis_lease_backend.release(again.id, again.token)
+    assert live(redis_client, redis_lease_backend) == {run.id: 0}
+    last = redis_lease_backend.acquire(req("job")).run
     assert last is not None
-    assert backend.finish(last.id, last.token, succeeded=True) is RunState.SUCCEEDED
-    assert live(client, backend) == {}
-    manual = backend.trigger("job")
-    backend.backfill("job", [BASE - timedelta(hours=1)])
-    assert set(live(client, backend)) == {manual.id, "job@" + _slot(BASE - timedelta(hours=1))}
-    assert set(live(client, backend).values()) == {0}
+    assert redis_lease_backend.finish(last.id, last.token, succeeded=True) is RunState.SUCCEEDED
+    assert live(redis_client, redis_lease_backend) == {}
+    manual = redis_lease_backend.trigger("job")
+    redis_lease_backend.backfill("job", [BASE - timedelta(hours=1)])
+    assert set(live(redis_client, redis_lease_backend)) == {
+        manual.id,
+        "job@" + _slot(BASE - timedelta(hours=1)),
+    }
+    assert set(live(redis_client, redis_lease_backend).values()) == {0}
 
 
 def test_an_exhausted_or_paused_and_resumed_run_leaves_and_joins_the_index(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
-    run = backend.acquire(req("job", lease=0.1)).run
+    run = redis_lease_backend.acquire(req("job", lease=0.1)).run
     assert run is not None
-    time.sleep(0.2)  # the runner died: its lease ran out, and it had its one attempt
-    assert [r.id for r in backend.reclaimable()] == [run.id]
-    assert backend.acquire(req("job")).outcome.value == "exhausted"
-    assert live(client, backend) == {}
-    backend.pause("job", "maintenance", "me")
-    backend.acquire(req("job", index=1))  # skipped: paused
-    assert live(client, backend) == {}
-    (resumed,) = backend.resume("job", catch_up=3600 * 24)
-    assert live(client, backend) == {resumed: 0}
+    # the runner died: its lease ran out, and it had its one attempt
+    wait_until(
+        lambda: [r.id for r in redis_lease_backend.reclaimable()] == [run.id], "the lease runs out"
+    )
+    assert redis_lease_backend.acquire(req("job")).outcome.value == "exhausted"
+    assert live(redis_client, redis_lease_backend) == {}
+    redis_lease_backend.pause("job", "maintenance", "me")
+    redis_lease_backend.acquire(req("job", index=1))  # skipped: paused
+    assert live(redis_client, redis_lease_backend) == {}
+    (resumed,) = redis_lease_backend.resume("job", catch_up=3600 * 24)
+    assert live(redis_client, redis_lease_backend) == {resumed: 0}
 
 
 def test_a_stale_index_entry_is_dropped_by_the_next_sweep(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
-    released, _ = two_live_runs(backend)
-    backend.reclaimable()  # builds the index
-    ghost = f"{backend.prefix}{{ghost}}:run:{_slot(BASE)}"  # a run whose record is gone
-    client.zadd(f"{backend.prefix}live", {ghost: 0})
-    assert [r.id for r in backend.reclaimable()] == [released]
-    assert set(live(client, backend)) == {released, "expiring@" + _slot(BASE)}
+    released, _ = two_live_runs(redis_lease_backend)
+    redis_lease_backend.reclaimable()  # builds the index
+    ghost = f"{redis_lease_backend.prefix}{{ghost}}:run:{_slot(BASE)}"  # a run whose record is gone
+    redis_client.zadd(f"{redis_lease_backend.prefix}live", {ghost: 0})
+    assert [r.id for r in redis_lease_backend.reclaimable()] == [released]
+    assert set(live(redis_client, redis_lease_backend)) == {released, "expiring@" + _slot(BASE)}
 
 
 def test_a_store_written_before_the_index_is_read_in_full_once(
-    url: str, client: redis.Redis
+    redis_lease_url: str, redis_client: redis.Redis
 ) -> None:
-    old = open_backend(url)
+    old = open_backend(redis_lease_url)
     assert isinstance(old, RedisLeaseBackend)
     idle_store(old, 50)
     released, expiring = two_live_runs(old)
     # What a store written by an earlier version holds: no index, no version key.
-    client.delete(f"{old.prefix}live", f"{old.prefix}live:version")
+    redis_client.delete(f"{old.prefix}live", f"{old.prefix}live:version")
     old.close()
-    reader = open_backend(url, read_only=True)
+    reader = open_backend(redis_lease_url, read_only=True)
     assert [r.id for r in reader.reclaimable()] == [released]  # reads every job, writes nothing
-    assert not client.exists(f"{reader.prefix}live", f"{reader.prefix}live:version")
+    assert not redis_client.exists(f"{reader.prefix}live", f"{reader.prefix}live:version")
     reader.close()
-    upgraded = open_backend(url)
+    upgraded = open_backend(redis_lease_url)
     assert isinstance(upgraded, RedisLeaseBackend)
     with jobs_touched(upgraded.prefix) as touched:
         assert [r.id for r in upgraded.reclaimable()] == [released]
     assert len(touched) == 52  # every job, once
-    assert client.get(f"{upgraded.prefix}live:version") == "1"
-    assert set(live(client, upgraded)) == {released, expiring}  # the one still held too
-    time.sleep(0.3)  # the run held across the upgrade loses its lease: the index has it
+    assert redis_client.get(f"{upgraded.prefix}live:version") == "1"
+    assert set(live(redis_client, upgraded)) == {released, expiring}  # the one still held too
+    lease_ran_out(upgraded, expiring)  # the run held across the upgrade: the index has it
     with jobs_touched(upgraded.prefix) as touched:
         found = upgraded.reclaimable()
     assert sorted(r.id for r in found) == sorted([released, expiring])
@@ -212,18 +203,19 @@ def test_a_store_written_before_the_index_is_read_in_full_once(
 
 
 def test_a_store_that_lost_its_keys_is_read_in_full_again(
-    backend: RedisLeaseBackend, client: redis.Redis
+    redis_lease_backend: RedisLeaseBackend, redis_client: redis.Redis
 ) -> None:
-    two_live_runs(backend)
-    backend.reclaimable()
-    client.delete(*client.scan_iter(match=f"{backend.prefix}*"))  # a restart without persistence
-    run = backend.acquire(req("again")).run
+    two_live_runs(redis_lease_backend)
+    redis_lease_backend.reclaimable()
+    # a restart without persistence:
+    redis_client.delete(*redis_client.scan_iter(match=f"{redis_lease_backend.prefix}*"))
+    run = redis_lease_backend.acquire(req("again")).run
     assert run is not None
-    backend.release(run.id, run.token)
-    assert [r.id for r in backend.reclaimable()] == [run.id]
-    assert client.get(f"{backend.prefix}live:version") == "1"
-    with jobs_touched(backend.prefix) as touched:
-        assert [r.id for r in backend.reclaimable()] == [run.id]
+    redis_lease_backend.release(run.id, run.token)
+    assert [r.id for r in redis_lease_backend.reclaimable()] == [run.id]
+    assert redis_client.get(f"{redis_lease_backend.prefix}live:version") == "1"
+    with jobs_touched(redis_lease_backend.prefix) as touched:
+        assert [r.id for r in redis_lease_backend.reclaimable()] == [run.id]
     assert touched == {"again"}
 
 

@@ -272,17 +272,18 @@ def test_a_worker_with_an_embedded_beat_runs_every_slot_once_on_sqlite(tmp_path:
 
 def test_heartbeats_keep_a_long_task_and_a_warm_shutdown_lets_it_finish(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep": 5}}}
+    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep": 9}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
-        # The task outlives its lease twice over: only heartbeats keep beats from taking it over.
-        c.set(lease=2, heartbeat=0.5, queue_lease=10)
+        # The task outlives its lease twice over: only heartbeats keep beats from taking it over
+        # (a lease seconds longer than the heartbeat: a loaded machine delays beats that much).
+        c.set(lease=4, heartbeat=0.5, queue_lease=10)
         c.beat()
         worker = c.worker(pool="solo")
         c.wait_for("the run to start", lambda: c.events("start") != [])
         c.kill(worker, signal.SIGTERM)
         assert worker.wait(30) == 0
         c.worker()
-        time.sleep(3)  # more than the lease: a lost run would be taken over by now
+        time.sleep(5)  # more than the lease: a lost run would be taken over by now
         events = c.events()
     assert [(e["event"], e["attempt"]) for e in events] == [("start", 1), ("end", 1)]
     backend = store(url)

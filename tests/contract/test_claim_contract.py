@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,14 +15,6 @@ UTC = timezone.utc
 JOB = "claim-job"
 
 
-@pytest.fixture
-def backend(claim_url: str) -> Iterator[ClaimBackend]:
-    opened = open_backend(claim_url)
-    assert opened.capability == "claim"
-    yield opened
-    opened.close()
-
-
 # Fixed once, so that every call in a test names the same runs, whatever second it is.
 BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
 
@@ -33,29 +24,29 @@ def slot(index: int) -> datetime:
     return BASE + timedelta(seconds=index)
 
 
-def test_first_claim_wins_and_later_ones_lose(backend: ClaimBackend) -> None:
-    assert backend.claim(JOB, slot(0)) is True
-    assert backend.claim(JOB, slot(0)) is False
-    assert backend.claim(JOB, slot(0)) is False
+def test_first_claim_wins_and_later_ones_lose(claim_backend: ClaimBackend) -> None:
+    assert claim_backend.claim(JOB, slot(0)) is True
+    assert claim_backend.claim(JOB, slot(0)) is False
+    assert claim_backend.claim(JOB, slot(0)) is False
 
 
-def test_runs_are_independent(backend: ClaimBackend) -> None:
-    assert backend.claim(JOB, slot(0)) is True
-    assert backend.claim(JOB, slot(1)) is True
-    assert backend.claim("another-job", slot(1)) is True
-    assert backend.claim("another-job", slot(1)) is False
+def test_runs_are_independent(claim_backend: ClaimBackend) -> None:
+    assert claim_backend.claim(JOB, slot(0)) is True
+    assert claim_backend.claim(JOB, slot(1)) is True
+    assert claim_backend.claim("another-job", slot(1)) is True
+    assert claim_backend.claim("another-job", slot(1)) is False
 
 
-def test_claim_many_answers_each_run_in_order(backend: ClaimBackend) -> None:
-    assert backend.claim(JOB, slot(1)) is True
-    assert backend.claim_many([(JOB, slot(2)), ("other", slot(2))]) == [True, True]
-    assert backend.claim_many([(JOB, slot(2)), (JOB, slot(3))]) == [False, True]
+def test_claim_many_answers_each_run_in_order(claim_backend: ClaimBackend) -> None:
+    assert claim_backend.claim(JOB, slot(1)) is True
+    assert claim_backend.claim_many([(JOB, slot(2)), ("other", slot(2))]) == [True, True]
+    assert claim_backend.claim_many([(JOB, slot(2)), (JOB, slot(3))]) == [False, True]
 
 
-def test_memory_is_declared(backend: ClaimBackend) -> None:
-    memory = backend.remembers_for
+def test_memory_is_declared(claim_backend: ClaimBackend) -> None:
+    memory = claim_backend.remembers_for
     assert memory is None or memory > 0
-    assert backend.name
+    assert claim_backend.name
 
 
 def test_close_is_idempotent(claim_url: str) -> None:

@@ -10,7 +10,6 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -29,20 +28,16 @@ from relay.fencing import SQLFence
 from relay.health import InstanceInfo
 from tests.support import procs
 from tests.support.tail_loss import lose_tail
+from tests.support.waiting import lease_ran_out, wait_until
 
 UTC = timezone.utc
 JOB = "contract-job"
 
 
-@pytest.fixture
-def backend(lease_url: str) -> Iterator[LeaseBackend]:
-    opened = open_backend(lease_url)
-    assert opened.capability == "lease"
-    yield opened
-    opened.close()
-
-
 # Fixed once, so that every call in a test names the same runs, whatever minute it is.
+# A lease that must still hold at the next step: a loaded two-core machine can stall a
+# process for a second, so it is seconds long and the test then waits on the store's clock.
+SHORT = 3.0
 BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
 
 
@@ -70,64 +65,64 @@ def state_of(backend: LeaseBackend, run_id: str) -> RunState:
 # -- one winner, tokens ---------------------------------------------------------------------
 
 
-def test_first_acquire_wins_and_others_see_it_held(backend: LeaseBackend) -> None:
-    run = lease_run(backend, owner="a")
+def test_first_acquire_wins_and_others_see_it_held(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend, owner="a")
     assert (run.job, run.scheduled_for, run.attempt, run.owner) == (JOB, slot(0), 1, "a")
     assert run.token >= 1
-    assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
-    assert backend.acquire(req(owner="a")).outcome is Outcome.HELD
+    assert lease_backend.acquire(req(owner="b")).outcome is Outcome.HELD
+    assert lease_backend.acquire(req(owner="a")).outcome is Outcome.HELD
 
 
-def test_tokens_grow_strictly_across_runs_of_a_job(backend: LeaseBackend) -> None:
-    tokens = [lease_run(backend, index).token for index in range(5)]
+def test_tokens_grow_strictly_across_runs_of_a_job(lease_backend: LeaseBackend) -> None:
+    tokens = [lease_run(lease_backend, index).token for index in range(5)]
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
 
 
-def test_acquire_many_decides_each_request_in_order(backend: LeaseBackend) -> None:
-    lease_run(backend, 1)
-    results = backend.acquire_many([req(0), req(1), req(2)])
+def test_acquire_many_decides_each_request_in_order(lease_backend: LeaseBackend) -> None:
+    lease_run(lease_backend, 1)
+    results = lease_backend.acquire_many([req(0), req(1), req(2)])
     assert [r.outcome for r in results] == [Outcome.WON, Outcome.HELD, Outcome.WON]
     assert results[0].run is not None and results[2].run is not None
     assert results[0].run.token < results[2].run.token
 
 
-def test_finished_run_is_never_leased_again(backend: LeaseBackend) -> None:
-    run = lease_run(backend)
-    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
-    assert backend.acquire(req(owner="b")).outcome is Outcome.FINISHED
-    assert state_of(backend, run.id) is RunState.SUCCEEDED
+def test_finished_run_is_never_leased_again(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend)
+    assert lease_backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    assert lease_backend.acquire(req(owner="b")).outcome is Outcome.FINISHED
+    assert state_of(lease_backend, run.id) is RunState.SUCCEEDED
 
 
 # -- fencing ----------------------------------------------------------------------------------
 
 
-def test_stale_token_is_refused_and_changes_nothing(backend: LeaseBackend) -> None:
-    run = lease_run(backend)
+def test_stale_token_is_refused_and_changes_nothing(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend)
     with pytest.raises(LeaseLost):
-        backend.heartbeat(run.id, run.token - 1, 30)
+        lease_backend.heartbeat(run.id, run.token - 1, 30)
     with pytest.raises(LeaseLost):
-        backend.finish(run.id, run.token + 1, succeeded=False)
+        lease_backend.finish(run.id, run.token + 1, succeeded=False)
     with pytest.raises(LeaseLost):
-        backend.release(run.id, run.token + 1)
-    assert state_of(backend, run.id) is RunState.RUNNING
-    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+        lease_backend.release(run.id, run.token + 1)
+    assert state_of(lease_backend, run.id) is RunState.RUNNING
+    assert lease_backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
 
 
 def test_a_finished_run_refuses_every_step_but_the_same_finish_again(
-    backend: LeaseBackend,
+    lease_backend: LeaseBackend,
 ) -> None:
-    run = lease_run(backend)
-    backend.finish(run.id, run.token, succeeded=True)
+    run = lease_run(lease_backend)
+    lease_backend.finish(run.id, run.token, succeeded=True)
     for operation in (
-        lambda: backend.heartbeat(run.id, run.token, 30),
-        lambda: backend.release(run.id, run.token),
-        lambda: backend.start(run.id, run.token, "a", 30),
-        lambda: backend.finish(run.id, run.token - 1, succeeded=True),
-        lambda: backend.finish(run.id, run.token + 1, succeeded=False),
+        lambda: lease_backend.heartbeat(run.id, run.token, 30),
+        lambda: lease_backend.release(run.id, run.token),
+        lambda: lease_backend.start(run.id, run.token, "a", 30),
+        lambda: lease_backend.finish(run.id, run.token - 1, succeeded=True),
+        lambda: lease_backend.finish(run.id, run.token + 1, succeeded=False),
     ):
         with pytest.raises(LeaseLost):
             operation()
-    assert state_of(backend, run.id) is RunState.SUCCEEDED
+    assert state_of(lease_backend, run.id) is RunState.SUCCEEDED
 
 
 def record_of(backend: LeaseBackend, run_id: str) -> RunRecord:
@@ -140,214 +135,224 @@ def record_of(backend: LeaseBackend, run_id: str) -> RunRecord:
     [(True, 3, RunState.SUCCEEDED), (False, 3, RunState.PENDING), (False, 1, RunState.FAILED)],
 )
 def test_the_same_finish_again_returns_what_it_recorded_and_changes_nothing(
-    backend: LeaseBackend, succeeded: bool, max_attempts: int, state: RunState
+    lease_backend: LeaseBackend, succeeded: bool, max_attempts: int, state: RunState
 ) -> None:
     # A finish whose answer was lost, or that too few replicas confirmed, is sent again.
-    run = lease_run(backend, max_attempts=max_attempts)
-    assert backend.finish(run.id, run.token, succeeded=succeeded, error="e") is state
-    before = record_of(backend, run.id)
+    run = lease_run(lease_backend, max_attempts=max_attempts)
+    assert lease_backend.finish(run.id, run.token, succeeded=succeeded, error="e") is state
+    before = record_of(lease_backend, run.id)
     for outcome in (succeeded, not succeeded):
-        assert backend.finish(run.id, run.token, succeeded=outcome, error="again") is state
-    assert record_of(backend, run.id) == before  # a failure is not counted twice
+        assert lease_backend.finish(run.id, run.token, succeeded=outcome, error="again") is state
+    assert record_of(lease_backend, run.id) == before  # a failure is not counted twice
     if state is RunState.PENDING:
-        again = lease_run(backend, owner="b", max_attempts=max_attempts)
-        assert (again.attempt, record_of(backend, run.id).failures) == (2, 1)
+        again = lease_run(lease_backend, owner="b", max_attempts=max_attempts)
+        assert (again.attempt, record_of(lease_backend, run.id).failures) == (2, 1)
         with pytest.raises(LeaseLost):  # a newer attempt owns the run: the old token is stale
-            backend.finish(run.id, run.token, succeeded=False)
+            lease_backend.finish(run.id, run.token, succeeded=False)
 
 
-def test_a_finish_again_is_refused_after_a_hand_over_or_a_takeover(backend: LeaseBackend) -> None:
-    handed = lease_run(backend, 0)
-    backend.release(handed.id, handed.token)
+def test_a_finish_again_is_refused_after_a_hand_over_or_a_takeover(
+    lease_backend: LeaseBackend,
+) -> None:
+    handed = lease_run(lease_backend, 0)
+    lease_backend.release(handed.id, handed.token)
     with pytest.raises(LeaseLost):  # a hand-over is no finish
-        backend.finish(handed.id, handed.token, succeeded=True)
-    dead = lease_run(backend, 1, lease=0.3, max_attempts=1)
+        lease_backend.finish(handed.id, handed.token, succeeded=True)
+    dead = lease_run(lease_backend, 1, lease=0.3, max_attempts=1)
     time.sleep(0.8)
-    assert backend.acquire(req(1, owner="b")).outcome is Outcome.EXHAUSTED
+    assert lease_backend.acquire(req(1, owner="b")).outcome is Outcome.EXHAUSTED
     with pytest.raises(LeaseLost):  # recorded failed by an acquire, not by its finish
-        backend.finish(dead.id, dead.token, succeeded=True)
-    assert state_of(backend, dead.id) is RunState.FAILED
+        lease_backend.finish(dead.id, dead.token, succeeded=True)
+    assert state_of(lease_backend, dead.id) is RunState.FAILED
 
 
-def test_unknown_run_is_refused(backend: LeaseBackend) -> None:
+def test_unknown_run_is_refused(lease_backend: LeaseBackend) -> None:
     with pytest.raises(LeaseLost):
-        backend.heartbeat(f"{JOB}@2001-01-01T00:00:00Z", 1, 30)
+        lease_backend.heartbeat(f"{JOB}@2001-01-01T00:00:00Z", 1, 30)
 
 
 # -- start (the running half) ---------------------------------------------------------------
 
 
-def test_start_hands_the_run_to_its_runner_once(backend: LeaseBackend) -> None:
-    run = lease_run(backend, owner="beat")
-    started = backend.start(run.id, run.token, "worker-1", 30)
+def test_start_hands_the_run_to_its_runner_once(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend, owner="beat")
+    started = lease_backend.start(run.id, run.token, "worker-1", 30)
     assert (started.id, started.token, started.owner, started.attempt) == (
         run.id, run.token, "worker-1", 1,
     )  # fmt: skip
-    assert backend.start(run.id, run.token, "worker-1", 30).owner == "worker-1"  # redelivery
+    assert lease_backend.start(run.id, run.token, "worker-1", 30).owner == "worker-1"  # redelivery
     with pytest.raises(LeaseLost):
-        backend.start(run.id, run.token, "worker-2", 30)  # a duplicate delivery elsewhere
+        lease_backend.start(run.id, run.token, "worker-2", 30)  # a duplicate delivery elsewhere
     with pytest.raises(LeaseLost):
-        backend.start(run.id, run.token - 1, "worker-2", 30)  # an older message
+        lease_backend.start(run.id, run.token - 1, "worker-2", 30)  # an older message
 
 
 # -- expiry on the store's clock, takeover ----------------------------------------------------
 
 
-def test_expired_lease_is_taken_over_with_a_new_token(backend: LeaseBackend) -> None:
-    run = lease_run(backend, owner="a", lease=0.5, max_attempts=3)
-    assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
-    time.sleep(1.0)
-    assert run.id in {r.id for r in backend.reclaimable()}
-    result = backend.acquire(req(owner="b", lease=30))
+def test_expired_lease_is_taken_over_with_a_new_token(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend, owner="a", lease=SHORT, max_attempts=3)
+    assert lease_backend.acquire(req(owner="b")).outcome is Outcome.HELD
+    lease_ran_out(lease_backend, run.id)
+    assert run.id in {r.id for r in lease_backend.reclaimable()}
+    result = lease_backend.acquire(req(owner="b", lease=30))
     assert result.outcome is Outcome.WON and result.run is not None
     assert result.run.attempt == 2 and result.run.token > run.token and result.run.owner == "b"
     with pytest.raises(LeaseLost):
-        backend.heartbeat(run.id, run.token, 30)
+        lease_backend.heartbeat(run.id, run.token, 30)
     with pytest.raises(LeaseLost):
-        backend.finish(run.id, run.token, succeeded=True)
-    assert backend.finish(run.id, result.run.token, succeeded=True) is RunState.SUCCEEDED
+        lease_backend.finish(run.id, run.token, succeeded=True)
+    assert lease_backend.finish(run.id, result.run.token, succeeded=True) is RunState.SUCCEEDED
 
 
 def test_a_finish_with_the_current_token_is_accepted_after_the_lease_ran_out(
-    backend: LeaseBackend,
+    lease_backend: LeaseBackend,
 ) -> None:
     # A runner cut off from the store for longer than its lease finished its work meanwhile:
     # nobody took the run over, so its finish still carries the current token and is recorded.
-    run = lease_run(backend, lease=0.5, max_attempts=3)
-    assert backend.start(run.id, run.token, "a", 0.5).token == run.token
+    run = lease_run(lease_backend, lease=0.5, max_attempts=3)
+    assert lease_backend.start(run.id, run.token, "a", 0.5).token == run.token
     time.sleep(1.0)
-    assert run.id in {r.id for r in backend.reclaimable()}
-    assert backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
-    assert state_of(backend, run.id) is RunState.SUCCEEDED
-    assert backend.acquire(req(owner="b")).outcome is not Outcome.WON
-    failed = lease_run(backend, 1, lease=0.5, max_attempts=1)
+    assert run.id in {r.id for r in lease_backend.reclaimable()}
+    assert lease_backend.finish(run.id, run.token, succeeded=True) is RunState.SUCCEEDED
+    assert state_of(lease_backend, run.id) is RunState.SUCCEEDED
+    assert lease_backend.acquire(req(owner="b")).outcome is not Outcome.WON
+    failed = lease_run(lease_backend, 1, lease=0.5, max_attempts=1)
     time.sleep(1.0)
-    assert backend.finish(failed.id, failed.token, succeeded=False, error="x") is RunState.FAILED
+    assert (
+        lease_backend.finish(failed.id, failed.token, succeeded=False, error="x") is RunState.FAILED
+    )
 
 
-def test_heartbeat_keeps_the_lease_alive(backend: LeaseBackend) -> None:
-    run = lease_run(backend, lease=1.0)
-    for _ in range(4):
-        time.sleep(0.4)
-        backend.heartbeat(run.id, run.token, 1.0)
-    assert backend.acquire(req(owner="b")).outcome is Outcome.HELD
-    assert run.id not in {r.id for r in backend.reclaimable()}
+def test_heartbeat_keeps_the_lease_alive(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend, lease=SHORT)
+    ends = time.monotonic() + SHORT + 1  # past the first lease period, beating every 0.5 s
+    while time.monotonic() < ends:
+        time.sleep(0.5)
+        lease_backend.heartbeat(run.id, run.token, SHORT)
+    assert lease_backend.acquire(req(owner="b")).outcome is Outcome.HELD
+    assert run.id not in {r.id for r in lease_backend.reclaimable()}
 
 
-def test_a_dead_runner_uses_an_attempt(backend: LeaseBackend) -> None:
-    lease_run(backend, lease=0.3, max_attempts=1)
+def test_a_dead_runner_uses_an_attempt(lease_backend: LeaseBackend) -> None:
+    lease_run(lease_backend, lease=0.3, max_attempts=1)
     time.sleep(0.8)
-    assert backend.acquire(req(owner="b")).outcome is Outcome.EXHAUSTED
-    (record,) = backend.runs(JOB)
+    assert lease_backend.acquire(req(owner="b")).outcome is Outcome.EXHAUSTED
+    (record,) = lease_backend.runs(JOB)
     assert record.state is RunState.FAILED
 
 
 # -- max attempts, hand-over ---------------------------------------------------------------
 
 
-def test_failed_run_is_retried_until_max_attempts(backend: LeaseBackend) -> None:
-    first = lease_run(backend, max_attempts=2)
-    assert backend.finish(first.id, first.token, succeeded=False, error="boom") is RunState.PENDING
-    assert first.id in {r.id for r in backend.reclaimable()}
-    second = lease_run(backend, owner="b", max_attempts=2)
+def test_failed_run_is_retried_until_max_attempts(lease_backend: LeaseBackend) -> None:
+    first = lease_run(lease_backend, max_attempts=2)
+    assert (
+        lease_backend.finish(first.id, first.token, succeeded=False, error="boom")
+        is RunState.PENDING
+    )
+    assert first.id in {r.id for r in lease_backend.reclaimable()}
+    second = lease_run(lease_backend, owner="b", max_attempts=2)
     assert second.attempt == 2 and second.token > first.token
-    assert backend.finish(second.id, second.token, succeeded=False) is RunState.FAILED
-    assert backend.acquire(req(owner="c")).outcome is Outcome.FINISHED
+    assert lease_backend.finish(second.id, second.token, succeeded=False) is RunState.FAILED
+    assert lease_backend.acquire(req(owner="c")).outcome is Outcome.FINISHED
 
 
-def test_release_hands_over_at_once_without_using_an_attempt(backend: LeaseBackend) -> None:
-    run = lease_run(backend, max_attempts=1)
-    backend.start(run.id, run.token, "a", 30)
-    backend.release(run.id, run.token)
-    assert state_of(backend, run.id) is RunState.PENDING
-    taken = lease_run(backend, owner="b", max_attempts=1)
+def test_release_hands_over_at_once_without_using_an_attempt(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend, max_attempts=1)
+    lease_backend.start(run.id, run.token, "a", 30)
+    lease_backend.release(run.id, run.token)
+    assert state_of(lease_backend, run.id) is RunState.PENDING
+    taken = lease_run(lease_backend, owner="b", max_attempts=1)
     assert taken.attempt == 2 and taken.token > run.token
     with pytest.raises(LeaseLost):
-        backend.heartbeat(run.id, run.token, 30)
+        lease_backend.heartbeat(run.id, run.token, 30)
 
 
-def test_a_run_released_before_it_started_gives_its_attempt_back(backend: LeaseBackend) -> None:
+def test_a_run_released_before_it_started_gives_its_attempt_back(
+    lease_backend: LeaseBackend,
+) -> None:
     # A won run its store did not confirm (or could not be dispatched) is handed back unstarted.
-    run = lease_run(backend, max_attempts=2)
-    backend.release(run.id, run.token)
-    taken = lease_run(backend, owner="b", max_attempts=2)
+    run = lease_run(lease_backend, max_attempts=2)
+    lease_backend.release(run.id, run.token)
+    taken = lease_run(lease_backend, owner="b", max_attempts=2)
     assert taken.attempt == 1 and taken.token > run.token
-    backend.start(taken.id, taken.token, "b", 30)
-    assert backend.finish(taken.id, taken.token, succeeded=False) is RunState.PENDING
-    third = lease_run(backend, owner="c", max_attempts=2)
+    lease_backend.start(taken.id, taken.token, "b", 30)
+    assert lease_backend.finish(taken.id, taken.token, succeeded=False) is RunState.PENDING
+    third = lease_run(lease_backend, owner="c", max_attempts=2)
     assert third.attempt == 2
-    backend.release(third.id, third.token)
-    assert lease_run(backend, owner="d", max_attempts=2).attempt == 2
+    lease_backend.release(third.id, third.token)
+    assert lease_run(lease_backend, owner="d", max_attempts=2).attempt == 2
 
 
 # -- overlap, stale, skips, catch-up support --------------------------------------------------
 
 
-def test_overlap_skip_records_the_run_skipped(backend: LeaseBackend) -> None:
-    first = lease_run(backend, 0, overlap_skip=True)
-    assert backend.acquire(req(1, overlap_skip=True)).outcome is Outcome.OVERLAP
-    (skipped,) = [r for r in backend.runs(JOB) if r.scheduled_for == slot(1)]
+def test_overlap_skip_records_the_run_skipped(lease_backend: LeaseBackend) -> None:
+    first = lease_run(lease_backend, 0, overlap_skip=True)
+    assert lease_backend.acquire(req(1, overlap_skip=True)).outcome is Outcome.OVERLAP
+    (skipped,) = [r for r in lease_backend.runs(JOB) if r.scheduled_for == slot(1)]
     assert (skipped.state, skipped.reason) == (RunState.SKIPPED, "overlap")
-    assert backend.acquire(req(1, owner="b")).outcome is Outcome.FINISHED
-    backend.finish(first.id, first.token, succeeded=True)
-    assert backend.acquire(req(2, overlap_skip=True)).outcome is Outcome.WON
+    assert lease_backend.acquire(req(1, owner="b")).outcome is Outcome.FINISHED
+    lease_backend.finish(first.id, first.token, succeeded=True)
+    assert lease_backend.acquire(req(2, overlap_skip=True)).outcome is Outcome.WON
 
 
-def test_overlap_allow_runs_side_by_side(backend: LeaseBackend) -> None:
-    lease_run(backend, 0)
-    assert backend.acquire(req(1)).outcome is Outcome.WON
+def test_overlap_allow_runs_side_by_side(lease_backend: LeaseBackend) -> None:
+    lease_run(lease_backend, 0)
+    assert lease_backend.acquire(req(1)).outcome is Outcome.WON
 
 
-def test_overlap_ignores_expired_leases(backend: LeaseBackend) -> None:
-    lease_run(backend, 0, lease=0.3)
+def test_overlap_ignores_expired_leases(lease_backend: LeaseBackend) -> None:
+    lease_run(lease_backend, 0, lease=0.3)
     time.sleep(0.8)
-    assert backend.acquire(req(1, overlap_skip=True)).outcome is Outcome.WON
+    assert lease_backend.acquire(req(1, overlap_skip=True)).outcome is Outcome.WON
 
 
-def test_stale_run_is_recorded_skipped(backend: LeaseBackend) -> None:
-    result = backend.acquire(req(0, stale_after=60))  # the slot is about 30 minutes old
+def test_stale_run_is_recorded_skipped(lease_backend: LeaseBackend) -> None:
+    result = lease_backend.acquire(req(0, stale_after=60))  # the slot is about 30 minutes old
     assert result.outcome is Outcome.STALE and result.run is None
-    (record,) = backend.runs(JOB)
+    (record,) = lease_backend.runs(JOB)
     assert (record.state, record.reason) == (RunState.SKIPPED, "stale")
-    assert backend.acquire(req(25, stale_after=3600)).outcome is Outcome.WON
+    assert lease_backend.acquire(req(25, stale_after=3600)).outcome is Outcome.WON
 
 
-def test_skip_records_once(backend: LeaseBackend) -> None:
-    assert backend.skip(JOB, slot(0), "missed") is True
-    assert backend.skip(JOB, slot(0), "missed") is False
-    assert backend.acquire(req(0)).outcome is Outcome.FINISHED
-    run = lease_run(backend, 1)
-    assert backend.skip(JOB, slot(1), "missed") is False
-    assert state_of(backend, run.id) is RunState.RUNNING
+def test_skip_records_once(lease_backend: LeaseBackend) -> None:
+    assert lease_backend.skip(JOB, slot(0), "missed") is True
+    assert lease_backend.skip(JOB, slot(0), "missed") is False
+    assert lease_backend.acquire(req(0)).outcome is Outcome.FINISHED
+    run = lease_run(lease_backend, 1)
+    assert lease_backend.skip(JOB, slot(1), "missed") is False
+    assert state_of(lease_backend, run.id) is RunState.RUNNING
 
 
-def test_skip_many_records_each_run_once_in_any_order(backend: LeaseBackend) -> None:
-    run = lease_run(backend, 1)
+def test_skip_many_records_each_run_once_in_any_order(lease_backend: LeaseBackend) -> None:
+    run = lease_run(lease_backend, 1)
     batch = [("other-job", slot(3)), (JOB, slot(2)), (JOB, slot(1)), (JOB, slot(0)), (JOB, slot(2))]
-    assert backend.skip_many(batch, "missed") == [True, True, False, True, False]
-    assert state_of(backend, run.id) is RunState.RUNNING
-    skipped = [r for r in backend.runs(JOB) if r.state is RunState.SKIPPED]
+    assert lease_backend.skip_many(batch, "missed") == [True, True, False, True, False]
+    assert state_of(lease_backend, run.id) is RunState.RUNNING
+    skipped = [r for r in lease_backend.runs(JOB) if r.state is RunState.SKIPPED]
     assert sorted(r.scheduled_for for r in skipped) == [slot(0), slot(2)]
     assert {r.reason for r in skipped} == {"missed"}
-    assert backend.last_slot("other-job") == slot(3)
-    assert backend.skip_many([], "missed") == []
+    assert lease_backend.last_slot("other-job") == slot(3)
+    assert lease_backend.skip_many([], "missed") == []
 
 
-def test_last_slot_and_runs_listing(backend: LeaseBackend) -> None:
-    assert backend.last_slot(JOB) is None
-    lease_run(backend, 2)
-    backend.skip(JOB, slot(5), "missed")
-    lease_run(backend, 3)
-    assert backend.last_slot(JOB) == slot(5)
-    assert backend.last_slot("other-job") is None
-    assert backend.last_slots([JOB, "other-job"]) == {JOB: slot(5), "other-job": None}
-    assert backend.last_slots([]) == {}
-    assert [r.scheduled_for for r in backend.runs(JOB)] == [slot(5), slot(3), slot(2)]
-    assert [r.scheduled_for for r in backend.runs(JOB, limit=1)] == [slot(5)]
+def test_last_slot_and_runs_listing(lease_backend: LeaseBackend) -> None:
+    assert lease_backend.last_slot(JOB) is None
+    lease_run(lease_backend, 2)
+    lease_backend.skip(JOB, slot(5), "missed")
+    lease_run(lease_backend, 3)
+    assert lease_backend.last_slot(JOB) == slot(5)
+    assert lease_backend.last_slot("other-job") is None
+    assert lease_backend.last_slots([JOB, "other-job"]) == {JOB: slot(5), "other-job": None}
+    assert lease_backend.last_slots([]) == {}
+    assert [r.scheduled_for for r in lease_backend.runs(JOB)] == [slot(5), slot(3), slot(2)]
+    assert [r.scheduled_for for r in lease_backend.runs(JOB, limit=1)] == [slot(5)]
 
 
-def test_store_clock_is_sane(backend: LeaseBackend) -> None:
-    assert abs((backend.now() - datetime.now(UTC)).total_seconds()) < 300
+def test_store_clock_is_sane(lease_backend: LeaseBackend) -> None:
+    assert abs((lease_backend.now() - datetime.now(UTC)).total_seconds()) < 300
 
 
 # -- a store that loses its last writes ---------------------------------------------------------
@@ -427,7 +432,9 @@ def test_racing_processes_give_one_winner_per_run(lease_url: str) -> None:
 
 
 @pytest.mark.slow
-def test_runner_killed_with_sigkill_is_taken_over(lease_url: str, backend: LeaseBackend) -> None:
+def test_runner_killed_with_sigkill_is_taken_over(
+    lease_url: str, lease_backend: LeaseBackend
+) -> None:
     holder = procs.spawn(
         "hold",
         {
@@ -435,17 +442,19 @@ def test_runner_killed_with_sigkill_is_taken_over(lease_url: str, backend: Lease
             "job": JOB,
             "slot": _ms(0),
             "owner": "doomed",
-            "lease": 1.5,
+            "lease": SHORT,
             "heartbeat": 0.3,
         },
     )
     held = procs.next_event(holder)
-    assert backend.acquire(req(owner="backup")).outcome is Outcome.HELD
-    time.sleep(1.0)  # heartbeats keep it alive past its first lease period
-    assert backend.acquire(req(owner="backup")).outcome is Outcome.HELD
+    assert lease_backend.acquire(req(owner="backup")).outcome is Outcome.HELD
+    time.sleep(SHORT + 1)  # heartbeats keep it alive past its first lease period
+    assert lease_backend.acquire(req(owner="backup")).outcome is Outcome.HELD
     procs.kill(holder)
-    deadline = time.monotonic() + 10
-    while (result := backend.acquire(req(owner="backup", max_attempts=3))).outcome is Outcome.HELD:
+    deadline = time.monotonic() + 30
+    while (
+        result := lease_backend.acquire(req(owner="backup", max_attempts=3))
+    ).outcome is Outcome.HELD:
         assert time.monotonic() < deadline, "the dead runner's lease never expired"
         time.sleep(0.2)
     assert result.outcome is Outcome.WON and result.run is not None
@@ -454,7 +463,7 @@ def test_runner_killed_with_sigkill_is_taken_over(lease_url: str, backend: Lease
 
 @pytest.mark.slow
 def test_runner_frozen_past_its_lease_is_fenced_out(
-    lease_url: str, backend: LeaseBackend, tmp_path: Path
+    lease_url: str, lease_backend: LeaseBackend, tmp_path: Path
 ) -> None:
     fence_db = tmp_path / "fenced.db"
     holder = procs.spawn(
@@ -468,7 +477,7 @@ def test_runner_frozen_past_its_lease_is_fenced_out(
     os.kill(holder.pid, signal.SIGSTOP)
     try:
         time.sleep(1.6)
-        result = backend.acquire(req(owner="successor", max_attempts=3))
+        result = lease_backend.acquire(req(owner="successor", max_attempts=3))
         assert result.outcome is Outcome.WON and result.run is not None
         assert result.run.token > held["token"]
         assert SQLFence.sqlite(fence_db).write("report", result.run.token, "from the successor")
@@ -484,7 +493,7 @@ def test_runner_frozen_past_its_lease_is_fenced_out(
     }
     procs.finish(holder)
     assert SQLFence.sqlite(fence_db).read("report") == (result.run.token, "from the successor")
-    assert state_of(backend, result.run.id) is RunState.RUNNING
+    assert state_of(lease_backend, result.run.id) is RunState.RUNNING
 
 
 # -- instances' heartbeats ------------------------------------------------------------------
@@ -495,12 +504,12 @@ def instance(owner: str, role: str = "scheduler", interval: float = 10.0) -> Ins
     return InstanceInfo(owner, role, "host-1", 4242, started, "9.9.9", interval)
 
 
-def test_record_instance_lists_it_with_the_store_clock(backend: LeaseBackend) -> None:
-    before = backend.now()
-    backend.record_instance(instance("a:1", "scheduler", 2.5), ttl=600)
-    backend.record_instance(instance("b:2", "dramatiq-worker"), ttl=600)
-    after = backend.now()
-    found = backend.instances()
+def test_record_instance_lists_it_with_the_store_clock(lease_backend: LeaseBackend) -> None:
+    before = lease_backend.now()
+    lease_backend.record_instance(instance("a:1", "scheduler", 2.5), ttl=600)
+    lease_backend.record_instance(instance("b:2", "dramatiq-worker"), ttl=600)
+    after = lease_backend.now()
+    found = lease_backend.instances()
     assert [(i.role, i.owner) for i in found] == [("dramatiq-worker", "b:2"), ("scheduler", "a:1")]
     a = found[1]
     assert (a.host, a.pid, a.version, a.interval) == ("host-1", 4242, "9.9.9", 2.5)
@@ -510,33 +519,34 @@ def test_record_instance_lists_it_with_the_store_clock(backend: LeaseBackend) ->
     assert abs((a.expires_at - a.beat_at).total_seconds() - 600) < 0.01
 
 
-def test_record_instance_replaces_the_same_owners_record(backend: LeaseBackend) -> None:
-    backend.record_instance(instance("a:1", "beat"), ttl=600)
-    (first,) = backend.instances()
+def test_record_instance_replaces_the_same_owners_record(lease_backend: LeaseBackend) -> None:
+    lease_backend.record_instance(instance("a:1", "beat"), ttl=600)
+    (first,) = lease_backend.instances()
     time.sleep(0.05)
-    backend.record_instance(instance("a:1", "worker"), ttl=600)
-    (second,) = backend.instances()
+    lease_backend.record_instance(instance("a:1", "worker"), ttl=600)
+    (second,) = lease_backend.instances()
     assert second.role == "worker"
     assert first.beat_at is not None and second.beat_at is not None
     assert second.beat_at > first.beat_at
 
 
-def test_an_instance_that_stops_beating_expires(backend: LeaseBackend) -> None:
-    backend.record_instance(instance("gone:1"), ttl=1.0)
-    backend.record_instance(instance("here:2"), ttl=600)
-    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
-    time.sleep(1.3)
-    assert [i.owner for i in backend.instances()] == ["here:2"]
-    backend.record_instance(instance("here:2"), ttl=600)  # another's beat does not revive it
-    assert [i.owner for i in backend.instances()] == ["here:2"]
-    backend.record_instance(instance("gone:1"), ttl=600)  # its own beat does
-    assert {i.owner for i in backend.instances()} == {"gone:1", "here:2"}
+def test_an_instance_that_stops_beating_expires(lease_backend: LeaseBackend) -> None:
+    lease_backend.record_instance(instance("gone:1"), ttl=SHORT)
+    lease_backend.record_instance(instance("here:2"), ttl=600)
+    assert {i.owner for i in lease_backend.instances()} == {"gone:1", "here:2"}
+    wait_until(lambda: [i.owner for i in lease_backend.instances()] == ["here:2"], "gone:1 expires")
+    lease_backend.record_instance(instance("here:2"), ttl=600)  # another's beat does not revive it
+    assert [i.owner for i in lease_backend.instances()] == ["here:2"]
+    lease_backend.record_instance(instance("gone:1"), ttl=600)  # its own beat does
+    assert {i.owner for i in lease_backend.instances()} == {"gone:1", "here:2"}
 
 
-def test_a_read_only_open_reads_instances_and_runs(lease_url: str, backend: LeaseBackend) -> None:
-    backend.record_instance(instance("a:1"), ttl=600)
-    run = lease_run(backend)
-    backend.finish(run.id, run.token, succeeded=False, error="ValueError: boom")
+def test_a_read_only_open_reads_instances_and_runs(
+    lease_url: str, lease_backend: LeaseBackend
+) -> None:
+    lease_backend.record_instance(instance("a:1"), ttl=600)
+    run = lease_run(lease_backend)
+    lease_backend.finish(run.id, run.token, succeeded=False, error="ValueError: boom")
     reader = open_backend(lease_url, read_only=True)
     try:
         assert reader.capability == "lease"

@@ -8,25 +8,17 @@ a request, the outcome, and the run's record afterwards. Every row runs on every
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from relay import AcquireRequest, LeaseBackend, Outcome, Run, open_backend
+from relay import AcquireRequest, LeaseBackend, Outcome, Run
 
 UTC = timezone.utc
 BASE = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
 Setup = Callable[[LeaseBackend, str], Any]
-
-
-@pytest.fixture
-def backend(lease_url: str) -> Iterator[LeaseBackend]:
-    opened = open_backend(lease_url)
-    assert opened.capability == "lease"
-    yield opened
-    opened.close()
 
 
 def _slot(minute: int) -> datetime:
@@ -155,16 +147,16 @@ RULES: dict[str, tuple[Setup | None, dict[str, Any], Outcome, tuple[Any, ...]]] 
 }  # fmt: skip
 
 
-def test_every_rule_holds_through_acquire_and_acquire_many(backend: LeaseBackend) -> None:
+def test_every_rule_holds_through_acquire_and_acquire_many(lease_backend: LeaseBackend) -> None:
     for name, (setup, _, _, _) in RULES.items():
         for path in ("one", "many"):
             if setup is not None:
-                setup(backend, f"{name}-{path}")
+                setup(lease_backend, f"{name}-{path}")
     time.sleep(1.0)  # the 0.2 s leases expire on the store's clock
     for name, (_, options, outcome, after) in RULES.items():
         request = {"owner": "decider", "lease": 30, **options}
-        one = backend.acquire(AcquireRequest(f"{name}-one", _slot(0), **request))
-        many = backend.acquire_many(
+        one = lease_backend.acquire(AcquireRequest(f"{name}-one", _slot(0), **request))
+        many = lease_backend.acquire_many(
             [
                 AcquireRequest(f"{name}-many", _slot(0), **request),
                 AcquireRequest(f"filler-{name}", _slot(0), "decider", 30),
@@ -172,38 +164,42 @@ def test_every_rule_holds_through_acquire_and_acquire_many(backend: LeaseBackend
         )[0]
         assert (one.outcome, many.outcome) == (outcome, outcome), name
         for path in ("one", "many"):
-            (record,) = [r for r in backend.runs(f"{name}-{path}") if r.scheduled_for == _slot(0)]
+            (record,) = [
+                r for r in lease_backend.runs(f"{name}-{path}") if r.scheduled_for == _slot(0)
+            ]
             state = (record.state.value, record.attempt, record.failures, record.reason)
             assert state == after, (name, path)
 
 
 @pytest.mark.parametrize("path", ["one", "many"])
-def test_manual_and_pruned_runs_follow_the_same_rules(backend: LeaseBackend, path: str) -> None:
+def test_manual_and_pruned_runs_follow_the_same_rules(
+    lease_backend: LeaseBackend, path: str
+) -> None:
     job = f"manual-{path}"
 
     def acquire(request: AcquireRequest) -> Outcome:
         if path == "one":
-            return backend.acquire(request).outcome
+            return lease_backend.acquire(request).outcome
         filler = AcquireRequest(f"filler-{job}", _slot(0), "decider", 30)
-        return backend.acquire_many([request, filler])[0].outcome
+        return lease_backend.acquire_many([request, filler])[0].outcome
 
     # manual: pending until leased, then held, fenced and finished like a slot's run.
-    triggered = backend.trigger(job)
+    triggered = lease_backend.trigger(job)
     manual = AcquireRequest(job, triggered.scheduled_for, "decider", 30, manual=True)
     assert acquire(manual) is Outcome.WON
     assert acquire(manual) is Outcome.HELD
-    (record,) = [r for r in backend.runs(job) if r.id == triggered.id]
-    backend.finish(record.id, record.token, succeeded=True)
+    (record,) = [r for r in lease_backend.runs(job) if r.id == triggered.id]
+    lease_backend.finish(record.id, record.token, succeeded=True)
     assert acquire(manual) is Outcome.FINISHED
     # pruned: a finished run past retention is forgotten, but never the job's latest slot.
     for minute in (0, 1):
-        run = _lease(backend, job, minute)
-        backend.finish(run.id, run.token, succeeded=True)
+        run = _lease(lease_backend, job, minute)
+        lease_backend.finish(run.id, run.token, succeeded=True)
     time.sleep(0.3)
-    while backend.prune(0.1) > 0:
+    while lease_backend.prune(0.1) > 0:
         pass
-    assert [r.scheduled_for for r in backend.runs(job) if not r.id.startswith(f"{job}@m")] == [
-        _slot(1)
-    ]
-    assert backend.last_slot(job) == _slot(1)
+    assert [
+        r.scheduled_for for r in lease_backend.runs(job) if not r.id.startswith(f"{job}@m")
+    ] == [_slot(1)]
+    assert lease_backend.last_slot(job) == _slot(1)
     assert acquire(AcquireRequest(job, _slot(1), "decider", 30)) is Outcome.FINISHED

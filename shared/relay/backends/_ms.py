@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from relay.health import InstanceInfo
+from relay.instances import InstanceInfo
 from relay.runs import from_ms
 
 

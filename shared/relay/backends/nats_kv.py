@@ -65,7 +65,7 @@ from relay.errors import (
     RelayError,
     StoreNotFound,
 )
-from relay.health import InstanceInfo
+from relay.instances import InstanceInfo
 from relay.runs import (
     Run,
     RunRecord,

@@ -54,7 +54,7 @@ from relay.errors import (
     NotAcknowledged,
     StoreNotFound,
 )
-from relay.health import InstanceInfo
+from relay.instances import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]

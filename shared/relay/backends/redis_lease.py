@@ -59,7 +59,7 @@ from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import Deadline, deadline_of
 from relay.errors import BackendUnavailable, ConfigurationError, NotAcknowledged, StoreNotFound
-from relay.health import InstanceInfo
+from relay.instances import InstanceInfo
 from relay.runs import (
     Run,
     RunRecord,

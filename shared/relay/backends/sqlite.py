@@ -36,7 +36,7 @@ from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
-from relay.health import InstanceInfo
+from relay.instances import InstanceInfo
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 

@@ -12,6 +12,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
@@ -105,6 +106,9 @@ class Decider:
         # How many times each replaced or removed job was (0: never). A queue entry carries the
         # count of its time: one made before a replace or remove is skipped when it comes up.
         self._generations: dict[str, int] = {}
+        self.holding: Callable[[], AbstractSet[str]] = frozenset
+        """The ids of the runs this instance is executing (its runner's ``holding``): never
+        acquired again, so an instance never takes over a run it still executes."""
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -323,6 +327,7 @@ class Decider:
         records: Sequence[RunRecord] = (),
     ) -> list[Won]:
         """Acquire ``due`` runs; ``records``, when given, are their records (from a sweep)."""
+        due, records = self._not_held(due, records)
         if not due:
             return []
         manual = [is_manual(r.id) for r in records] or [False] * len(due)
@@ -354,6 +359,17 @@ class Decider:
             if result.outcome is Outcome.WON and result.run is not None:
                 won.append(Won(result.run, job))
         return won
+
+    def _not_held(
+        self, due: Sequence[tuple[Job, datetime]], records: Sequence[RunRecord]
+    ) -> tuple[Sequence[tuple[Job, datetime]], Sequence[RunRecord]]:
+        """``due`` (and ``records``) without the runs this instance is executing."""
+        held = self.holding()
+        if not held:
+            return due, records
+        ids = [r.id for r in records] or [run_id(job.name, slot) for job, slot in due]
+        keep = [i for i, run in enumerate(ids) if run not in held]
+        return [due[i] for i in keep], [records[i] for i in keep] if records else ()
 
     def _claim(self, backend: ClaimBackend, due: Iterable[tuple[Job, datetime]]) -> list[Won]:
         due = list(due)

@@ -154,6 +154,24 @@ class Runner:
         """Seconds since the epoch: a run's start delay is measured from its slot with it."""
         self.finish_limit = finish_limit if finish_limit is not None else FinishLimit()
         """When this runner stops retrying finishes (shared by a host's runners)."""
+        self._holding: set[str] = set()
+        self._holding_lock = threading.Lock()
+
+    def holding(self) -> frozenset[str]:
+        """The ids of the runs this runner is executing now: begun, and not yet ended.
+
+        Its host's :class:`~relay.engine.Decider` never leases one of them again: a run this
+        instance still executes is renewed by its heartbeat, even one that stalled past the lease.
+        """
+        with self._holding_lock:
+            return frozenset(self._holding)
+
+    def _hold(self, run_id: str, held: bool) -> None:
+        with self._holding_lock:
+            if held:
+                self._holding.add(run_id)
+            else:
+                self._holding.discard(run_id)
 
     def stop_finishing(self, within: float) -> None:
         """Give up recording finishes the store has not answered ``within`` seconds from now.
@@ -186,6 +204,7 @@ class Runner:
             hand_back(backend, [run], "start", str(exc))
             raise
         active = ActiveRun(self, started, max_attempts, renewed=sent)
+        self._hold(started.id, True)
         active.start_heartbeat()  # before any hook runs: a slow hook must not cost the lease
         return self._started(active)
 
@@ -343,6 +362,7 @@ class ActiveRun:
         if self.finishing:
             return
         self._stop_heartbeat()
+        self.runner._hold(self.run.id, False)
         if not self.lost:
             self.runner.release(self.run)
         # Handed over, the attempt no longer owns the run: a coroutine still going is
@@ -354,10 +374,17 @@ class ActiveRun:
         """Stop heartbeating and record nothing, as a process that died would: the lease runs
         out and another instance takes the run over (:mod:`relay.testing` simulates crashes)."""
         self._stop_heartbeat()
+        self.runner._hold(self.run.id, False)
 
     def _finish(self, *, succeeded: bool, error: str | None) -> RunState | None:
         self.finishing = True
         self._stop_heartbeat()
+        try:
+            return self._record(succeeded=succeeded, error=error)
+        finally:
+            self.runner._hold(self.run.id, False)
+
+    def _record(self, *, succeeded: bool, error: str | None) -> RunState | None:
         backend = self.runner.backend
         if not is_lease(backend):
             return RunState.SUCCEEDED if succeeded else RunState.FAILED
