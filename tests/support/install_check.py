@@ -130,6 +130,24 @@ def check_testing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def check_yaml() -> None:
+    """A YAML file of schedules applied to a fresh store (``relay schedules apply``'s path)."""
+    import relay
+    from relay import schedule_files
+
+    url = f"sqlite:///{TMP / 'schedules.db'}"
+    relay.Scheduler(url).backend.close()  # creates the store
+    (TMP / "schedules.yaml").write_text(
+        "schedules:\n  - name: cleanup\n    task: cleanup\n    every: 3600\n"
+        "    kwargs: {older_than_days: 7}\n"
+    )
+    items = schedule_files.load(TMP / "schedules.yaml")
+    control = relay.Control(url)
+    schedule_files.apply(control, schedule_files.plan(control, items), force=True)
+    assert [s.name for s in control.schedules()] == ["cleanup"]
+    control.close()
+
+
 def check_metrics() -> None:
     """Metrics counted from a real scheduler's events and exposed over HTTP (text format)."""
     import urllib.request
