@@ -121,12 +121,17 @@ def test_a_sigkilled_runners_run_is_taken_over_once(tmp_path: Path) -> None:
         backup = group.start("backup")
         time.sleep(1.5)  # the backup is up and sees the run held
         group.stop("dead", signal.SIGKILL)
-        taken = group.wait("the takeover", "taken_over")
+        group.wait("the takeover", "taken_over")
         time.sleep(3)  # several more sweeps: none may take it over again
         group.stop("backup")
-    assert len(group.events("taken_over")) == 1
+    # The run the dead instance started is taken over once. (When the test straddles a minute,
+    # the dead instance may also have won the next slot: that run is taken over too, once.)
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for event in group.events("taken_over"):
+        by_run.setdefault(event["relay_run_id"], []).append(event)
+    assert all(len(events) == 1 for events in by_run.values()), by_run
+    [taken] = by_run[started["relay_run_id"]]
     _never_beside_itself(group)
-    assert taken["relay_run_id"] == started["relay_run_id"]
     assert (taken["relay_owner"], taken["relay_previous_owner"]) == (backup, dead)
     assert (taken["relay_previous_attempt"], taken["relay_attempt"]) == (1, 2)
     assert taken["relay_token"] > started["relay_token"]

@@ -257,7 +257,7 @@ def test_a_schedule_change_not_confirmed_raises_and_reads_do_not_wait(
     from relay import Control
 
     primary, replica = pair
-    with Control(url(primary, "wait_replicas=1&wait_timeout=0.5")) as control:
+    with Control(url(primary, "wait_replicas=1&wait_timeout=3")) as control:
         control.add_schedule("s", "t", every=60, force=True)  # confirmed
         replica.freeze()
         try:
