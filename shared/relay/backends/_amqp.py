@@ -11,6 +11,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPConnectionError, AMQPError
 
+from relay.backends._tls import verified_context
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError
 
@@ -57,26 +58,13 @@ def pika_parameters(parsed: BackendURL, ours: Sequence[str]) -> pika.URLParamete
 
 def _tls_context(parsed: BackendURL) -> ssl.SSLContext:
     """A verifying TLS context from the URL's ``cacertfile``, ``certfile`` and ``keyfile``."""
-    ca, cert, key = (parsed.options.get(name) for name in TLS_OPTIONS)
     if parsed.scheme != "amqps":
         raise ConfigurationError(
             f"AMQP URL {parsed.redacted()!r} gives TLS files to a plain-text amqp:// URL: use "
             "amqps://host:5671/vhost (TLS), or drop cacertfile, certfile and keyfile"
         )
-    if (cert is None) != (key is None):
-        raise ConfigurationError(
-            f"AMQP URL {parsed.redacted()!r} gives only one of certfile and keyfile: a client "
-            "certificate needs both"
-        )
-    try:
-        context = ssl.create_default_context(cafile=ca)
-        if cert is not None:
-            context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(
-            f"AMQP URL {parsed.redacted()!r}: cannot load its TLS files ({exc}); give readable "
-            "PEM files in cacertfile, certfile and keyfile"
-        ) from None
+    context = verified_context(parsed, TLS_OPTIONS, "AMQP")
+    assert context is not None  # called only when the URL gives one of the files
     return context
 
 

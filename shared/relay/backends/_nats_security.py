@@ -12,8 +12,9 @@ import re
 import ssl
 import time
 
+from relay.backends._tls import verified_context
 from relay.backends._url import BackendURL
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import BackendUnavailable
 
 __all__ = [
     "TLS_OPTIONS",
@@ -37,24 +38,7 @@ def tls_context(parsed: BackendURL) -> ssl.SSLContext | None:
     ``None`` leaves TLS to the driver: ``tls://`` (or a server that requires TLS) is then
     verified against the system's CAs.
     """
-    ca, cert, key = (parsed.options.get(name) for name in TLS_OPTIONS)
-    if ca is None and cert is None and key is None:
-        return None
-    if (cert is None) != (key is None):
-        raise ConfigurationError(
-            f"NATS URL {parsed.redacted()!r} gives only one of tlscert and tlskey: a client "
-            "certificate needs both (?tlscert=/path/client.pem&tlskey=/path/client.key)"
-        )
-    try:
-        context = ssl.create_default_context(cafile=ca)
-        if cert is not None:
-            context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(
-            f"NATS URL {parsed.redacted()!r}: cannot load its TLS files ({exc}); give readable "
-            "PEM files in tlsca, tlscert and tlskey"
-        ) from None
-    return context
+    return verified_context(parsed, TLS_OPTIONS, "NATS")
 
 
 def connect_fix(error: BaseException) -> str:
