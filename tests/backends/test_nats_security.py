@@ -7,7 +7,6 @@ server-wide: the session's server is left alone).
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from relay import AcquireRequest, Outcome, open_backend
 from relay.backends._nats_security import dedup_permissions, kv_permissions, kv_user
 from relay.errors import BackendUnavailable, ConfigurationError
 from tests.support.nats_locked import locked_nats
+from tests.support.short_run import tokens_of_a_few_runs
 from tests.support.tls import Certificates, certificates
 
 pytestmark = pytest.mark.nats_kv
@@ -52,19 +52,7 @@ def test_the_documented_user_is_the_one_relay_needs() -> None:
 def test_instances_run_as_a_user_allowed_only_the_buckets_subjects(tmp_path: Path) -> None:
     with locked_nats(tmp_path, _users(_relay_user())) as port:
         url = f"nats://relay:s3cret@127.0.0.1:{port}?bucket={BUCKET}&timeout=2"
-        ran: list[int] = []
-        scheduler = relay.Scheduler(url, lease=10, heartbeat=1, tick=0.05)
-
-        @scheduler.job(every=0.2, max_attempts=2, overlap="skip", name="beat")
-        def beat(run: relay.Run) -> None:
-            ran.append(run.token)
-
-        deadline = time.monotonic() + 20
-        while len(ran) < 3 and time.monotonic() < deadline:
-            scheduler.run_pending()
-            time.sleep(0.05)
-        scheduler.join(5)
-        scheduler.shutdown()
+        ran = tokens_of_a_few_runs(url, lease=10, within=20)
         assert len(ran) >= 3 and ran == sorted(ran)
         with relay.Control(url) as control:
             assert control.pause("beat", reason="permissions test")

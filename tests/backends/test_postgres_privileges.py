@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from relay.backends._postgres_schema import _MIGRATIONS, SCHEMA_VERSION, grants
 from relay.errors import MigrationRequired
 from tests.support.backends import unique
 from tests.support.services import require
+from tests.support.short_run import tokens_of_a_few_runs
 
 pytestmark = pytest.mark.postgres
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,19 +137,7 @@ def test_instances_control_and_readers_run_with_the_grants_only(
 ) -> None:
     _granted(roles)
     url = roles.url(roles.app)
-    ran: list[int] = []
-    scheduler = relay.Scheduler(url, lease=5, heartbeat=1, tick=0.05)
-
-    @scheduler.job(every=0.2, max_attempts=2, overlap="skip", name="beat")
-    def beat(run: relay.Run) -> None:
-        ran.append(run.token)
-
-    deadline = time.monotonic() + 20
-    while len(ran) < 3 and time.monotonic() < deadline:
-        scheduler.run_pending()
-        time.sleep(0.05)
-    scheduler.join(5)
-    scheduler.shutdown()
+    ran = tokens_of_a_few_runs(url, lease=5, within=20)
     assert len(ran) >= 3 and ran == sorted(ran)
     with relay.Control(url) as control:
         assert control.pause("beat", reason="grants test")

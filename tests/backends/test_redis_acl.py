@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ from relay import AcquireRequest, Outcome, open_backend
 from relay.backends._redis import acl_rule
 from relay.errors import BackendUnavailable
 from tests.support.redis_server import RedisServer, own_redis
+from tests.support.short_run import tokens_of_a_few_runs
 
 pytestmark = pytest.mark.redis
 PREFIX = "app:relay:"
@@ -50,19 +50,7 @@ def test_the_documented_rule_is_the_one_relay_needs() -> None:
 
 def test_instances_run_as_the_least_privilege_user(server: RedisServer) -> None:
     url = _user(server, acl_rule(PREFIX, "relay"))
-    ran: list[int] = []
-    scheduler = relay.Scheduler(url, lease=5, heartbeat=1, tick=0.05)
-
-    @scheduler.job(every=0.2, max_attempts=2, overlap="skip", name="beat")
-    def beat(run: relay.Run) -> None:
-        ran.append(run.token)
-
-    deadline = time.monotonic() + 10
-    while len(ran) < 3 and time.monotonic() < deadline:
-        scheduler.run_pending()
-        time.sleep(0.05)
-    scheduler.join(5)
-    scheduler.shutdown()
+    ran = tokens_of_a_few_runs(url, lease=5, within=10)
     assert len(ran) >= 3 and ran == sorted(ran)
     control = relay.Control(url)
     control.pause("beat", reason="acl test")

@@ -6,7 +6,6 @@ so each test gets a fresh key prefix on a cluster started once for the module.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from relay import AcquireRequest, Outcome, open_backend
 from relay.backends.redis_lease import RedisLeaseBackend
 from tests.contract.test_lease_contract import *  # noqa: F403
 from tests.contract.test_lease_contract import slot
-from tests.support.redis_server import own_redis_cluster
+from tests.support.redis_server import cluster_lease_url, own_redis_cluster
 
 pytestmark = pytest.mark.redis
 
@@ -30,12 +29,8 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def lease_url(cluster_url: str) -> Iterator[str]:
-    prefix = f"relay_t_{secrets.token_hex(4)}:"
-    yield f"{cluster_url}?cluster=yes&prefix={prefix}"
-    client = redis.cluster.RedisCluster.from_url(cluster_url)
-    for key in client.scan_iter(match=f"{prefix}*", count=1000, target_nodes="primaries"):
-        client.delete(key)
-    client.close()
+    with cluster_lease_url(cluster_url) as url:
+        yield url
 
 
 def test_jobs_land_on_every_node_and_one_tick_decides_them(lease_url: str, tmp_path: Path) -> None:

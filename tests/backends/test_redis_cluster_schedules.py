@@ -3,7 +3,6 @@ contract suite again, and every schedule key in one slot (the hash tag ``{relay:
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from tests.contract.test_schedule_contract import (  # noqa: F401
     test_the_task_must_be_allowed_by_a_live_instance,
     test_update_compares_versions_and_names_the_current_one,
 )
-from tests.support.redis_server import own_redis_cluster
+from tests.support.redis_server import cluster_lease_url, own_redis_cluster
 
 pytestmark = pytest.mark.redis
 
@@ -38,12 +37,8 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def lease_url(cluster_url: str) -> Iterator[str]:
-    prefix = f"relay_t_{secrets.token_hex(4)}:"
-    yield f"{cluster_url}?cluster=yes&prefix={prefix}"
-    client = redis.cluster.RedisCluster.from_url(cluster_url)
-    for key in client.scan_iter(match=f"{prefix}*", count=1000, target_nodes="primaries"):
-        client.delete(key)
-    client.close()
+    with cluster_lease_url(cluster_url) as url:
+        yield url
 
 
 def test_every_schedule_key_shares_one_slot(lease_url: str, tmp_path: Path) -> None:

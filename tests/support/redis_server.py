@@ -6,6 +6,7 @@ Like production here it keeps nothing on disk (no RDB, no AOF), so a restart los
 from __future__ import annotations
 
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -18,7 +19,9 @@ from pathlib import Path
 import pytest
 import redis
 
-__all__ = ["RedisServer", "own_redis", "own_redis_cluster", "own_redis_replicated"]
+__all__ = [
+    "RedisServer", "cluster_lease_url", "own_redis", "own_redis_cluster", "own_redis_replicated"
+]  # fmt: skip
 
 
 def _free_port(cluster: bool = False) -> int:
@@ -205,3 +208,14 @@ def own_redis_cluster(workdir: Path, nodes: int = 3) -> Iterator[str]:
     finally:
         for server in servers:
             server.kill()
+
+
+@contextmanager
+def cluster_lease_url(cluster_url: str) -> Iterator[str]:
+    """A lease URL on the Cluster under a fresh key prefix, whose keys are deleted afterwards."""
+    prefix = f"relay_t_{secrets.token_hex(4)}:"
+    yield f"{cluster_url}?cluster=yes&prefix={prefix}"
+    client = redis.cluster.RedisCluster.from_url(cluster_url)
+    for key in client.scan_iter(match=f"{prefix}*", count=1000, target_nodes="primaries"):
+        client.delete(key)
+    client.close()
