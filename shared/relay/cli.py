@@ -31,7 +31,7 @@ from relay.cli_schedules import schedules
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
-from relay.migrate import migrate_command
+from relay.migrate import migrate
 from relay.runs import RunRecord, RunState, format_slot
 from relay.timeline.model import parse_since
 
@@ -360,6 +360,22 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
 for _command in (*COMMANDS, doctor):
     main.add_command(_command)
 main.add_command(schedules)
+
+
+@click.command("migrate")
+@_backend_option
+def migrate_command(url: str) -> None:
+    """Create or upgrade Relay's schema in the store (run it as the schema's owner).
+
+    Instances whose role only has the grants in docs/security.md then start without DDL. Exit
+    status 1, with the reason, when the schema cannot be changed by this user.
+    """
+    try:
+        click.echo(migrate(url))
+    except RelayError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 main.add_command(migrate_command)
 
 

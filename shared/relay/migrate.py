@@ -8,13 +8,10 @@ scheduler opens them, which creates what they need (SQLite's tables, NATS bucket
 
 from __future__ import annotations
 
-import click
-
 from relay.backends import open_backend
 from relay.backends._url import BackendURL
-from relay.errors import RelayError
 
-__all__ = ["migrate", "migrate_command"]
+__all__ = ["migrate"]
 
 
 def migrate(url: str) -> str:
@@ -39,24 +36,3 @@ def migrate(url: str) -> str:
     if found == 0:
         return f"{store.name}: created Relay's schema at version {SCHEMA_VERSION}"
     return f"{store.name}: migrated Relay's schema from version {found} to {SCHEMA_VERSION}"
-
-
-@click.command("migrate")
-@click.option(
-    "--backend",
-    "url",
-    envvar="RELAY_BACKEND",
-    show_envvar=True,
-    required=True,
-    help="Backend URL, as the schema's owner: postgresql://owner@host/db?schema=relay.",
-)
-def migrate_command(url: str) -> None:
-    """Create or upgrade Relay's schema in the store (run it as the schema's owner).
-
-    Instances whose role only has the grants in docs/security.md then start without DDL. Exit
-    status 1, with the reason, when the schema cannot be changed by this user.
-    """
-    try:
-        click.echo(migrate(url))
-    except RelayError as exc:
-        raise click.ClickException(str(exc)) from None
