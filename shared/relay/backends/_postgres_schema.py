@@ -5,6 +5,10 @@ while the schema does not exist yet) migrates it, on first use or with ``relay m
 other role only reads the version: it never issues DDL, and a schema missing or older than this
 Relay needs raises :class:`~relay.errors.MigrationRequired` naming ``relay migrate``. A migration
 runs in one transaction under an advisory lock, so a refusal half-way leaves nothing behind.
+
+A fresh install runs ``postgres_schema.sql``, the schema as it is today; an install at version k
+runs ``postgres_migrations/`` k+1 to :data:`SCHEMA_VERSION`, one file per version.
+``tests/backends/test_postgres_schema.py`` holds both paths to the same catalog.
 """
 
 from __future__ import annotations
@@ -51,7 +55,16 @@ def sections(filename: str, marker: str) -> dict[str, str]:
     return {key: body.strip() for key, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
-_MIGRATIONS = {int(version): body for version, body in sections("postgres.sql", "version").items()}
+def _migrations() -> dict[int, str]:
+    """``postgres_migrations/000N_….sql`` by version: each brings version N-1 to N."""
+    folder = resources.files("relay.backends").joinpath("postgres_migrations")
+    found = {int(f.name[:4]): f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")}
+    return dict(sorted(found.items()))
+
+
+# What a fresh install runs (the schema at SCHEMA_VERSION), and how an older install gets there.
+_SCHEMA = resources.files("relay.backends").joinpath("postgres_schema.sql").read_text()
+_MIGRATIONS = _migrations()
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The schema version this Relay creates; older schemas are migrated up to it by their owner."""
 
@@ -147,8 +160,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str, display: str, *, allowed
             if not state.exists:  # IF NOT EXISTS would still need CREATE on the database
                 conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
             conn.execute(sql.SQL(_META).format(schema=name))
-            for number in sorted(v for v in _MIGRATIONS if v > found):
-                conn.execute(sql.SQL(_MIGRATIONS[number]).format(schema=name))
+            steps = [_SCHEMA] if found == 0 else [_MIGRATIONS[v] for v in _MIGRATIONS if v > found]
+            for step in steps:
+                conn.execute(sql.SQL(step).format(schema=name))
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s) "

@@ -1,0 +1,409 @@
+-- Relay's PostgreSQL schema as it is today: what a fresh install runs, read top to bottom.
+-- {schema} is replaced by the quoted schema name (URL option ?schema=). The migrator
+-- (relay.backends._postgres_schema) creates {schema}.meta (key, value) first and records the
+-- version there; an install at an older version runs postgres_migrations/ from its version on.
+--
+-- To add version N: add postgres_migrations/000N_<what_it_changes>.sql, which brings version N-1
+-- to N (never edit a released migration), and make the same change here, in place: a column in
+-- its table, a function's new body instead of the old one. tests/backends/test_postgres_schema.py
+-- holds the two equal: a fresh install and an install migrated from each earlier version must end
+-- with the same tables, columns, indexes, constraints, functions (bodies and comments inside them
+-- included) and triggers.
+--
+-- Times are timestamptz on the server's clock, which alone decides expiry. Names and run ids sort
+-- bytewise (COLLATE "C"): locale-aware comparisons cost far more, and the order only has to be the
+-- same for everyone (locks are taken in it).
+
+-- jobs: one row per job, its fencing-token counter, and what the control plane keeps of it: the
+-- definition its schedulers registered (spec) and, while it is paused, when, by whom and why.
+-- Every write that creates a run holds its job's row, so acquires of one job take turns; a pause
+-- or resume takes the same row, so it lands between two acquires, never inside one.
+CREATE TABLE {schema}.jobs (
+    name          text COLLATE "C" PRIMARY KEY,
+    token         bigint NOT NULL,      -- the last fencing token handed out for this job
+    spec          text,
+    paused_at     timestamptz,
+    paused_by     text,
+    paused_reason text
+);
+
+-- runs: one row per run, keyed by its run id (job@slot). A run never leased (attempt 0: manual,
+-- backfilled, resumed, buffered) takes the max_attempts of the request that first leases it.
+CREATE TABLE {schema}.runs (
+    run_id       text COLLATE "C" PRIMARY KEY,
+    job          text COLLATE "C" NOT NULL,
+    slot         timestamptz NOT NULL,
+    state        text NOT NULL CHECK (state IN ('running', 'pending', 'succeeded', 'failed', 'skipped')),
+    attempt      integer NOT NULL DEFAULT 0,
+    failures     integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL DEFAULT 1,
+    token        bigint NOT NULL DEFAULT 0,
+    owner        text,
+    reason       text,
+    error        text,
+    expires_at   timestamptz,
+    started_at   timestamptz,
+    finished_at  timestamptz,
+    updated_at   timestamptz NOT NULL
+);
+
+CREATE INDEX runs_job_slot ON {schema}.runs (job, slot);
+-- Only open runs: the overlap check and the sweep read this small index, however long the history.
+-- expires_at stays out of every index, so a heartbeat is a HOT update.
+CREATE INDEX runs_open ON {schema}.runs (job) WHERE state IN ('running', 'pending');
+
+-- instances: each instance's own heartbeat (relay instances, relay health): one row per owner,
+-- upserted every few seconds, deleted once expired.
+CREATE TABLE {schema}.instances (
+    owner         text COLLATE "C" PRIMARY KEY,
+    role          text NOT NULL,
+    host          text NOT NULL,
+    pid           integer NOT NULL,
+    started_at    timestamptz NOT NULL,   -- the instance's own clock
+    version       text NOT NULL,          -- Relay's version
+    beat_interval float8 NOT NULL,        -- seconds between its beats
+    beat_at       timestamptz NOT NULL,   -- the server's clock, as every time below
+    expires_at    timestamptz NOT NULL,
+    tasks         text                    -- the tasks the instance allows
+);
+
+-- Stored schedules (relay.backends._sql_schedules): one row per schedule, its definition as JSON
+-- text (NULL once removed), its version and the store-wide revision of its last change; one
+-- history row per version. meta's schedule_revision is the revision: every change bumps it first,
+-- so its row lock orders the changes and they commit in revision order. Times are milliseconds
+-- since the epoch on the server's clock.
+CREATE TABLE {schema}.schedules (
+    name       text COLLATE "C" PRIMARY KEY,
+    definition text,
+    version    integer NOT NULL,
+    revision   bigint NOT NULL,
+    updated_ms bigint NOT NULL,
+    updated_by text NOT NULL,
+    created_ms bigint NOT NULL
+);
+CREATE UNIQUE INDEX schedules_revision ON {schema}.schedules (revision);
+CREATE TABLE {schema}.schedule_history (
+    name    text COLLATE "C" NOT NULL,
+    version integer NOT NULL,
+    at_ms   bigint NOT NULL,
+    by_whom text NOT NULL,
+    action  text NOT NULL,
+    changes text NOT NULL,
+    PRIMARY KEY (name, version)
+);
+INSERT INTO {schema}.meta (key, value) VALUES ('schedule_revision', '0')
+ON CONFLICT (key) DO NOTHING;
+
+-- floor_token: tokens stay at or above the server's clock in microseconds, so a server that lost
+-- its last commits (restored from a backup, failed over to a replica that was behind, or run with
+-- synchronous_commit or fsync off) never hands a token out twice: the counter went back with the
+-- lost commits, the clock did not. A clock that goes back only leaves the counter growing by one.
+-- One trigger floors every token drawn, whichever function draws it.
+CREATE FUNCTION {schema}.floor_token() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.token > 0 AND (TG_OP = 'INSERT' OR NEW.token > OLD.token) THEN
+        NEW.token := greatest(NEW.token,
+                              (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER floor_token BEFORE INSERT OR UPDATE OF token ON {schema}.jobs
+FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
+
+-- acquire_many: decide a batch of runs (parallel arrays, one element per request) in one call.
+-- The mirror of relay.lease_rules.decide: keep both in step (one rule table checks both functions
+-- against it: tests/contract/test_lease_rules_contract.py).
+-- 1. Settled without a lock: a finished run never changes, and a lease live at v_now was held at
+--    that instant. When instances tick a moment apart, the later ones stop here and write nothing.
+-- 2. The jobs' rows are held in name order (no deadlocks), and v_now is read again once they are,
+--    so steps are ordered by it. Heartbeats, finishes and hand-overs change runs without a job
+--    lock: the runs a decision may overwrite (pending, or expired at v_now) are held too. Any other
+--    run can then only stay live at v_now, finish, or turn pending, which nobody but a holder of
+--    the job's row can change again.
+-- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
+--    most one request per job and is decided by one set-based statement; later rounds see earlier
+--    ones. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
+--    over two of them would make a large batch quadratic.
+-- The rules: a paused job's new runs are skipped ('paused'); with buffer_one (p_buffer), a run
+-- overlapping a live one waits pending ('buffered') unless one already waits, and a waiting run is
+-- leased once no other run of its job is live; an expired lease means its runner stopped
+-- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
+CREATE FUNCTION {schema}.acquire_many(
+    p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
+    p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[]
+) RETURNS TABLE (o_index bigint, o_outcome text, o_attempt integer, o_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rounds integer;
+    v_now timestamptz := clock_timestamp();
+    v_settled text[];
+    v_jobs text[];
+    v_paused text[];
+BEGIN
+    -- Settled without a lock (see version 1).
+    SELECT array_agg(
+               CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held'
+               END ORDER BY r.idx)
+    INTO v_settled
+    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx)
+    LEFT JOIN {schema}.runs AS s ON s.run_id = r.run_id;
+    RETURN QUERY
+    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint
+    FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
+    WHERE r.outcome IS NOT NULL;
+    SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
+    FROM unnest(p_jobs, v_settled) AS r (job, settled)
+    WHERE r.settled IS NULL;
+    IF v_jobs IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO {schema}.jobs (name, token)
+        SELECT j, 0 FROM unnest(v_jobs) AS j
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE name = j)
+        ORDER BY j COLLATE "C"
+        ON CONFLICT (name) DO NOTHING;
+    -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
+    -- between two acquires, never inside one.
+    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[])
+    INTO v_paused
+    FROM (SELECT name, paused_at FROM {schema}.jobs WHERE name = ANY (v_jobs)
+          ORDER BY name FOR UPDATE) AS l;
+    v_now := clock_timestamp();
+    PERFORM 1 FROM {schema}.runs
+    WHERE run_id = ANY (p_run_ids)
+      AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
+    ORDER BY run_id FOR UPDATE;
+    SELECT max(n) INTO v_rounds
+    FROM (SELECT count(*) AS n FROM unnest(p_jobs, v_settled) AS r (job, settled)
+          WHERE r.settled IS NULL GROUP BY r.job) AS c;
+    FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
+        RETURN QUERY
+        WITH req AS (
+            SELECT * FROM (
+                SELECT r.*, row_number() OVER (PARTITION BY r.job COLLATE "C" ORDER BY r.idx) AS rnd
+                FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
+                            p_overlap, p_stale, p_buffer, v_settled)
+                     WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
+                                           overlap_skip, stale_after, buffer_one, settled, idx)
+                WHERE r.settled IS NULL
+            ) AS numbered
+            WHERE rnd = v_round
+        ), looked AS (
+            SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
+                   s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
+                   s.reason AS s_reason,
+                   -- Read only where a rule may use them (CASE evaluates lazily).
+                   CASE WHEN q.overlap_skip OR q.buffer_one OR s.reason = 'buffered' THEN EXISTS (
+                       SELECT 1 FROM {schema}.runs AS o
+                       WHERE o.job = q.job AND o.state = 'running'
+                         AND o.expires_at > v_now AND o.run_id <> q.run_id
+                   ) ELSE false END AS other_live,
+                   CASE WHEN q.buffer_one THEN EXISTS (
+                       SELECT 1 FROM {schema}.runs AS w
+                       WHERE w.job = q.job AND w.state = 'pending' AND w.reason = 'buffered'
+                   ) ELSE false END AS waiting
+            FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
+        ), decided AS (
+            SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts,
+                CASE
+                    WHEN l.s_run_id IS NULL THEN
+                        CASE
+                            WHEN l.stale_after IS NOT NULL
+                                 AND extract(epoch FROM v_now - l.slot) > l.stale_after THEN 'stale'
+                            WHEN l.job = ANY (v_paused) THEN 'paused'
+                            WHEN l.other_live AND (l.overlap_skip OR (l.buffer_one AND l.waiting))
+                                THEN 'overlap'
+                            WHEN l.other_live AND l.buffer_one THEN 'buffered'
+                            ELSE 'won'
+                        END
+                    WHEN l.s_state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN l.s_state = 'running' AND l.s_expires > v_now THEN 'held'
+                    WHEN l.s_state = 'pending' AND l.s_reason = 'buffered' AND l.other_live
+                        THEN 'buffered'
+                    WHEN l.s_failures + (l.s_state = 'running')::integer
+                         >= CASE WHEN l.s_attempt = 0 THEN l.max_attempts ELSE l.s_max END
+                        THEN 'exhausted'
+                    ELSE 'won'
+                END AS outcome,
+                l.s_run_id IS NULL AS is_new,
+                coalesce(l.s_failures + (l.s_state = 'running')::integer, 0) AS failures,
+                coalesce(l.s_attempt, 0) + 1 AS attempt
+            FROM looked AS l
+        ), tokens AS (
+            UPDATE {schema}.jobs AS j SET token = j.token + 1
+            FROM decided AS d
+            WHERE d.outcome = 'won' AND j.name = d.job
+            RETURNING d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
+                      d.failures, d.attempt, j.token
+        ), leased AS (
+            INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
+                                            max_attempts, token, owner, expires_at, updated_at)
+            SELECT t.run_id, t.job, t.slot, 'running', t.attempt, t.failures, t.max_attempts,
+                   t.token, t.owner, v_now + t.lease * interval '1 second', v_now
+            FROM tokens AS t
+            ON CONFLICT (run_id) DO UPDATE SET
+                state = 'running', attempt = excluded.attempt, failures = excluded.failures,
+                token = excluded.token, owner = excluded.owner, reason = NULL,
+                expires_at = excluded.expires_at, started_at = NULL,
+                updated_at = excluded.updated_at,
+                max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
+                                    ELSE s.max_attempts END
+        ), skipped AS (
+            INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts,
+                                       finished_at, updated_at)
+            SELECT d.run_id, d.job, d.slot,
+                   CASE WHEN d.outcome = 'buffered' THEN 'pending' ELSE 'skipped' END,
+                   d.outcome, d.max_attempts,
+                   CASE WHEN d.outcome = 'buffered' THEN NULL ELSE v_now END, v_now
+            FROM decided AS d
+            WHERE d.is_new AND d.outcome IN ('stale', 'overlap', 'paused', 'buffered')
+            ON CONFLICT (run_id) DO NOTHING
+        ), exhausted AS (
+            UPDATE {schema}.runs AS s SET
+                state = 'failed', failures = d.failures, reason = 'max_attempts',
+                expires_at = NULL, finished_at = v_now, updated_at = v_now
+            FROM decided AS d
+            WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
+        )
+        SELECT t.idx, 'won', t.attempt, t.token FROM tokens AS t
+        UNION ALL
+        SELECT d.idx, d.outcome, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
+    END LOOP;
+END
+$$;
+
+-- acquire_one: the same decision for one request, written step by step: a few index lookups, so a
+-- single acquire costs little more than the insert it makes. It holds the job's row and draws its
+-- next token in one write (a token the decision does not use is skipped: tokens only have to
+-- grow). The common case is one insert: a run nobody had recorded, with no rule to check; if
+-- another instance recorded it while this one waited for the job's row, the insert does nothing
+-- and the full decision reads what that instance wrote. Keep it in step with acquire_many.
+CREATE FUNCTION {schema}.acquire_one(
+    p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
+    p_max_attempts integer, p_overlap boolean, p_stale float8, p_buffer boolean,
+    OUT o_outcome text, OUT o_attempt integer, OUT o_token bigint
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_run record;
+    v_found boolean;
+    v_failures integer := 0;
+    v_token bigint;
+    v_recorded boolean;
+    v_paused boolean;
+    v_live boolean;
+BEGIN
+    SELECT CASE WHEN state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                WHEN state = 'running' AND expires_at > v_now THEN 'held' END
+    INTO o_outcome
+    FROM {schema}.runs WHERE run_id = p_run_id;
+    v_recorded := FOUND;
+    IF o_outcome IS NOT NULL THEN
+        RETURN;
+    END IF;
+    UPDATE {schema}.jobs SET token = token + 1 WHERE name = p_job
+    RETURNING token, paused_at IS NOT NULL INTO v_token, v_paused;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.jobs AS j (name, token) VALUES (p_job, 1)
+        ON CONFLICT (name) DO UPDATE SET token = j.token + 1
+        RETURNING token, paused_at IS NOT NULL INTO v_token, v_paused;
+    END IF;
+    v_now := clock_timestamp();
+    IF NOT v_recorded AND NOT p_overlap AND NOT p_buffer AND NOT v_paused
+       AND (p_stale IS NULL OR extract(epoch FROM v_now - p_slot) <= p_stale) THEN
+        INSERT INTO {schema}.runs (run_id, job, slot, state, attempt, failures, max_attempts,
+                                   token, owner, expires_at, updated_at)
+        VALUES (p_run_id, p_job, p_slot, 'running', 1, 0, p_max_attempts, v_token, p_owner,
+                v_now + p_lease * interval '1 second', v_now)
+        ON CONFLICT (run_id) DO NOTHING;
+        IF FOUND THEN
+            o_outcome := 'won';
+            o_attempt := 1;
+            o_token := v_token;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT state, expires_at, failures, max_attempts, attempt, reason INTO v_run
+    FROM {schema}.runs WHERE run_id = p_run_id FOR UPDATE;
+    v_found := FOUND;
+    v_now := clock_timestamp();
+    v_live := (p_overlap OR p_buffer OR coalesce(v_run.reason = 'buffered', false)) AND EXISTS (
+        SELECT 1 FROM {schema}.runs AS o
+        WHERE o.job = p_job AND o.state = 'running' AND o.expires_at > v_now
+          AND o.run_id <> p_run_id
+    );
+    IF NOT v_found THEN
+        IF p_stale IS NOT NULL AND extract(epoch FROM v_now - p_slot) > p_stale THEN
+            o_outcome := 'stale';
+        ELSIF v_paused THEN
+            o_outcome := 'paused';
+        ELSIF v_live AND (p_overlap OR (p_buffer AND EXISTS (
+            SELECT 1 FROM {schema}.runs AS w
+            WHERE w.job = p_job AND w.state = 'pending' AND w.reason = 'buffered'
+        ))) THEN
+            o_outcome := 'overlap';
+        ELSIF v_live AND p_buffer THEN
+            o_outcome := 'buffered';
+        ELSE
+            o_outcome := 'won';
+        END IF;
+    ELSIF v_run.state IN ('succeeded', 'failed', 'skipped') THEN
+        o_outcome := 'finished';
+    ELSIF v_run.state = 'running' AND v_run.expires_at > v_now THEN
+        o_outcome := 'held';
+    ELSIF v_run.state = 'pending' AND v_run.reason = 'buffered' AND v_live THEN
+        o_outcome := 'buffered';
+    ELSE
+        v_failures := v_run.failures + (v_run.state = 'running')::integer;
+        o_outcome := CASE WHEN v_failures >= CASE WHEN v_run.attempt = 0 THEN p_max_attempts
+                                                  ELSE v_run.max_attempts END
+                          THEN 'exhausted' ELSE 'won' END;
+    END IF;
+
+    IF NOT v_found AND o_outcome IN ('stale', 'overlap', 'paused', 'buffered') THEN
+        INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts, finished_at,
+                                   updated_at)
+        VALUES (p_run_id, p_job, p_slot,
+                CASE WHEN o_outcome = 'buffered' THEN 'pending' ELSE 'skipped' END, o_outcome,
+                p_max_attempts, CASE WHEN o_outcome = 'buffered' THEN NULL ELSE v_now END, v_now);
+    ELSIF o_outcome = 'exhausted' THEN
+        UPDATE {schema}.runs SET
+            state = 'failed', failures = v_failures, reason = 'max_attempts',
+            expires_at = NULL, finished_at = v_now, updated_at = v_now
+        WHERE run_id = p_run_id;
+    ELSIF o_outcome = 'won' THEN
+        o_token := v_token;
+        INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures, max_attempts,
+                                        token, owner, expires_at, updated_at)
+        VALUES (p_run_id, p_job, p_slot, 'running', 1, v_failures, p_max_attempts, o_token,
+                p_owner, v_now + p_lease * interval '1 second', v_now)
+        ON CONFLICT (run_id) DO UPDATE SET
+            state = 'running', attempt = s.attempt + 1, failures = excluded.failures,
+            token = excluded.token, owner = excluded.owner, reason = NULL,
+            expires_at = excluded.expires_at, started_at = NULL, updated_at = excluded.updated_at,
+            max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
+                                ELSE s.max_attempts END
+        RETURNING s.attempt INTO o_attempt;
+    END IF;
+END
+$$;
+
+-- skip: record a run skipped unless it has a record. Holds the job's row like acquire_many, so a
+-- skip never lands between an acquire's read and its write.
+CREATE FUNCTION {schema}.skip(p_run_id text, p_job text, p_slot timestamptz, p_reason text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.jobs (name, token) VALUES (p_job, 0) ON CONFLICT (name) DO NOTHING;
+    PERFORM 1 FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    INSERT INTO {schema}.runs (run_id, job, slot, state, reason, finished_at, updated_at)
+    VALUES (p_run_id, p_job, p_slot, 'skipped', p_reason, clock_timestamp(), clock_timestamp())
+    ON CONFLICT (run_id) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
