@@ -38,10 +38,18 @@ def check_redis() -> None:
 
 
 def check_postgres() -> None:
+    """The driver reaches the server, and the wheel holds the schema: a fresh one is created."""
     import psycopg
 
-    with psycopg.connect(POSTGRES, connect_timeout=10) as conn:
-        assert conn.execute("SELECT 1").fetchone() == (1,)
+    import relay
+
+    schema = f"relay_install_{secrets.token_hex(4)}"
+    url = f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}schema={schema}"
+    with psycopg.connect(POSTGRES, connect_timeout=10, autocommit=True) as conn:
+        try:
+            relay.open_backend(url).close()
+        finally:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def check_rabbitmq() -> None:
