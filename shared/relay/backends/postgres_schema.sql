@@ -131,6 +131,8 @@ FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
 -- overlapping a live one waits pending ('buffered') unless one already waits, and a waiting run is
 -- leased once no other run of its job is live; an expired lease means its runner stopped
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
+-- Its body, and acquire_one's, stand as migration 0005 wrote them (the catalog test compares bodies
+-- to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
     p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[]
