@@ -13,7 +13,9 @@ and applies each change to the :class:`~relay.engine.deciding.Decider` before th
   :class:`~relay.events.ScheduleNotRunnable` event (once per version), never skipped silently.
 
 A host gives the feed ``handler_for``: the handler of a schedule's task, or ``None`` if it does not
-allow the task. The standalone scheduler binds the task's function to the stored arguments.
+allow the task; it raises :class:`~relay.errors.ConfigurationError` for a definition it cannot
+apply (a host option it does not know, say), which is reported as not runnable too. The standalone
+scheduler binds the task's function to the stored arguments; ``relay-dramatiq`` the actor's message.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ScheduleFeed:
         *,
         allowed: str = "",
         active: bool = True,
+        allow_with: str = "@scheduler.task({task!r})",
     ) -> None:
         self.decider = decider
         self.active = active
@@ -57,6 +60,8 @@ class ScheduleFeed:
         self.handler_for = handler_for
         self.allowed = allowed
         """The tasks this instance allows, for messages (``"a, b"``)."""
+        self.allow_with = allow_with
+        """How this host allows a task, for messages: ``{task!r}`` is replaced by its name."""
         self.revision = 0
         """The store's revision this instance has applied."""
         self.stored: dict[str, int] = {}
@@ -115,18 +120,19 @@ class ScheduleFeed:
         if not schedule.enabled:
             self._drop(name, row, "paused")
             return
-        handler = self.handler_for(schedule)
-        if handler is None:
+        try:
+            handler = self.handler_for(schedule)
+            job = None if handler is None else schedule_job(self.decider.backend, schedule, handler)
+        except ConfigurationError as exc:  # written by another Relay version, or by hand
+            self._refuse(schedule, f"its definition is refused here: {exc}")
+            return
+        if job is None:
             self._refuse(
                 schedule,
                 f"this instance does not allow task {schedule.task!r} (it allows: "
-                f"{self.allowed or 'none'}); allow it with @scheduler.task({schedule.task!r})",
+                f"{self.allowed or 'none'}); allow it with "
+                + self.allow_with.format(task=schedule.task),
             )
-            return
-        try:
-            job = schedule_job(self.decider.backend, schedule, handler)
-        except ConfigurationError as exc:  # written by another Relay version, or by hand
-            self._refuse(schedule, f"its definition is refused here: {exc}")
             return
         self.decider.replace(job)
         self.stored[name] = row.version
