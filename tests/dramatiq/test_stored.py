@@ -28,6 +28,7 @@ from relay.stored import Schedule
 from relay.testing import FakeClock
 from relay_dramatiq import RelayMiddleware, Scheduler, periodic, periodic_actors, schedulable
 from relay_dramatiq._stored import stored_message
+from tests.dramatiq.test_cli import cli
 from tests.support.backends import unique
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc).timestamp()
@@ -158,3 +159,25 @@ def test_a_periodic_actor_with_a_stored_schedules_name_refuses_to_start(app: App
         scheduler.start()
     assert f"code job(s) {name!r}" in str(caught.value)
     assert "stored schedule(s) of the same name" in str(caught.value)
+
+
+PLAIN_APP = """
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+import relay_dramatiq
+
+broker = StubBroker()
+broker.add_middleware(relay_dramatiq.RelayMiddleware("sqlite:///{db}"))
+dramatiq.set_broker(broker)
+
+@dramatiq.actor
+def plain(n: int) -> None: ...
+"""
+
+
+def test_relay_dramatiq_names_an_unknown_schedulable_actor(tmp_path: Path) -> None:
+    (tmp_path / "plain_app.py").write_text(PLAIN_APP.format(db=tmp_path / "relay.db"))
+    proc = cli(tmp_path, "plain_app", "--schedulable", "nope")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    assert "--schedulable nope: the app's broker has no actor of that name" in out
