@@ -43,7 +43,7 @@ MESSAGE_OPTIONS = ("queue_name", "delay", "time_limit", "broker_priority")
 ``queue_lease``), ``time_limit`` (milliseconds, for Dramatiq's ``TimeLimit``) and
 ``broker_priority`` (a ``RabbitmqBroker`` with ``max_priority`` only)."""
 _RETRIES = ("max_retries", "retry_when", "min_backoff", "max_backoff", "throws")
-ALLOW_WITH = "relay_dramatiq.schedulable on the actor, or relay-dramatiq --schedulable {task}"
+ALLOW_WITH = "relay_dramatiq.schedulable"
 """How an actor is allowed, in the ``ScheduleNotRunnable`` reason of one that is not."""
 
 _registry: dict[dramatiq.Actor[Any, Any], None] = {}

@@ -119,7 +119,7 @@ def test_an_actor_not_allowed_is_reported_not_runnable_and_never_sent(app: App) 
     reasons = {e.schedule: e.reason for e in app.refused}
     assert sorted(reasons) == ["bad", "misfit", "sneaky"]  # once each
     assert f"does not allow task {other.actor_name!r}" in reasons["sneaky"]
-    assert "relay_dramatiq.schedulable on the actor" in reasons["sneaky"]
+    assert f"allow it with relay_dramatiq.schedulable({other.actor_name!r})" in reasons["sneaky"]
     assert "'priority' is an actor's in Dramatiq" in reasons["bad"]
     assert "its arguments do not fit actor" in reasons["misfit"]
 

@@ -111,7 +111,7 @@ def test_an_actor_not_allowed_is_reported_and_never_sent_until_a_scheduler_allow
         refused = read_events(d.relay_events, "schedule_not_runnable")
         assert [e["relay_schedule"] for e in refused] == ["sneaky"], refused
         assert "does not allow task 'other'" in refused[0]["message"]
-        assert "relay-dramatiq --schedulable other" in refused[0]["message"]
+        assert "allow it with relay_dramatiq.schedulable('other')" in refused[0]["message"]
         assert stored_runs(d, "other") == [] and d.runs("sneaky") == []
 
         d.scheduler("scheduler-b", "--schedulable", "other")  # the CLI's way to allow an actor

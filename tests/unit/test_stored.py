@@ -243,7 +243,7 @@ def test_a_host_names_how_to_allow_and_may_refuse_a_definition(
     decider = Decider(store, owner="a", lease=30, clock=clock)
     events: list[Event] = []
     decider.events.on(ScheduleNotRunnable, events.append)
-    feed = ScheduleFeed(decider, store, handler_for, allow_with="schedulable({task!r})")
+    feed = ScheduleFeed(decider, store, handler_for, allow_with="schedulable")
     control = Control(store)
     control.add_schedule("other", "nope", every=60, force=True)
     control.add_schedule("s", "echo", every=60, options={"bad": 1}, force=True)

@@ -13,9 +13,9 @@ and applies each change to the :class:`~relay.engine.deciding.Decider` before th
   :class:`~relay.events.ScheduleNotRunnable` event (once per version), never skipped silently.
 
 A host gives the feed ``handler_for``: the handler of a schedule's task, or ``None`` if it does not
-allow the task; it raises :class:`~relay.errors.ConfigurationError` for a definition it cannot
-apply (a host option it does not know, say), which is reported as not runnable too. The standalone
-scheduler binds the task's function to the stored arguments; ``relay-dramatiq`` the actor's message.
+allow the task (it raises :class:`~relay.errors.ConfigurationError` for options it refuses: the
+schedule is then not runnable there). The standalone scheduler binds the task's function to the
+stored arguments; Celery beat binds the task's name to the stored arguments and publish options.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class ScheduleFeed:
         *,
         allowed: str = "",
         active: bool = True,
-        allow_with: str = "@scheduler.task({task!r})",
+        allow_with: str = "@scheduler.task",
     ) -> None:
         self.decider = decider
         self.active = active
@@ -61,7 +61,7 @@ class ScheduleFeed:
         self.allowed = allowed
         """The tasks this instance allows, for messages (``"a, b"``)."""
         self.allow_with = allow_with
-        """How this host allows a task, for messages: ``{task!r}`` is replaced by its name."""
+        """How a task is allowed on this host, for messages (``relay_celery.schedulable``)."""
         self.revision = 0
         """The store's revision this instance has applied."""
         self.stored: dict[str, int] = {}
@@ -121,18 +121,18 @@ class ScheduleFeed:
             self._drop(name, row, "paused")
             return
         try:
-            handler = self.handler_for(schedule)
-            job = None if handler is None else schedule_job(self.decider.backend, schedule, handler)
+            handler = self.handler_for(schedule)  # a host may refuse its options: an error
+            if handler is None:
+                self._refuse(
+                    schedule,
+                    f"this instance does not allow task {schedule.task!r} (it allows: "
+                    f"{self.allowed or 'none'}); allow it with {self.allow_with}"
+                    f"({schedule.task!r})",
+                )
+                return
+            job = schedule_job(self.decider.backend, schedule, handler)
         except ConfigurationError as exc:  # written by another Relay version, or by hand
             self._refuse(schedule, f"its definition is refused here: {exc}")
-            return
-        if job is None:
-            self._refuse(
-                schedule,
-                f"this instance does not allow task {schedule.task!r} (it allows: "
-                f"{self.allowed or 'none'}); allow it with "
-                + self.allow_with.format(task=schedule.task),
-            )
             return
         self.decider.replace(job)
         self.stored[name] = row.version
