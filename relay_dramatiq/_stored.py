@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import dramatiq
+from dramatiq.common import q_name
 
 from relay.backends import LEASE_BACKENDS
 from relay.errors import ConfigurationError, UnsupportedOption
@@ -165,7 +166,8 @@ def _check_known(name: str) -> None:
 
 
 def _check_queue(actor: dramatiq.Actor[Any, Any], queue_name: Any) -> None:
-    queues = sorted(actor.broker.get_declared_queues())
+    # A delay queue (``q.DQ``) is the broker's own: no worker consumes it as a queue.
+    queues = sorted(q for q in actor.broker.get_declared_queues() if q == q_name(q))
     if queue_name not in queues:
         raise ConfigurationError(
             f"option 'queue_name' is {queue_name!r}, not a queue of this app's actors, so no "

@@ -131,7 +131,8 @@ def test_an_actor_not_allowed_is_reported_not_runnable_and_never_sent(app: App) 
         ({"retry_when": "x"}, "Relay retries a failed run itself"),
         ({"on_success": "other_actor"}, "'on_success' is not one relay-dramatiq applies"),
         ({HEADER: {}}, f"{HEADER!r} is not one relay-dramatiq applies"),
-        ({"queue_name": "nowhere"}, "no worker would take the message: use one of 'q'"),
+        ({"queue_name": "nowhere"}, "no worker would take the message: use one of 'q'$"),
+        ({"queue_name": "q.DQ"}, "'q.DQ', not a queue of this app's actors"),
         ({"delay": 1.5}, "give whole milliseconds"),
         ({"delay": 300_000}, "not shorter than the middleware's queue_lease (300 s)"),
         ({"time_limit": 0}, "'time_limit' is 0: give whole milliseconds, at least 1"),
@@ -144,7 +145,7 @@ def test_options_that_cannot_apply_are_refused_naming_the_fix(
     schedule = Schedule(name="s", task=app.name, every=1, args=(1,), options=options)
     with pytest.raises(ConfigurationError) as caught:
         stored_message(app.echo, schedule, app.middleware.queue_lease)
-    assert words in str(caught.value)
+    assert words in f"{caught.value}$"  # "$": the message ends there
 
 
 def test_a_periodic_actor_with_a_stored_schedules_name_refuses_to_start(app: App) -> None:
