@@ -20,7 +20,10 @@ from relay.retries import foreign_retries
 from relay_dramatiq._consumer import caller, check_actor
 from relay_dramatiq._middleware import RelayMiddleware
 
-__all__ = ["Periodic", "periodic", "periodic_actors", "require_worker_side"]
+__all__ = [
+    "Periodic", "check_coroutine", "check_retries", "middleware_of", "periodic", "periodic_actors",
+    "require_worker_side",
+]  # fmt: skip
 
 A = TypeVar("A", bound="dramatiq.Actor[Any, Any]")
 
@@ -70,11 +73,11 @@ def periodic(
     def register(actor: A) -> A:
         if not isinstance(actor, dramatiq.Actor):
             raise TypeError("@periodic goes above @dramatiq.actor, on an actor")
-        middleware = _middleware_of(actor)
+        middleware = middleware_of(actor)
         _check_arguments(actor)
-        _check_retries(actor)
+        check_retries(actor)
         check_actor(middleware.backend, actor)
-        _check_coroutine(actor)
+        check_coroutine(actor)
         if actor in _registry:
             raise ConfigurationError(f"actor {actor.actor_name!r} is already periodic")
         job = make_job(
@@ -96,27 +99,31 @@ def periodic(
     return register
 
 
-def _middleware_of(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:
+def middleware_of(actor: dramatiq.Actor[Any, Any], kind: str = "periodic") -> RelayMiddleware[Any]:
+    """The :class:`RelayMiddleware` on the actor's broker, there since before the actor was
+    declared; ``kind`` (``"periodic"``, ``"schedulable"``) names the actor in errors."""
     found = [m for m in actor.broker.middleware if isinstance(m, RelayMiddleware)]
     if not found:
         raise ConfigurationError(
-            f"actor {actor.actor_name!r} is periodic, but its broker has no RelayMiddleware: "
+            f"actor {actor.actor_name!r} is {kind}, but its broker has no RelayMiddleware: "
             "call broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) "
-            "before declaring periodic actors"
+            f"before declaring {kind} actors"
         )
-    require_worker_side(actor, found[0])
+    require_worker_side(actor, found[0], kind)
     return found[0]
 
 
-def require_worker_side(actor: dramatiq.Actor[Any, Any], middleware: RelayMiddleware[Any]) -> None:
-    """Refuse a periodic actor that workers could load without ``middleware``.
+def require_worker_side(
+    actor: dramatiq.Actor[Any, Any], middleware: RelayMiddleware[Any], kind: str = "periodic"
+) -> None:
+    """Refuse a periodic (or schedulable) actor that workers could load without ``middleware``.
 
     The middleware must be on the actor's broker, and have been there when the actor was
     declared: then every module that declares the actor also sets up Relay's worker side.
     """
     if middleware not in actor.broker.middleware:
         raise ConfigurationError(
-            f"periodic actor {actor.actor_name!r} is decided on a RelayMiddleware that is not on "
+            f"{kind} actor {actor.actor_name!r} is decided on a RelayMiddleware that is not on "
             "its broker, so workers would run its runs unleased: call "
             "broker.add_middleware(relay_dramatiq.RelayMiddleware(backend=...)) on the broker "
             "the actor is declared on"
@@ -145,24 +152,27 @@ def _check_arguments(actor: dramatiq.Actor[Any, Any]) -> None:
         )
 
 
-def _check_coroutine(actor: dramatiq.Actor[Any, Any]) -> None:
+def check_coroutine(actor: dramatiq.Actor[Any, Any], kind: str = "periodic") -> None:
     """Refuse an ``async def`` actor that Dramatiq's workers could not run: no AsyncIO loop."""
     if not is_coroutine_function(inspect.unwrap(actor.fn)):
         return
     if any(isinstance(m, AsyncIO) for m in actor.broker.middleware):
         return
     raise ConfigurationError(
-        f"periodic actor {actor.actor_name!r} is async def, but its broker has no AsyncIO "
+        f"{kind} actor {actor.actor_name!r} is async def, but its broker has no AsyncIO "
         "middleware, so workers could not run it and every attempt would fail: call "
         "broker.add_middleware(dramatiq.middleware.AsyncIO()) where the broker is created, "
         "or make the actor a plain def"
     )
 
 
-def _check_retries(actor: dramatiq.Actor[Any, Any]) -> None:
+def check_retries(
+    actor: dramatiq.Actor[Any, Any], kind: str = "periodic", where: str = "in @periodic"
+) -> None:
+    """Refuse an actor that retries on its own: Relay retries a failed run, with a new token."""
     if actor.options.get("retry_when") is not None or actor.options.get("max_retries", 0) != 0:
         raise foreign_retries(
-            f"periodic actor {actor.actor_name!r}",
+            f"{kind} actor {actor.actor_name!r}",
             "max_retries / retry_when",
-            "in @periodic(max_attempts=...)",
+            f"{where}(max_attempts=...)",
         )

@@ -1,7 +1,9 @@
 """The deciding half for Dramatiq: tick, sweep, and enqueue each won run as a message.
 
 Any number of scheduler processes may run: each run is won by one of them, and only the winner
-enqueues it. The run travels in the message's ``relay_run`` option with its fencing token.
+enqueues it. The run travels in the message's ``relay_run`` option with its fencing token. On a
+lease backend each loop also applies the store's stored schedules of its schedulable actors
+(:class:`~relay.engine.stored.ScheduleFeed`), whose runs are enqueued the same way.
 """
 
 from __future__ import annotations
@@ -10,19 +12,26 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from types import FrameType
 from typing import Any
+
+import dramatiq
 
 from relay import clock as relay_clock
 from relay.durations import Duration
 from relay.engine import Decider, Loop, Step, Won
-from relay.errors import ConfigurationError
+from relay.engine.stored import ScheduleFeed
+from relay.errors import BackendUnavailable, ConfigurationError
 from relay.jobs import check_tick
 from relay.runs import HEADER
+from relay.schedule_store import stores_schedules
+from relay.stored import Schedule
 from relay.tracing import message_headers
 from relay_dramatiq._consumer import check_queues, dispatcher
 from relay_dramatiq._middleware import RelayMiddleware
 from relay_dramatiq._periodic import Periodic, require_worker_side
+from relay_dramatiq._stored import ALLOW_WITH, StoredMessage, check_schedulable, stored_message
 
 __all__ = ["Scheduler"]
 
@@ -30,7 +39,8 @@ log = logging.getLogger("relay.dramatiq.scheduler")
 
 
 class _Group:
-    """The periodic actors of one middleware (one backend), decided together by one loop."""
+    """The periodic and schedulable actors of one middleware (one backend), decided together by
+    one loop."""
 
     def __init__(
         self, middleware: RelayMiddleware[Any], tick: float, clock: Callable[[], float]
@@ -40,26 +50,70 @@ class _Group:
             middleware.backend, owner=middleware.owner, lease=middleware.queue_lease, clock=clock,
             events=middleware.events,
         )  # fmt: skip
+        self.feed = (
+            ScheduleFeed(
+                decider, middleware.backend, self._stored_message, active=False,
+                allow_with=ALLOW_WITH,
+            )
+            if stores_schedules(middleware.backend)
+            else None
+        )  # fmt: skip
         self.loop = Loop(
-            decider, interval=tick, sweep_every=middleware.heartbeat, role="dramatiq-scheduler"
-        )
+            decider, interval=tick, sweep_every=middleware.heartbeat, role="dramatiq-scheduler",
+            schedules=self.feed,
+        )  # fmt: skip
         self.actors: dict[str, Periodic] = {}
+        self.allowed: dict[str, dramatiq.Actor[Any, Any]] = {}
+        """The actors stored schedules may run, by name."""
 
     def add(self, item: Periodic) -> None:
         self.loop.decider.add(item.job)
         self.actors[item.job.name] = item
 
+    def allow(self, actor: dramatiq.Actor[Any, Any]) -> None:
+        """Let stored schedules run ``actor``; the heartbeat records it for ``add_schedule``."""
+        known = self.allowed.setdefault(actor.actor_name, actor)
+        if known is not actor:
+            raise ConfigurationError(
+                f"two schedulable actors are named {actor.actor_name!r}: give each its own name"
+            )
+        assert self.feed is not None  # check_schedulable refused a store that keeps none
+        self.feed.allowed = ", ".join(sorted(self.allowed))
+        self.feed.active = True
+        if self.loop.instance is not None:
+            self.loop.instance.info = replace(
+                self.loop.instance.info, tasks=tuple(sorted(self.allowed))
+            )
+
+    def start(self) -> None:
+        """Apply the stored schedules; refuse a periodic actor that has a stored schedule's name."""
+        if self.feed is None:
+            return
+        try:
+            self.feed.start()
+        except BackendUnavailable as exc:  # the loop applies them once the store answers
+            log.warning("could not read the stored schedules yet: %s", exc)
+
     def step(self) -> Step:
         """One step of the loop; each won run is enqueued."""
         return self.loop.step(self._enqueue)
+
+    def _stored_message(self, schedule: Schedule) -> StoredMessage | None:
+        actor = self.allowed.get(schedule.task)
+        if actor is None:
+            return None
+        return stored_message(actor, schedule, self.middleware.queue_lease)
 
     def _enqueue(self, won: Won) -> bool:
         consumer = dispatcher(self.middleware.backend)
         if consumer is not None:  # RabbitMQ consumer mode: the job's run queue, not Dramatiq's
             consumer.dispatch(won)
             return True
-        actor = self.actors[won.job.name].actor
         header = message_headers(won.run, max_attempts=won.job.max_attempts)
+        if isinstance(won.job.handler, StoredMessage):  # a stored schedule's run
+            won.job.handler.send(header)
+            return True
+        actor = self.actors[won.job.name].actor
         # max_retries=0: Relay retries a failed run itself, with a new token.
         options: dict[str, Any] = {HEADER: header, "max_retries": 0}
         actor.send_with_options(**options)
@@ -67,40 +121,67 @@ class _Group:
 
 
 class Scheduler:
-    """Decides the runs of periodic actors and enqueues those this process wins.
+    """Decides the runs of periodic actors and stored schedules; enqueues those this process wins.
 
     ``periodics`` usually comes from :func:`relay_dramatiq.periodic_actors` after importing the
     app; each one's middleware must be on its actor's broker since before the actor was declared
-    (so workers have it too), else :class:`~relay.errors.ConfigurationError`. ``tick`` defaults to
-    the middleware's. ``clock`` exists for tests.
+    (so workers have it too), else :class:`~relay.errors.ConfigurationError`. ``schedulable``
+    (usually :func:`relay_dramatiq.schedulable_actors`) are the actors stored schedules may run,
+    checked as :func:`relay_dramatiq.schedulable` does; the scheduler then reads its store's
+    stored schedules each tick and records the actors' names in its heartbeat. ``tick`` defaults
+    to the middleware's. ``clock`` exists for tests.
     """
 
     def __init__(
         self,
         periodics: Iterable[Periodic],
         *,
+        schedulable: Iterable[dramatiq.Actor[Any, Any]] = (),
         tick: Duration | None = None,
         clock: Callable[[], float] = relay_clock.time,
     ) -> None:
         items = list(periodics)
-        if not items:
-            raise ConfigurationError("no periodic actors: decorate actors with @periodic(...)")
-        self.tick = check_tick(tick, default=min(item.middleware.tick for item in items))
+        allowed = [(actor, check_schedulable(actor)) for actor in schedulable]
+        if not items and not allowed:
+            raise ConfigurationError(
+                "no periodic actors: decorate actors with @periodic(...), or allow actors for "
+                "stored schedules with @relay_dramatiq.schedulable"
+            )
+        middlewares = [item.middleware for item in items] + [m for _, m in allowed]
+        self.tick = check_tick(tick, default=min(m.tick for m in middlewares))
         self._groups: dict[int, _Group] = {}
+        for middleware in middlewares:
+            if id(middleware) not in self._groups:
+                self._groups[id(middleware)] = _Group(middleware, self.tick, clock)
         for item in items:
             require_worker_side(item.actor, item.middleware)
-            key = id(item.middleware)
-            if key not in self._groups:
-                self._groups[key] = _Group(item.middleware, self.tick, clock)
-            self._groups[key].add(item)
+            self._groups[id(item.middleware)].add(item)
+        for actor, middleware in allowed:
+            self._groups[id(middleware)].allow(actor)
         for group in self._groups.values():
             check_queues(group.middleware.backend, list(group.loop.decider.jobs.values()))
         self._stopping = threading.Event()
+        self._started = False
+
+    def start(self) -> None:
+        """Apply the stored schedules before the first tick (:meth:`run` calls it); a periodic
+        actor with a stored schedule's name refuses to start (``ConfigurationError``)."""
+        if self._started:
+            return
+        for group in self._groups.values():
+            group.start()
+        self._started = True
 
     def run(self) -> None:
-        """Tick until :meth:`stop` (or SIGTERM / SIGINT)."""
+        """:meth:`start` (unless called already), then tick until :meth:`stop` (or SIGTERM /
+        SIGINT)."""
+        self.start()
         restore = _install_signal_handlers(self.stop)
-        log.info("deciding %d periodic actor(s)", sum(len(g.actors) for g in self._groups.values()))
+        log.info(
+            "deciding %d periodic actor(s), and stored schedules of %d schedulable actor(s)",
+            sum(len(g.actors) for g in self._groups.values()),
+            sum(len(g.allowed) for g in self._groups.values()),
+        )
         try:
             while not self._stopping.is_set():
                 self._stopping.wait(self.step())

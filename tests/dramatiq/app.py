@@ -7,7 +7,9 @@ and store: ``RELAY_T_BROKER`` (``redis`` or ``rabbitmq``), ``RELAY_T_BROKER_URL`
 (``lease,heartbeat,queue_lease`` in seconds), ``RELAY_T_OUT`` (a file each actor call appends JSON
 lines to) and ``RELAY_T_JOBS`` (JSON: actor name -> periodic options plus ``sleep`` and
 ``sleep_first``, the seconds attempt 1 sleeps, ``stuck`` and ``fail``). ``RELAY_T_EVENTS``
-(optional) is a file every process logs Relay's events to, as JSON lines.
+(optional) is a file every process logs Relay's events to, as JSON lines. With
+``RELAY_T_STORED=1`` it also declares ``echo`` (schedulable) and ``other`` (not), actors for
+stored schedules that report their run and arguments.
 """
 
 from __future__ import annotations
@@ -89,3 +91,26 @@ def declare(name: str, options: dict[str, Any]) -> None:
 
 for _name, _options in json.loads(os.environ["RELAY_T_JOBS"]).items():
     declare(_name, _options)
+
+
+def declare_stored() -> None:
+    """Declare ``echo``, which stored schedules may run, and ``other``, which they may not
+    (unless a scheduler allows it with ``--schedulable other``)."""
+
+    def report(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        run = relay_dramatiq.current_run()
+        assert run is not None
+        emit(event="stored", actor=name, run=run.id, token=run.token, args=args, kwargs=kwargs)
+
+    def echo(n: int, word: str = "") -> None:
+        report("echo", (n,), {"word": word})
+
+    def other(n: int) -> None:
+        report("other", (n,), {})
+
+    relay_dramatiq.schedulable(dramatiq.actor(queue_name=QUEUE, actor_name="echo")(echo))
+    dramatiq.actor(queue_name=QUEUE, actor_name="other")(other)
+
+
+if os.environ.get("RELAY_T_STORED"):
+    declare_stored()

@@ -36,6 +36,8 @@ class Deployment:
     backend: str
     jobs: dict[str, dict[str, Any]]
     lease: str = "2,0.5,10"
+    stored: bool = False
+    """Declare the actors of stored schedules (``RELAY_T_STORED``, see ``tests.dramatiq.app``)."""
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
     @property
@@ -59,6 +61,7 @@ class Deployment:
             "RELAY_T_OUT": str(self.out),
             "RELAY_T_EVENTS": str(self.relay_events),
             "RELAY_T_JOBS": json.dumps(self.jobs),
+            "RELAY_T_STORED": "1" if self.stored else "",
         }
 
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -78,9 +81,10 @@ class Deployment:
         argv += ["-t", str(threads), "--worker-shutdown-timeout", str(stop_ms)]
         return self._start(name, argv)
 
-    def scheduler(self, name: str) -> subprocess.Popen[bytes]:
-        """Start ``python -m relay_dramatiq tests.dramatiq.app``."""
-        return self._start(name, [sys.executable, "-m", "relay_dramatiq", "tests.dramatiq.app"])
+    def scheduler(self, name: str, *options: str) -> subprocess.Popen[bytes]:
+        """Start ``python -m relay_dramatiq tests.dramatiq.app`` with ``options``."""
+        argv = [sys.executable, "-m", "relay_dramatiq", "tests.dramatiq.app", *options]
+        return self._start(name, argv)
 
     def logs(self) -> str:
         """Every process's output, for failure messages."""

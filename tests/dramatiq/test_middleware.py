@@ -295,8 +295,8 @@ def test_a_later_middleware_refusing_the_message_fails_the_attempt(
 
 def test_the_public_surface() -> None:
     assert set(relay_dramatiq.__all__) == {
-        "DEFAULT_QUEUE_LEASE", "Periodic", "RelayMiddleware", "Scheduler", "current_run",
-        "periodic", "periodic_actors",
+        "DEFAULT_QUEUE_LEASE", "MESSAGE_OPTIONS", "Periodic", "RelayMiddleware", "Scheduler",
+        "current_run", "periodic", "periodic_actors", "schedulable", "schedulable_actors",
     }  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""Checked by mypy, never run: the middleware's options are typed by the backend's capability.
+"""Checked by mypy, never run: the middleware's options are typed by the backend's capability,
+and ``schedulable`` keeps the type of the actor it allows.
 
 A line marked ``# type: ignore[...]`` must fail to type-check; mypy's ``warn_unused_ignores``
 (part of ``--strict``) reports the ignore if it ever starts to pass.
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import dramatiq
 from typing_extensions import assert_type
 
 from relay.contract import ClaimBackend, LeaseBackend
-from relay_dramatiq import RelayMiddleware
+from relay_dramatiq import RelayMiddleware, schedulable
 
 
 def lease_backends_take_lease_options(backend: LeaseBackend) -> None:
@@ -29,3 +31,8 @@ def claim_backends_refuse_lease_options(backend: ClaimBackend) -> None:
 def urls_are_checked_when_opened() -> None:
     middleware = RelayMiddleware("sqlite:///relay.db", lease=30, queue_lease=300)
     assert_type(middleware, RelayMiddleware[Any])
+
+
+def schedulable_keeps_the_actor_s_type(actor: dramatiq.Actor[[int], None]) -> None:
+    assert_type(schedulable(actor), dramatiq.Actor[[int], None])
+    schedulable(lambda n: None)  # type: ignore[type-var]

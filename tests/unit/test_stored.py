@@ -227,6 +227,36 @@ def test_a_task_not_allowed_is_reported_once_per_version(
     assert "s" not in host.decider.jobs and "s" in host.feed.not_runnable
 
 
+def test_a_host_names_how_to_allow_and_may_refuse_a_definition(
+    store: SQLiteLeaseBackend, clock: FakeClock
+) -> None:
+    """A host's own words for allowing a task; a definition its ``handler_for`` refuses (a host
+    option it cannot apply) is reported not runnable, and applied once a fixed version comes."""
+
+    def handler_for(schedule: Schedule) -> Any:
+        if schedule.task != "echo":
+            return None
+        if schedule.options:
+            raise ConfigurationError(f"option(s) {sorted(schedule.options)} cannot apply here")
+        return Host.handler
+
+    decider = Decider(store, owner="a", lease=30, clock=clock)
+    events: list[Event] = []
+    decider.events.on(ScheduleNotRunnable, events.append)
+    feed = ScheduleFeed(decider, store, handler_for, allow_with="schedulable")
+    control = Control(store)
+    control.add_schedule("other", "nope", every=60, force=True)
+    control.add_schedule("s", "echo", every=60, options={"bad": 1}, force=True)
+    feed.apply()
+    reasons = {e.schedule: e.reason for e in events}
+    assert reasons["other"].endswith("allow it with schedulable('nope')")
+    assert "its definition is refused here: option(s) ['bad'] cannot apply here" in reasons["s"]
+    assert "s" not in decider.jobs and "s" in feed.not_runnable
+    control.update_schedule("s", version=1, options={})
+    feed.apply()
+    assert "s" in decider.jobs and "s" not in feed.not_runnable
+
+
 def test_an_idle_step_asks_the_store_one_thing(store: SQLiteLeaseBackend, clock: FakeClock) -> None:
     counting = Counting(store)
     for n in range(50):
