@@ -13,7 +13,9 @@ and applies each change to the :class:`~relay.engine.deciding.Decider` before th
   :class:`~relay.events.ScheduleNotRunnable` event (once per version), never skipped silently.
 
 A host gives the feed ``handler_for``: the handler of a schedule's task, or ``None`` if it does not
-allow the task. The standalone scheduler binds the task's function to the stored arguments.
+allow the task (it raises :class:`~relay.errors.ConfigurationError` for options it refuses: the
+schedule is then not runnable there). The standalone scheduler binds the task's function to the
+stored arguments; Celery beat binds the task's name to the stored arguments and publish options.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ScheduleFeed:
         *,
         allowed: str = "",
         active: bool = True,
+        allow_with: str = "@scheduler.task",
     ) -> None:
         self.decider = decider
         self.active = active
@@ -57,6 +60,8 @@ class ScheduleFeed:
         self.handler_for = handler_for
         self.allowed = allowed
         """The tasks this instance allows, for messages (``"a, b"``)."""
+        self.allow_with = allow_with
+        """How a task is allowed on this host, for messages (``relay_celery.schedulable``)."""
         self.revision = 0
         """The store's revision this instance has applied."""
         self.stored: dict[str, int] = {}
@@ -115,15 +120,16 @@ class ScheduleFeed:
         if not schedule.enabled:
             self._drop(name, row, "paused")
             return
-        handler = self.handler_for(schedule)
-        if handler is None:
-            self._refuse(
-                schedule,
-                f"this instance does not allow task {schedule.task!r} (it allows: "
-                f"{self.allowed or 'none'}); allow it with @scheduler.task({schedule.task!r})",
-            )
-            return
         try:
+            handler = self.handler_for(schedule)  # a host may refuse its options: an error
+            if handler is None:
+                self._refuse(
+                    schedule,
+                    f"this instance does not allow task {schedule.task!r} (it allows: "
+                    f"{self.allowed or 'none'}); allow it with {self.allow_with}"
+                    f"({schedule.task!r})",
+                )
+                return
             job = schedule_job(self.decider.backend, schedule, handler)
         except ConfigurationError as exc:  # written by another Relay version, or by hand
             self._refuse(schedule, f"its definition is refused here: {exc}")
