@@ -129,7 +129,9 @@ class RelayScheduler(Scheduler):
 
     def _stored_task(self, schedule: StoredSchedule) -> StoredTask | None:
         """What a stored schedule's run publishes, if its task is allowed here."""
-        return stored_task(schedule, self._send) if schedule.task in self.allowed else None
+        if schedule.task not in self.allowed:
+            return None
+        return stored_task(schedule, self._send, self.app.tasks.get(schedule.task))
 
     def merge_inplace(self, b: dict[str, Any]) -> None:
         """Keep each entry's ``"relay"`` options aside; Celery's entries do not know the key."""

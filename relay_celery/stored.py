@@ -94,12 +94,22 @@ class StoredTask:
         self.send(won, self.task, self.args, dict(self.kwargs), dict(self.options))
 
 
-def stored_task(schedule: Schedule, send: Send) -> StoredTask:
-    """The handler of ``schedule`` on beat; its options are checked (``ConfigurationError``)."""
+def stored_task(schedule: Schedule, send: Send, task: Task[Any, Any] | None = None) -> StoredTask:
+    """The handler of ``schedule`` on beat. Its options are checked, and its arguments against
+    ``task``'s signature when beat knows the task (``ConfigurationError``), as ``apply_async``
+    would check them at every slot."""
+    args, kwargs = tuple(schedule.args), dict(schedule.kwargs or {})
+    check = getattr(task, "__header__", None) if task is not None and task.typing else None
+    if check is not None:
+        try:
+            check(*args, **kwargs)
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"its arguments do not fit task {schedule.task!r} ({exc}): edit its args or kwargs"
+            ) from None
     return StoredTask(
-        send, schedule.task, tuple(schedule.args), dict(schedule.kwargs or {}),
-        publish_options(schedule.options), schedule.version,
-    )  # fmt: skip
+        send, schedule.task, args, kwargs, publish_options(schedule.options), schedule.version
+    )
 
 
 def publish_options(options: Mapping[str, Any]) -> dict[str, Any]:
