@@ -38,6 +38,11 @@ __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
 log = logging.getLogger("relay.celery.beat")
 
+STORED_TICK = 1.0
+"""The longest wait between two steps of a beat that runs stored schedules: each step asks the
+store for changes (one indexed read), so a change is applied within a second plus a round trip,
+as on the standalone scheduler's default tick."""
+
 
 class RelayScheduler(Scheduler):
     """Publishes each run of each ``beat_schedule`` entry once, from whichever beat wins it.
@@ -84,9 +89,12 @@ class RelayScheduler(Scheduler):
                 consumer.check_jobs(list(self.decider.jobs.values()))
                 self._consumer = ConsumerMode(self.app, consumer)
             feed = self._feed()
+            interval = self._max_interval()
+            if feed is not None and feed.active:  # changes seen within a tick, as elsewhere
+                interval = min(interval, STORED_TICK)
             self.loop = Loop(
-                self.decider, interval=self._max_interval(), sweep_every=settings.heartbeat,
-                role="beat", schedules=feed,
+                self.decider, interval=interval, sweep_every=settings.heartbeat, role="beat",
+                schedules=feed,
             )  # fmt: skip
             if self.loop.instance is not None:  # add_schedule checks a task against these
                 self.loop.instance.info = replace(self.loop.instance.info, tasks=self.allowed)

@@ -19,6 +19,7 @@ from relay.errors import ConfigurationError, UnsupportedOption
 from relay.runs import HEADER, run_from_headers
 from relay.settings import Settings
 from relay_celery import RelayScheduler, install, schedulable
+from relay_celery.beat import STORED_TICK
 from relay_celery.stored import PUBLISH_OPTIONS, allowed_tasks, publish_options
 from relay_celery.worker import _refuse_celery_retries, refuse_coroutine_tasks
 
@@ -80,6 +81,7 @@ def test_beat_records_its_allowed_tasks_and_reads_stored_schedules_only_then(
     try:
         assert quiet.loop.schedules is not None and not quiet.loop.schedules.active
         assert quiet.loop.instance is not None and quiet.loop.instance.info.tasks == ()
+        assert quiet.loop.interval == 5  # beat_max_loop_interval: nothing stored to watch
     finally:
         quiet.close()
     app = make_app(tmp_path, relay_schedulable_tasks=["proj.b"])
@@ -87,6 +89,7 @@ def test_beat_records_its_allowed_tasks_and_reads_stored_schedules_only_then(
     scheduler = RelayScheduler(app)
     try:
         assert scheduler.loop.schedules is not None and scheduler.loop.schedules.active
+        assert scheduler.loop.interval == STORED_TICK  # changes seen within a second
         assert scheduler.loop.instance is not None
         assert scheduler.loop.instance.info.tasks == ("proj.a", "proj.b")
         scheduler.tick()  # records the heartbeat
