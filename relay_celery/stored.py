@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from celery import Celery, Task
+from celery.app.task import Context
 
 from relay.engine import Won
 from relay.errors import ConfigurationError
@@ -26,7 +27,15 @@ from relay.runs import HEADER
 from relay.settings import Settings, check_task_name
 from relay.stored import Schedule
 
-__all__ = ["PUBLISH_OPTIONS", "StoredTask", "allowed_tasks", "schedulable", "stored_task"]
+__all__ = [
+    "PUBLISH_OPTIONS",
+    "RESERVED_HEADERS",
+    "StoredTask",
+    "allowed_tasks",
+    "publish_options",
+    "schedulable",
+    "stored_task",
+]
 
 T = TypeVar("T", bound="Task[Any, Any]")
 
@@ -34,6 +43,19 @@ _TEXT = ("queue", "exchange", "routing_key")
 _SECONDS = ("expires", "time_limit", "soft_time_limit")
 PUBLISH_OPTIONS = frozenset({*_TEXT, *_SECONDS, "priority", "headers", "ignore_result"})
 """The publish options a stored schedule may set (``apply_async``'s, by the same names)."""
+_PROTOCOL_HEADERS = frozenset({
+    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
+    "replaced_task_nesting", "stamped_headers", "stamps",
+})  # fmt: skip
+RESERVED_HEADERS = frozenset({
+    *_PROTOCOL_HEADERS, *(name for name in vars(Context) if not name.startswith("_")),
+    "groups", HEADER, "celery_beat_task",
+})  # fmt: skip
+"""Header names a stored schedule's ``headers`` may not set. Celery lets a publish's headers
+override its own message headers (``task``, ``id``…) and its workers read the task's request from
+them: a stored ``{"task": ...}`` would run another task. So Celery's message headers, the names
+of its task request, and Relay's own are refused."""
 _allowed: weakref.WeakKeyDictionary[Celery, set[str]] = weakref.WeakKeyDictionary()
 
 
@@ -130,7 +152,7 @@ def publish_options(options: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "ignore_result":
             ok = isinstance(value, bool)
         else:  # headers
-            ok = isinstance(value, Mapping) and HEADER not in value
+            ok = isinstance(value, Mapping) and not RESERVED_HEADERS.intersection(value)
         if not ok:
             raise ConfigurationError(f"option {key!r}={value!r} is refused: {_EXPECTED[key]}")
     return dict(options)
@@ -141,5 +163,6 @@ _EXPECTED = {
     **dict.fromkeys(_SECONDS, "give a positive number of seconds"),
     "priority": "give an integer from 0 to 255",
     "ignore_result": "give true or false",
-    "headers": f"give a dict of message headers without {HEADER!r} (Relay's own)",
+    "headers": "give a dict of your own message headers, none of Celery's or Relay's (such as "
+    "'task', 'id', 'eta', 'reply_to' or 'relay_run'; relay_celery.stored.RESERVED_HEADERS)",
 }

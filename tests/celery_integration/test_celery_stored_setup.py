@@ -20,7 +20,12 @@ from relay.runs import HEADER, run_from_headers
 from relay.settings import Settings
 from relay_celery import RelayScheduler, install, schedulable
 from relay_celery.beat import STORED_TICK
-from relay_celery.stored import PUBLISH_OPTIONS, allowed_tasks, publish_options
+from relay_celery.stored import (
+    PUBLISH_OPTIONS,
+    RESERVED_HEADERS,
+    allowed_tasks,
+    publish_options,
+)
 from relay_celery.worker import _refuse_celery_retries, refuse_coroutine_tasks
 
 
@@ -139,8 +144,10 @@ def test_publish_options_are_those_of_the_list_each_of_its_type() -> None:
         ({"priority": 256}, r"give an integer from 0 to 255"),
         ({"priority": True}, r"give an integer from 0 to 255"),
         ({"expires": -1}, r"positive number of seconds"),
-        ({"headers": {HEADER: {}}}, f"without '{HEADER}'"),
-        ({"headers": ["a"]}, r"give a dict of message headers"),
+        ({"headers": {HEADER: {}}}, r"none of Celery's or Relay's"),
+        ({"headers": {"task": "other.task"}}, r"none of Celery's or Relay's"),
+        ({"headers": {"ok": 1, "reply_to": "q"}}, r"none of Celery's or Relay's"),
+        ({"headers": ["a"]}, r"give a dict of your own message headers"),
     ]:
         with pytest.raises(ConfigurationError, match=message):
             publish_options(bad)
@@ -166,6 +173,13 @@ def test_stored_arguments_that_do_not_fit_the_task_are_not_runnable(tmp_path: Pa
         assert "'c'" in feed.not_runnable["bad"]
     finally:
         scheduler.close()
+
+
+def test_every_header_of_celerys_own_messages_is_reserved() -> None:
+    # Celery lets a publish's headers override these: a stored one could change the task run.
+    message = Celery("relay_unit", broker="memory://").amqp.as_task_v2("id", "name")
+    assert set(message.headers) <= RESERVED_HEADERS
+    assert {"reply_to", "delivery_info", "callbacks", "chain", "is_eager"} <= RESERVED_HEADERS
 
 
 def test_a_stored_run_is_published_as_its_task_with_its_arguments_and_options(
