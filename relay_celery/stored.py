@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from celery import Celery, Task
 from celery.app.task import Context
@@ -56,7 +56,10 @@ RESERVED_HEADERS = frozenset({
 override its own message headers (``task``, ``id``…) and its workers read the task's request from
 them: a stored ``{"task": ...}`` would run another task. So Celery's message headers, the names
 of its task request, and Relay's own are refused."""
-_allowed: weakref.WeakKeyDictionary[Celery, set[str]] = weakref.WeakKeyDictionary()
+_names: weakref.WeakKeyDictionary[Celery, set[str]] = weakref.WeakKeyDictionary()
+_tasks: list[tuple[Celery | None, Task[Any, Any]]] = []
+"""Task objects allowed, with their app if given: read at beat (or worker) start, because a task
+``@app.task`` makes before the app is finalized is a lazy proxy that reading would evaluate."""
 
 
 @overload
@@ -68,31 +71,35 @@ def schedulable(
 ) -> Any:
     """Allow stored schedules to run these tasks (task objects, or names with ``app=``).
 
-    ``@relay_celery.schedulable`` above ``@app.task`` allows the task and returns it (given
-    task objects first, it returns the first);
-    ``relay_celery.schedulable("proj.tasks.report", app=app)`` allows a task by name (one the
-    workers know, maybe not beat). Call it in the module beat loads; beat records the allowed
+    ``@relay_celery.schedulable`` above ``@app.task`` (or ``@shared_task``: it then belongs to
+    the app beat runs) allows the task and returns it (given task objects first, it returns the
+    first); ``relay_celery.schedulable("proj.tasks.report", app=app)`` allows a task by name (one
+    the workers know, maybe not beat). Call it in the module beat loads; beat records the allowed
     names with its heartbeat, so ``add_schedule`` accepts them. Nothing else may be run by a
     stored schedule: a schedule naming another task is reported not runnable, never sent.
     """
     for each in (task, *more):
-        if isinstance(each, str):
-            if app is None:
-                raise ConfigurationError(
-                    f"relay_celery.schedulable({each!r}): a task name needs the app it belongs "
-                    "to; pass app=app"
-                )
-            owner, name = app, each
+        # Not isinstance(): it reads __class__, which evaluates a lazy task.
+        if type(each) is not str:
+            _tasks.append((app, cast("Task[Any, Any]", each)))
+        elif app is None:
+            raise ConfigurationError(
+                f"relay_celery.schedulable({each!r}): a task name needs the app it belongs to; "
+                "pass app=app"
+            )
         else:
-            owner, name = app if app is not None else each.app, each.name
-        _allowed.setdefault(owner, set()).add(check_task_name(name))
-    return None if isinstance(task, str) else task
+            _names.setdefault(app, set()).add(check_task_name(each))
+    return None if type(task) is str else task
 
 
 def allowed_tasks(app: Celery, settings: Settings) -> tuple[str, ...]:
     """The task names stored schedules may run with ``app``: :func:`schedulable`'s and the
     ``relay_schedulable_tasks`` setting's, sorted."""
-    return tuple(sorted(_allowed.get(app, set()).union(settings.schedulable_tasks)))
+    names = set(_names.get(app, ())).union(settings.schedulable_tasks)
+    for owner, task in _tasks:
+        if (owner if owner is not None else task.app) is app:
+            names.add(check_task_name(task.name))
+    return tuple(sorted(names))
 
 
 Send = Callable[[Won, str, tuple[Any, ...], dict[str, Any], dict[str, Any]], None]

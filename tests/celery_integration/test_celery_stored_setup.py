@@ -52,6 +52,8 @@ def test_schedulable_allows_tasks_per_app_as_a_decorator_or_by_name(tmp_path: Pa
     def report() -> None:
         """A task."""
 
+    assert not report.__evaluated__()  # a lazy task stays lazy until the app is finalized
+    assert allowed_tasks(app, Settings()) == ("proj.report",)
     assert report.name == "proj.report"  # the decorator returns the task itself
     assert schedulable("proj.cleanup", "proj.sync", app=app) is None
     assert allowed_tasks(app, Settings()) == ("proj.cleanup", "proj.report", "proj.sync")
