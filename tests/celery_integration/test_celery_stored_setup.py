@@ -6,6 +6,9 @@ beat and worker processes are in ``test_celery_stored.py``.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ import relay_celery
 from relay import Control
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.runs import HEADER, run_from_headers
-from relay.settings import Settings
+from relay.settings import Settings, from_mapping
 from relay_celery import RelayScheduler, install, schedulable
 from relay_celery.beat import STORED_TICK
 from relay_celery.stored import (
@@ -79,6 +82,28 @@ def test_a_bad_relay_schedulable_tasks_setting_fails_at_beat_start(
     app = make_app(tmp_path, relay_schedulable_tasks=value)
     with pytest.raises(ConfigurationError, match=message):
         RelayScheduler(app)
+
+
+def test_the_setting_is_read_from_django_and_app_conf_alike(tmp_path: Path) -> None:
+    assert from_mapping({"schedulable_tasks": ["b", "a", "b"]}).schedulable_tasks == ("a", "b")
+    code = textwrap.dedent(
+        f"""
+        import django
+        from django.conf import settings
+        settings.configure(RELAY={{"BACKEND": "sqlite:///{tmp_path}/dj.db",
+                                   "SCHEDULABLE_TASKS": ["proj.a"]}})
+        django.setup()
+        from celery import Celery
+        from relay_celery.config import load_settings
+        from relay_celery.stored import allowed_tasks
+        app = Celery("dj")
+        print(allowed_tasks(app, load_settings(app)))
+        app.config_from_object({{"CELERY_RELAY_SCHEDULABLE_TASKS": ["proj.b"]}}, namespace="CELERY")
+        print(allowed_tasks(app, load_settings(app)))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["('proj.a',)", "('proj.b',)"]  # app.conf overrides
 
 
 def test_beat_records_its_allowed_tasks_and_reads_stored_schedules_only_then(
