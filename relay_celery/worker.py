@@ -217,7 +217,7 @@ def _scheduled_tasks(
     for name in allowed:
         task = app.tasks.get(name)
         if task is not None:
-            yield task, "allowed for stored schedules", "as the stored schedule's max_attempts"
+            yield task, "allowed for stored schedules", "in its stored schedules (add_schedule)"
 
 
 class RetryRequested(Exception):
