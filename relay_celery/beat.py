@@ -9,29 +9,39 @@ own and reports nothing itself: the engine emits the events, on :data:`relay_cel
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, cast
 
 from celery import Celery
 from celery.beat import BeatLazyFunc, ScheduleEntry, Scheduler
 
 from relay import clock as relay_clock
-from relay.backends import Backend
+from relay.backends import LEASE_BACKENDS, Backend
 from relay.engine import Decider, Loop, Won
-from relay.errors import ConfigurationError
+from relay.engine.stored import ScheduleFeed
+from relay.errors import BackendUnavailable, ConfigurationError, UnsupportedOption
 from relay.jobs import Job, make_job
 from relay.runs import HEADER
+from relay.schedule_store import stores_schedules
 from relay.scheduler import default_owner
+from relay.stored import Schedule as StoredSchedule
 from relay.tracing import message_headers
 from relay_celery.config import load_settings, open_checked
 from relay_celery.consumer import ConsumerMode, consumer_backend
 from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
 from relay_celery.schedules import schedule_options
+from relay_celery.stored import StoredTask, allowed_tasks, stored_task
 from relay_celery.worker import refuse_coroutine_tasks, require_worker_hooks
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
 log = logging.getLogger("relay.celery.beat")
+
+STORED_TICK = 1.0
+"""The longest wait between two steps of a beat that runs stored schedules: each step asks the
+store for changes (one indexed read), so a change is applied within a second plus a round trip,
+as on the standalone scheduler's default tick."""
 
 
 class RelayScheduler(Scheduler):
@@ -48,20 +58,25 @@ class RelayScheduler(Scheduler):
         self._relay_options: dict[str, dict[str, Any]] = {}
         self._backend: Backend | None = None
         self._consumer: ConsumerMode | None = None
+        self.allowed: tuple[str, ...] = ()
+        """The tasks stored schedules may run here (:func:`relay_celery.schedulable`)."""
         self._next_wake = 0.0
         super().__init__(app, *args, **kwargs)
 
     # -- set-up ------------------------------------------------------------------------------
 
     def setup_schedule(self) -> None:
-        """Read the entries, open the backend and make one Relay job per entry."""
+        """Read the entries, open the backend, make one Relay job per entry, and apply the
+        stored schedules of the allowed tasks (refused: a stored schedule named as an entry)."""
         super().setup_schedule()
         require_worker_hooks(self.app)
-        refuse_coroutine_tasks(self.app)
         self._relay_options = jobs_options(
             self.app.conf.get("relay_jobs"), self._relay_options, self.schedule
         )
-        backend, settings = open_checked(load_settings(self.app))
+        loaded = load_settings(self.app)
+        self.allowed = allowed_tasks(self.app, loaded)
+        refuse_coroutine_tasks(self.app, self.allowed)
+        backend, settings = open_checked(loaded)
         self._backend, self.settings = backend, settings
         try:
             self.decider = Decider(
@@ -73,15 +88,58 @@ class RelayScheduler(Scheduler):
             if consumer is not None:  # RabbitMQ consumer mode: runs go to their jobs' queues
                 consumer.check_jobs(list(self.decider.jobs.values()))
                 self._consumer = ConsumerMode(self.app, consumer)
+            feed = self._feed()
+            interval = self._max_interval()
+            if feed is not None and feed.active:  # changes seen within a tick, as elsewhere
+                interval = min(interval, STORED_TICK)
+            self.loop = Loop(
+                self.decider, interval=interval, sweep_every=settings.heartbeat, role="beat",
+                schedules=feed,
+            )  # fmt: skip
+            if self.loop.instance is not None:  # add_schedule checks a task against these
+                self.loop.instance.info = replace(self.loop.instance.info, tasks=self.allowed)
+            self._start_feed(feed)
         except Exception:
             backend.close()
             raise
-        self.loop = Loop(
-            self.decider, interval=self._max_interval(), sweep_every=settings.heartbeat, role="beat"
-        )
         log.info(
             "beat %s deciding %d job(s) on %s", self.decider.owner, len(self.schedule), backend.name
         )
+
+    def _feed(self) -> ScheduleFeed | None:
+        """Stored schedules, read only when some task is allowed (a code job's name clashing
+        with one is refused all the same, at start)."""
+        backend = self.decider.backend
+        if not stores_schedules(backend):
+            if self.allowed:
+                raise UnsupportedOption("relay_schedulable_tasks", backend.name, LEASE_BACKENDS)
+            return None
+        if self.allowed and self._consumer is not None:
+            raise ConfigurationError(
+                "stored schedules are not run in RabbitMQ consumer mode (mode=consumer): remove "
+                "relay_schedulable_tasks and relay_celery.schedulable(), or use another mode"
+            )
+        for name in self.allowed:
+            if name not in self.app.tasks:
+                log.warning("relay: schedulable task %r is not registered in beat's app", name)
+        return ScheduleFeed(
+            self.decider, backend, self._stored_task, allowed=", ".join(self.allowed),
+            active=bool(self.allowed), allow_with="relay_celery.schedulable",
+        )  # fmt: skip
+
+    def _start_feed(self, feed: ScheduleFeed | None) -> None:
+        if feed is None:
+            return
+        try:
+            feed.start()
+        except BackendUnavailable as exc:  # the loop applies them once the store answers
+            log.warning("relay: could not read the stored schedules yet: %s", exc)
+
+    def _stored_task(self, schedule: StoredSchedule) -> StoredTask | None:
+        """What a stored schedule's run publishes, if its task is allowed here."""
+        if schedule.task not in self.allowed:
+            return None
+        return stored_task(schedule, self._send, self.app.tasks.get(schedule.task))
 
     def merge_inplace(self, b: dict[str, Any]) -> None:
         """Keep each entry's ``"relay"`` options aside; Celery's entries do not know the key."""
@@ -126,9 +184,26 @@ class RelayScheduler(Scheduler):
     # -- publishing --------------------------------------------------------------------------
 
     def _publish(self, won: Won) -> bool:
-        """Send the entry's task with the run in its headers (the loop hands it back on error)."""
+        """Send the entry's task with the run in its headers (the loop hands it back on error).
+
+        A stored schedule's run sends its task with the arguments and options it was won with.
+        """
+        stored = won.job.handler
+        if isinstance(stored, StoredTask):
+            stored(won)
+            return True
         entry = self.schedule[won.job.name]
-        options = dict(entry.options or {})
+        args = tuple(a() if isinstance(a, BeatLazyFunc) else a for a in entry.args or ())
+        kwargs = {
+            k: v() if isinstance(v, BeatLazyFunc) else v for k, v in (entry.kwargs or {}).items()
+        }
+        self._send(won, entry.task or "", args, kwargs, dict(entry.options or {}))
+        return True
+
+    def _send(
+        self, won: Won, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> None:  # fmt: skip
         headers = dict(options.pop("headers", None) or {})
         run, producer = won.run, self.producer
         if self._consumer is not None:  # RabbitMQ consumer mode: to the job's own run queue
@@ -137,17 +212,12 @@ class RelayScheduler(Scheduler):
             options.update(route)
         run_header = message_headers(run, max_attempts=won.job.max_attempts)
         headers.update({HEADER: run_header, "celery_beat_task": True})
-        args = tuple(a() if isinstance(a, BeatLazyFunc) else a for a in entry.args or ())
-        kwargs = {
-            k: v() if isinstance(v, BeatLazyFunc) else v for k, v in (entry.kwargs or {}).items()
-        }
-        task = self.app.tasks.get(entry.task or "")
-        send = task.apply_async if task is not None else self._send_task(entry.task)
+        task = self.app.tasks.get(name)
+        send = task.apply_async if task is not None else self._send_task(name)
         send(args, kwargs, producer=producer, headers=headers, **options)
-        return True
 
-    def _send_task(self, name: str | None) -> Any:
-        return lambda *args, **kwargs: self.app.send_task(name or "", *args, **kwargs)
+    def _send_task(self, name: str) -> Any:
+        return lambda *args, **kwargs: self.app.send_task(name, *args, **kwargs)
 
     # -- the rest of Celery's scheduler interface -------------------------------------------
 

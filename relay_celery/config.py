@@ -46,6 +46,7 @@ _CONF_KEYS = {
     "LEASE": "relay_lease",
     "HEARTBEAT": "relay_heartbeat",
     "QUEUE_LEASE": "relay_queue_lease",
+    "SCHEDULABLE_TASKS": "relay_schedulable_tasks",
 }
 CONF_KEYS = frozenset({*_CONF_KEYS.values(), "relay_jobs"})
 """Every ``app.conf`` key Relay reads; any other ``relay_*`` key is refused as a typo."""

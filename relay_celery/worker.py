@@ -19,7 +19,7 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from celery import Celery, Task, bootsteps
@@ -45,6 +45,7 @@ from relay_celery.config import (
 )
 from relay_celery.consumer import consumer_backend, run_delivery, setup_worker
 from relay_celery.events import bus
+from relay_celery.stored import allowed_tasks
 
 __all__ = [
     "SCHEDULER",
@@ -132,16 +133,18 @@ class RelayStep(bootsteps.StartStopStep):
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
         app: Celery = parent.app
-        backend, settings = open_checked(load_settings(app))
+        loaded = load_settings(app)
+        allowed = allowed_tasks(app, loaded)
+        backend, settings = open_checked(loaded)
         log.info("relay: worker runs on %s", backend.name)
         try:
             consumer = consumer_backend(backend)  # RabbitMQ consumer mode: consume run queues
             jobs = None if consumer is None else setup_worker(parent, consumer)
         finally:
             backend.close()
-        refuse_coroutine_tasks(app)
+        refuse_coroutine_tasks(app, allowed)
         if settings.capability == "lease":
-            _refuse_celery_retries(app)
+            _refuse_celery_retries(app, allowed)
         hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
@@ -179,34 +182,42 @@ class RelayStep(bootsteps.StartStopStep):
     terminate = stop
 
 
-def refuse_coroutine_tasks(app: Celery) -> None:
-    """Refuse a ``beat_schedule`` entry whose task is ``async def``: Celery cannot run it.
+def refuse_coroutine_tasks(app: Celery, allowed: Iterable[str] = ()) -> None:
+    """Refuse a scheduled task (a ``beat_schedule`` entry's, or one ``allowed`` for stored
+    schedules) that is ``async def``: Celery cannot run it.
 
     A Celery worker calls the task and gets a coroutine it never awaits: the run would be
     recorded succeeded and its work never done. Beat and workers both check, at start.
     """
-    for entry, values in (app.conf.beat_schedule or {}).items():
-        name = values.get("task") if isinstance(values, dict) else None
-        task = app.tasks.get(name) if isinstance(name, str) else None
-        if task is not None and is_coroutine_function(inspect.unwrap(task.run)):
+    for task, where, _ in _scheduled_tasks(app, allowed):
+        if is_coroutine_function(inspect.unwrap(task.run)):
             raise ConfigurationError(
-                f"task {name!r} (beat_schedule entry {entry!r}) is async def, but Celery "
+                f"task {task.name!r} ({where}) is async def, but Celery "
                 "workers call tasks synchronously: its coroutine would never run. Make the "
                 "task a plain def that runs the coroutine, such as asyncio.run(main())"
             )
 
 
-def _refuse_celery_retries(app: Celery) -> None:
+def _refuse_celery_retries(app: Celery, allowed: Iterable[str] = ()) -> None:
     """A scheduled task may not declare Celery retries: Relay retries its runs (lease backends)."""
+    for task, where, fix in _scheduled_tasks(app, allowed):
+        if getattr(task, "autoretry_for", None):
+            raise foreign_retries(f"task {task.name!r} ({where})", "autoretry_for", fix)
+
+
+def _scheduled_tasks(
+    app: Celery, allowed: Iterable[str]
+) -> Iterator[tuple[Task[Any, Any], str, str]]:
+    """Each task Relay schedules, with where it is scheduled and where its retries are set."""
     for entry, values in (app.conf.beat_schedule or {}).items():
         name = values.get("task") if isinstance(values, dict) else None
         task = app.tasks.get(name) if isinstance(name, str) else None
-        if task is not None and getattr(task, "autoretry_for", None):
-            raise foreign_retries(
-                f"task {name!r} (beat_schedule entry {entry!r})",
-                "autoretry_for",
-                f"in app.conf.relay_jobs[{entry!r}]",
-            )
+        if task is not None:
+            yield task, f"beat_schedule entry {entry!r}", f"in app.conf.relay_jobs[{entry!r}]"
+    for name in allowed:
+        task = app.tasks.get(name)
+        if task is not None:
+            yield task, "allowed for stored schedules", "in its stored schedules (add_schedule)"
 
 
 class RetryRequested(Exception):

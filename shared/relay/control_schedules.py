@@ -246,8 +246,8 @@ class ScheduleControl:
         )
         raise ConfigurationError(
             f"no live instance allows task {task!r} ({live}). Allow it in the instances' code "
-            f"with @scheduler.task({task!r}) and start them, or pass force=True (--force) to "
-            "store it anyway"
+            f"with @scheduler.task({task!r}) (relay_celery.schedulable on Celery beat) and "
+            "start them, or pass force=True (--force) to store it anyway"
         )
 
     def _check_name(self, store: ScheduleStore, name: str) -> None:

@@ -42,6 +42,7 @@ from relay.jobs import (
 )
 from relay.runs import Run
 from relay.schedule_store import stores_schedules
+from relay.settings import check_task_name
 from relay.stored import Schedule as StoredSchedule
 
 __all__ = ["Handler", "Scheduler", "default_owner"]
@@ -311,10 +312,7 @@ class Scheduler(Generic[BackendT]):
         if self.feed is None:
             raise UnsupportedOption("task", self.backend.name, LEASE_BACKENDS)
         check_handler(handler, name)
-        if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
-            raise ConfigurationError(
-                f"task name {name!r} must be a non-empty string without '@' or control characters"
-            )
+        check_task_name(name)
         if name in self.tasks:
             raise ConfigurationError(f"task {name!r} is already allowed: give each task one name")
         self.tasks[name] = handler

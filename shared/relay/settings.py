@@ -24,6 +24,7 @@ from relay.errors import ConfigurationError
 __all__ = [
     "DEFAULT_BACKEND",
     "Settings",
+    "check_task_name",
     "closest",
     "django_backend",
     "from_django",
@@ -33,7 +34,7 @@ __all__ = [
 
 DEFAULT_BACKEND = "sqlite:///relay.db"
 """The store of the standalone examples (one host). No integration falls back to it any more."""
-_KEYS = {"BACKEND", "LEASE", "HEARTBEAT", "TICK", "QUEUE_LEASE"}
+_KEYS = {"BACKEND", "LEASE", "HEARTBEAT", "TICK", "QUEUE_LEASE", "SCHEDULABLE_TASKS"}
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,13 @@ class Settings:
     tick: float | None = None
     queue_lease: float | None = None
     """Lease a scheduler takes on a run it enqueues for a worker: it must outlive the queue wait."""
+    schedulable_tasks: tuple[str, ...] = ()
+    """Task names stored schedules may run on this host (Celery's ``relay_schedulable_tasks``)."""
 
 
 def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Settings:
-    """Read ``BACKEND``, ``LEASE``, ``HEARTBEAT``, ``TICK`` and ``QUEUE_LEASE`` (any case).
+    """Read ``BACKEND``, ``LEASE``, ``HEARTBEAT``, ``TICK``, ``QUEUE_LEASE`` and
+    ``SCHEDULABLE_TASKS`` (any case).
 
     Unknown keys and bad values raise :class:`ConfigurationError` naming ``source`` and the key
     (and, for a misspelled key, the closest known one).
@@ -76,6 +80,7 @@ def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Setting
         heartbeat=_duration(upper.get("HEARTBEAT"), source, "HEARTBEAT"),
         tick=_duration(upper.get("TICK"), source, "TICK"),
         queue_lease=_duration(upper.get("QUEUE_LEASE"), source, "QUEUE_LEASE"),
+        schedulable_tasks=_task_names(upper.get("SCHEDULABLE_TASKS"), source),
     )
 
 
@@ -121,6 +126,26 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     folded = {str(candidate).lower(): str(candidate) for candidate in known}
     close = difflib.get_close_matches(name.lower(), list(folded), n=1, cutoff=0.6)
     return folded[close[0]] if close else None
+
+
+def check_task_name(name: object, what: str = "task name") -> str:
+    """A task name stored schedules may name: a non-empty printable string without ``@``."""
+    if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
+        raise ConfigurationError(
+            f"{what} {name!r} must be a non-empty string without '@' or control characters"
+        )
+    return name
+
+
+def _task_names(value: object, source: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    what = f"{source}['SCHEDULABLE_TASKS']"
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ConfigurationError(
+            f"{what} must be a list of task names such as ['proj.tasks.report'], got {value!r}"
+        )
+    return tuple(sorted({check_task_name(name, f"{what}: task name") for name in value}))
 
 
 def _duration(value: Duration | None, source: str, key: str) -> float | None:

@@ -8,7 +8,8 @@ RELAY_T_LEASE / _HEARTBEAT / _QUEUE_LEASE. For the set-up checks: RELAY_T_CONF (
 ``app.conf`` keys) and RELAY_T_INSTALL: ``hooks`` (the default: ``beat_scheduler`` and
 ``relay_backend`` set, then ``install(app)``), ``none`` (no ``install``) or ``one-call``
 (only ``install(app, backend=...)``). RELAY_T_EVENTS (optional) is a file every process logs
-Relay's events to, as JSON lines.
+Relay's events to, as JSON lines. RELAY_T_SCHEDULABLE (JSON, optional): task names (of this
+module) stored schedules may run, allowed with ``relay_celery.schedulable``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ app.conf.beat_schedule = {name: _entry(spec) for name, spec in SCHEDULE.items()}
 RELAY_JOBS = {name: spec["relay_jobs"] for name, spec in SCHEDULE.items() if "relay_jobs" in spec}
 if RELAY_JOBS:
     app.conf.relay_jobs = RELAY_JOBS
+SCHEDULABLE = json.loads(os.environ.get("RELAY_T_SCHEDULABLE", "[]"))
+if SCHEDULABLE:
+    relay_celery.schedulable(*(f"{__name__}.{name}" for name in SCHEDULABLE), app=app)
 if INSTALL == "hooks":
     relay_celery.install(app)
 elif INSTALL == "one-call":
@@ -122,6 +126,20 @@ def retrying(self: Any) -> str:
         raise self.retry(countdown=30)
     _write({**event, "event": "end", "at": time.time()})
     return run.id
+
+
+@app.task(bind=True)
+def stored(self: Any, *args: Any, **kwargs: Any) -> None:
+    """Append a ``stored`` event: the run, the task's own arguments, and how it was delivered."""
+    run = relay_celery.current_run()
+    assert run is not None, "a stored schedule's run must come with its run header"
+    delivery = self.request.delivery_info or {}
+    _write({
+        "event": "stored", "run": run.id, "token": run.token, "args": list(args),
+        "kwargs": kwargs, "queue": delivery.get("routing_key"),
+        "priority": delivery.get("priority"), "t_header": self.request.get("t_header"),
+        "at": time.time(), "pid": os.getpid(),
+    })  # fmt: skip
 
 
 @app.task(autoretry_for=(RuntimeError,))

@@ -59,12 +59,19 @@ class Cluster:
         return self._start("beat", ["beat", *(["-S", scheduler] if scheduler else [])])
 
     def worker(
-        self, pool: str = "threads", concurrency: int = 2, beat: bool = False
+        self,
+        pool: str = "threads",
+        concurrency: int = 2,
+        beat: bool = False,
+        queues: tuple[str, ...] = (),
     ) -> subprocess.Popen[bytes]:
         """Start a ``celery worker`` (gossip, mingle and remote control off: nothing shared);
-        ``beat``: with an embedded beat (``--beat``), forked from the worker's main process."""
+        ``beat``: with an embedded beat (``--beat``), forked from the worker's main process;
+        ``queues``: the queues it consumes besides the cluster's own."""
         name = f"w{len(self.processes)}_{self.queue}@localhost"
         args = ["worker", "-P", pool, "-c", str(concurrency), "-n", name]
+        if queues:
+            args += ["-Q", ",".join([self.queue, *queues])]
         if beat:
             args += ["--beat", "-s", str(self.tmp / f"beat-schedule-{len(self.processes)}")]
         return self._start("worker", [*args, "--without-gossip", "--without-mingle"])

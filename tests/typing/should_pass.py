@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from celery import Celery
+
 import relay
 import relay.testing
+import relay_celery
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.backends.sqlite_claim import SQLiteClaimBackend
 from relay.doctor import DoctorReport, Failure
@@ -82,3 +85,17 @@ changed: relay.Schedule = relay.Control("sqlite:///t.db").update_schedule(
     "report", version=stored.version, every=timedelta(hours=1)
 )
 changes: list[relay.ScheduleChange] = relay.Control("sqlite:///t.db").schedule_history("report")
+
+# Stored schedules on Celery beat: tasks allowed as a decorator, by name, or by setting.
+celery_app = Celery("proj")
+
+
+@relay_celery.schedulable
+@celery_app.task
+def celery_report(period: str, to: str = "ops") -> None:
+    print(period, to)
+
+
+celery_report.delay("weekly")  # still the task
+relay_celery.schedulable("billing.invoice", "billing.refund", app=celery_app)
+celery_app.conf.relay_schedulable_tasks = ["proj.cleanup"]
