@@ -50,6 +50,7 @@ BENCHES = [
     "store_failover",
     "schedules",
     "celery_schedules",
+    "dramatiq_schedules",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

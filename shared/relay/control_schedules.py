@@ -246,7 +246,8 @@ class ScheduleControl:
         )
         raise ConfigurationError(
             f"no live instance allows task {task!r} ({live}). Allow it in the instances' code "
-            f"with @scheduler.task({task!r}) (relay_celery.schedulable on Celery beat) and "
+            f"with @scheduler.task({task!r}) (relay_celery.schedulable on Celery beat, "
+            "relay_dramatiq.schedulable on relay-dramatiq) and "
             "start them, or pass force=True (--force) to store it anyway"
         )
 
