@@ -247,3 +247,34 @@ def test_edit_disable_enable_delete_and_the_history(site: dict[str, Any]) -> Non
         (5, "remove", BY),
     ]  # fmt: skip
     assert changes[2].changes == {"enabled": [True, False]}
+
+
+def test_the_pages_change_schedules_on_every_lease_backend(lease_url: str, tmp_path: Path) -> None:
+    allow(lease_url, "echo")
+    env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": lease_url},
+                   ALLOWED_HOSTS=["testserver"])  # fmt: skip
+    assert manage(env, "migrate", "-v", "0").returncode == 0
+    answers = visit(
+        env,
+        ("editor", "post", PAGES + "add/", form(name="a")),
+        ("editor", "post", PAGES + "a/change/", form(version="1", every="90")),
+        ("editor", "post", PAGES + "a/change/", form(version="1", every="30")),
+        ("editor", "post", PAGES, {"name": "a", "version": "2", "enabled": "0"}),
+        ("viewer", "get", PAGES),
+        ("viewer", "get", PAGES + "a/history/"),
+    )
+    _, _, stale, _, listed, history = answers
+    assert [a[0] for a in answers] == [302, 302, 200, 302, 200, 200]
+    assert "at version 2" in stale[1] and f"by {BY}" in stale[1]
+    assert 'data-schedule="a"' in listed[1] and "paused (enabled=False)" in listed[1]
+    assert history[1].count('class="relay-change"') == 3
+    with Control(lease_url, read_only=True) as control:
+        a = control.schedule("a")
+        assert (a.version, a.every, a.enabled, a.updated_by) == (3, 90.0, False, BY)
+    (deleted,) = visit(env, ("editor", "post", PAGES + "a/delete/", {"version": "3"}))
+    assert deleted[0] == 302
+    with Control(lease_url, read_only=True) as control:
+        assert control.schedules() == []
+        assert [c.action for c in control.schedule_history("a")] == [
+            "add", "update", "update", "remove",
+        ]  # fmt: skip
