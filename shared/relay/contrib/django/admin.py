@@ -205,7 +205,7 @@ class ScheduleAdmin(_StoreAdmin):
                     name, version=_version(request), by=_by(request), enabled=enabled
                 )
         except RelayError as exc:
-            messages.error(request, f"{name}: {exc}")
+            messages.error(request, f"Could not change {name}: {exc}")
         else:
             done = "Enabled" if enabled else "Disabled"
             messages.success(request, f"{done} {name} (version {changed.version}).")
@@ -260,7 +260,7 @@ class ScheduleAdmin(_StoreAdmin):
             else:
                 same = changed.version == data["version"]
                 done = "nothing changed" if same else f"now at version {changed.version}"
-                messages.success(request, f"{name}: {done}.")
+                messages.success(request, f"Saved {name}: {done}.")
                 return redirect("admin:relay_schedule_changelist")
         return self.page(
             request, "relay/admin/schedule_form.html", title=f"Change {name}", form=form,
@@ -280,7 +280,7 @@ class ScheduleAdmin(_StoreAdmin):
             with Control(backend_url()) as relay:
                 relay.remove_schedule(name, version=_version(request), by=_by(request))
         except RelayError as exc:
-            messages.error(request, f"{name}: {exc}")
+            messages.error(request, f"Could not delete {name}: {exc}")
         else:
             messages.success(request, f"Deleted {name}; its history stays.")
         return redirect("admin:relay_schedule_changelist")
