@@ -118,9 +118,9 @@ def fill(driver: Any, **values: str) -> None:
 
 
 def row(driver: Any, name: str) -> dict[str, str]:
-    """The list's row of schedule ``name``: its enabled, version and runnable cells."""
+    """The list's row of schedule ``name``: its enabled, version, runnable and next-run cells."""
     (found,) = css(driver, f'tr[data-schedule="{name}"]')
-    cells = ("enabled", "version", "state")
+    cells = ("enabled", "version", "state", "next")
     return {c: text(found.find_element("css selector", f"td.relay-{c}")) for c in cells}
 
 
@@ -141,7 +141,9 @@ def test_an_editor_adds_a_schedule_and_sees_the_checks(site: dict[str, Any], bro
     fill(browser, cron="0 3 * * *", args='["daily"]')
     found = after_click(browser, "#relay-save", "ul.messagelist")
     assert "Added nightly (version 1)." in text(found)
-    assert row(browser, "nightly") == {
+    shown = row(browser, "nightly")
+    assert shown.pop("next").startswith("20")
+    assert shown == {
         "enabled": "yes", "version": "1", "state": "task echo, on 1 live instance(s)",
     }  # fmt: skip
     screenshot(browser, "admin-schedules-editor")
@@ -188,7 +190,7 @@ def test_an_editor_disables_and_enables_a_schedule(site: dict[str, Any], browser
     toggle = 'tr[data-schedule="pausable"] form.relay-toggle button'
     found = after_click(browser, toggle, "ul.messagelist")
     assert "Disabled pausable (version 2)." in text(found)
-    assert row(browser, "pausable")["enabled"] == "no"
+    assert row(browser, "pausable")["enabled"] == "no" and not row(browser, "pausable")["next"]
     assert "paused (enabled=False)" in row(browser, "pausable")["state"]
     screenshot(browser, "admin-schedule-disabled")
     assert not stored(site, "pausable").enabled

@@ -139,6 +139,9 @@ def test_the_form_checks_like_control_add_schedule_field_by_field(site: dict[str
     ((status, body, _),) = visit(site["env"], ("viewer", "get", PAGES))
     assert status == 200 and 'data-schedule="a"' in body
     assert "task echo, on 1 live instance(s); 5 slot(s) left" in body
+    # No instance registered it yet: its next run is its definition's next slot.
+    a_row = body.split('data-schedule="a"')[1].split("</tr>")[0]
+    assert '<td class="relay-next">20' in a_row
     assert "not runnable: no live instance allows task nope" in body
 
 
