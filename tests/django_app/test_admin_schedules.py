@@ -54,6 +54,47 @@ print(json.dumps(out))
 """
 
 
+NOW = datetime(2026, 1, 2, tzinfo=UTC)
+BAD = [
+    ({"cron": "99 * * * *"}, "cron"),
+    ({"cron": "* * * * *", "tz": "Mars/Base"}, "tz"),
+    ({"every": -1}, "every"),
+    ({}, "cron"),  # no schedule at all: the first kind it names
+    ({"every": 5, "max_runs": 0}, "max_runs"),
+    ({"every": 5, "start": NOW, "end": NOW.replace(day=1)}, "end"),
+    ({"every": 5, "args": "x"}, "args"),
+    ({"every": 5, "kwargs": [1]}, "kwargs"),
+    ({"every": 5, "overlap": "bogus"}, "overlap"),
+    ({"every": 5, "jitter": -1}, "jitter"),
+    ({"every": 5, "catch_up": -3}, "catch_up"),
+    ({"every": 5, "max_attempts": 0}, "max_attempts"),
+    ({"every": 5, "stale_after": 0}, "stale_after"),
+    ({"every": 5, "options": {"a": {1, 2}}}, "options"),
+    ({"every": 5, "start": NOW.replace(tzinfo=None)}, "start"),
+    ({"at": NOW, "cron": "* * * * *"}, "at"),
+    ({"every": 5, "task": "a@b"}, "task"),
+    ({"every": 5, "name": "a@b"}, "name"),
+]
+
+
+@pytest.mark.parametrize(("given", "field"), BAD)
+def test_each_error_of_relay_is_shown_on_its_field(
+    given: dict[str, Any], field: str, tmp_path: Path
+) -> None:
+    from relay.contrib.django.forms import ScheduleForm, field_of
+    from relay.errors import ConfigurationError
+    from relay.stored import check_schedule
+
+    values = {"name": "a", "task": "echo", **given}
+    store = open_backend(f"sqlite:///{tmp_path / 'relay.db'}")
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            check_schedule(store, values.pop("name"), values.pop("task"), **values)
+    finally:
+        store.close()
+    assert field_of(str(refused.value), tuple(ScheduleForm.base_fields)) == field, refused.value
+
+
 def allow(url: str, *tasks: str) -> None:
     """Record a live instance in the store that allows ``tasks``."""
     store = open_backend(url)

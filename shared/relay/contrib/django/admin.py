@@ -236,7 +236,9 @@ class ScheduleAdmin(_StoreAdmin):
     def edit_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """Change a stored schedule if it is still at the version the form was made from."""
         self.require_change(request)
-        current = _read(name)
+        current = _read(request, name)
+        if current is None:
+            return redirect("admin:relay_schedule_changelist")
         form = ScheduleForm(
             request.POST if request.method == "POST" else None,
             initial=ScheduleForm.initial_of(current), editing=True,
@@ -272,9 +274,12 @@ class ScheduleAdmin(_StoreAdmin):
         runs stay."""
         self.require_change(request)
         if request.method != "POST":
+            current = _read(request, name)
+            if current is None:
+                return redirect("admin:relay_schedule_changelist")
             return self.page(
                 request, "relay/admin/schedule_delete.html", title=f"Delete {name}",
-                schedule=_read(name),
+                schedule=current,
             )  # fmt: skip
         try:
             with Control(backend_url()) as relay:
@@ -289,11 +294,14 @@ class ScheduleAdmin(_StoreAdmin):
         """Every change of a stored schedule: version, when, by whom, what changed."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        history, error = [], ""
         try:
             with read_store() as backend:
                 history = Control(backend).schedule_history(name)
         except UnknownSchedule as exc:
             raise Http404(str(exc)) from exc
+        except RelayError as exc:
+            error = str(exc)
         changes = [
             (
                 change,
@@ -303,7 +311,7 @@ class ScheduleAdmin(_StoreAdmin):
         ]
         return self.page(
             request, "relay/admin/schedule_history.html", title=f"History of {name}", name=name,
-            changes=changes, can_change=self.has_change_permission(request),
+            changes=changes, error=error, can_change=self.has_change_permission(request),
         )  # fmt: skip
 
     def require_change(self, request: HttpRequest) -> None:
@@ -325,13 +333,17 @@ def _version(request: HttpRequest) -> int:
         raise PermissionDenied("a change of a stored schedule names its version") from None
 
 
-def _read(name: str) -> StoredSchedule:
-    """Stored schedule ``name`` (404 if there is none)."""
+def _read(request: HttpRequest, name: str) -> StoredSchedule | None:
+    """Stored schedule ``name`` (404 if there is none); ``None``, with the error as a message,
+    if the store cannot be read."""
     try:
         with read_store() as backend:
             return Control(backend).schedule(name)
     except UnknownSchedule as exc:
         raise Http404(str(exc)) from exc
+    except RelayError as exc:
+        messages.error(request, f"Could not read {name}: {exc}")
+        return None
 
 
 def _shown(value: Any) -> str:

@@ -23,7 +23,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATIONS = ("every", "catch_up", "stale_after", "jitter")
 _TIMES = ("at", "start", "end")
 _JSON = ("args", "kwargs", "options")
-_WORDS = {"cron expression": "cron", "time zone": "tz", "allows task": "task"}
+_WORDS = {
+    "cron expression": "cron", "time zone": "tz", "allows task": "task", "job name": "name",
+    "name of a code-defined job": "name",
+}  # fmt: skip
 """Words of Relay's messages that name a field without its ``name=``."""
 
 
@@ -48,8 +51,8 @@ def _text(text: str) -> str | None:
 class ScheduleForm(forms.Form):
     """A stored schedule's definition as text fields; ``version`` (hidden) is the one edited."""
 
-    name = forms.CharField(max_length=200)
-    task = forms.CharField(max_length=200, help_text="A task the instances allow.")
+    name = forms.CharField()
+    task = forms.CharField(help_text="A task the instances allow.")
     cron = forms.CharField(required=False, help_text="Five fields, such as 0 3 * * *.")
     tz = forms.CharField(required=False, label="Time zone", help_text="Of cron: Europe/Paris.")
     every = forms.CharField(required=False, help_text="Seconds, or 90s, 15m, 12h, 1d.")
