@@ -322,3 +322,23 @@ def test_the_pages_change_schedules_on_every_lease_backend(lease_url: str, tmp_p
         assert [c.action for c in control.schedule_history("a")] == [
             "add", "update", "update", "remove",
         ]  # fmt: skip
+
+
+def test_a_name_with_slashes_spaces_and_a_question_mark_has_its_pages(
+    site: dict[str, Any],
+) -> None:
+    name = "reports/daily run?x=1"
+    with Control(site["url"]) as control:
+        control.add_schedule(name, "echo", every=60, by="ann")
+    ((_, listed, _),) = visit(site["env"], ("editor", "get", PAGES))
+    links = [part.split('"')[0] for part in listed.split('href="')[1:]]
+    pages = [link for link in links if "/admin/relay/schedule/reports" in link]
+    assert sorted(p.rsplit("/", 2)[-2] for p in pages) == ["change", "delete", "history"]
+    answers = visit(site["env"], *(("editor", "get", page) for page in pages))
+    assert [status for status, _, _ in answers] == [200, 200, 200]
+    assert all("reports/daily run?x=1" in body for _, body, _ in answers)
+    edit = next(page for page in pages if page.endswith("/change/"))
+    (saved,) = visit(site["env"], ("editor", "post", edit, form(version="1", every="90")))
+    assert saved[0] == 302
+    with Control(site["url"], read_only=True) as control:
+        assert (control.schedule(name).version, control.schedule(name).every) == (2, 90.0)
