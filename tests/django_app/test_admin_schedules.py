@@ -342,3 +342,14 @@ def test_a_name_with_slashes_spaces_and_a_question_mark_has_its_pages(
     assert saved[0] == 302
     with Control(site["url"], read_only=True) as control:
         assert (control.schedule(name).version, control.schedule(name).every) == (2, 90.0)
+
+
+def test_the_permission_models_match_their_migrations(site: dict[str, Any]) -> None:
+    done = manage(site["env"], "makemigrations", "relay", "--check", "--dry-run")
+    assert done.returncode == 0 and "No changes detected" in done.stdout, done.stdout + done.stderr
+    listed = manage(site["env"], "shell", "-c", "from django.contrib.auth.models import Permission;"
+                    "print(sorted(Permission.objects.filter(content_type__app_label='relay')"
+                    ".values_list('codename', flat=True)))")  # fmt: skip
+    assert "'change_schedule', 'control_job', 'view_job', 'view_run', 'view_schedule'" in (
+        listed.stdout
+    )
