@@ -47,7 +47,8 @@ client = Client()
 client.force_login(User.objects.get(username="root"))
 out = {}
 for path in ("/admin/relay/job/", "/admin/relay/run/", "/admin/relay/run/timeline/",
-             "/admin/relay/job/no-such-job/"):
+             "/admin/relay/job/no-such-job/", "/admin/relay/schedule/",
+             "/admin/relay/schedule/no-such-schedule/history/"):
     response = client.get(path)
     out[path] = [response.status_code, response.content.decode()]
 print(json.dumps(out))

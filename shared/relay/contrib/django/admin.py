@@ -1,9 +1,12 @@
-"""Relay's pages in the Django admin: jobs, runs and their timeline, read from Relay's store.
+"""Relay's pages in the Django admin: jobs, runs and their timeline, and stored schedules.
 
 Nothing is read through Django models: each page opens the store read-only through the lease
 contract, so the pages work on every lease backend. The pages need the ``relay.view_job`` /
-``relay.view_run`` permission (staff only, as every admin page); the actions on the jobs page
-(pause, resume, trigger) need ``relay.control_job`` and are POST forms with Django's CSRF token.
+``relay.view_run`` / ``relay.view_schedule`` permission (staff only, as every admin page); the
+actions on the jobs page (pause, resume, trigger) need ``relay.control_job``, and adding, editing,
+enabling, disabling and deleting stored schedules ``relay.change_schedule``
+(:mod:`relay.contrib.django.admin_schedules`). Every change is a POST form with Django's CSRF
+token, made through :class:`relay.Control` with the admin user as ``by``.
 """
 
 from __future__ import annotations
@@ -13,49 +16,27 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.safestring import mark_safe
 
 from relay import timeline
 from relay.contrib.django import control
+from relay.contrib.django.admin_base import StoreAdmin, changed_by
+from relay.contrib.django.admin_schedules import SCHEDULE_PERMISSION, ScheduleAdmin
 from relay.contrib.django.models import Job, Run
 from relay.contrib.django.store import job_rows, read_store
 from relay.errors import RelayError
 from relay.runs import RunState
 
-__all__ = ["CONTROL_PERMISSION", "JobAdmin", "RunAdmin"]
+__all__ = ["CONTROL_PERMISSION", "SCHEDULE_PERMISSION", "JobAdmin", "RunAdmin", "ScheduleAdmin"]
 
 CONTROL_PERMISSION = "relay.control_job"
 """The permission the admin actions need."""
 RUNS_SHOWN = 200
 
 
-class _StoreAdmin(admin.ModelAdmin):
-    """A model admin with one page, read from Relay's store: nothing to add, change or delete."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_urls(self) -> list[URLPattern]:
-        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
-
-    def page(self, request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
-        return TemplateResponse(request, template, context)
-
-
 @admin.register(Job)
-class JobAdmin(_StoreAdmin):
+class JobAdmin(StoreAdmin):
     """Every job with its latest and live runs; pause, resume and trigger for permitted users."""
 
     def changelist_view(
@@ -86,9 +67,10 @@ class JobAdmin(_StoreAdmin):
         if not jobs or action not in control.ACTIONS:
             messages.warning(request, "Choose one or more jobs and an action.")
             return HttpResponseRedirect(request.path)
-        by = f"{request.user.get_username()} (Django admin)"
         try:
-            done = control.apply(action, jobs, by=by, reason=request.POST.get("reason", ""))
+            done = control.apply(
+                action, jobs, by=changed_by(request), reason=request.POST.get("reason", "")
+            )
         except RelayError as exc:
             messages.error(request, f"{action} failed: {exc}")
         else:
@@ -98,7 +80,7 @@ class JobAdmin(_StoreAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(_StoreAdmin):
+class RunAdmin(StoreAdmin):
     """The latest runs, filtered by job and state, and the timeline of runs."""
 
     def get_urls(self) -> list[URLPattern]:

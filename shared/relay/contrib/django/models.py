@@ -1,8 +1,9 @@
 """No data lives in Django models: runs and jobs are read from Relay's store through its API.
 
-These two unmanaged models have no table. They exist so that the admin lists Relay's pages and so
-that permissions can be granted: ``relay.view_job``, ``relay.view_run`` (see the pages) and
-``relay.control_job`` (pause, resume and trigger jobs).
+These unmanaged models have no table. They exist so that the admin lists Relay's pages and so
+that permissions can be granted: ``relay.view_job``, ``relay.view_run`` (see the pages),
+``relay.control_job`` (pause, resume and trigger jobs), ``relay.view_schedule`` and
+``relay.change_schedule`` (add, edit, enable, disable and delete stored schedules).
 """
 
 from __future__ import annotations
@@ -27,3 +28,13 @@ class Run(models.Model):
         managed = False
         default_permissions = ("view",)
         verbose_name = "run"
+
+
+class Schedule(models.Model):
+    """A stored schedule in Relay's store (no table: the admin reads and changes it through
+    :class:`relay.Control`)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view", "change")
+        verbose_name = "stored schedule"

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from relay.backends import open_backend
 from relay.contract import LeaseBackend, is_lease
 from relay.control import Control, JobStatus
+from relay.control_schedules import describe
 from relay.errors import ConfigurationError
 from relay.settings import django_backend, from_django
+from relay.stored import Schedule, schedule_job
 
-__all__ = ["backend_url", "job_rows", "read_store"]
+__all__ = ["ScheduleRow", "backend_url", "job_rows", "read_store", "schedule_rows"]
 
 
 def backend_url() -> str:
@@ -47,3 +51,39 @@ def read_store() -> Iterator[LeaseBackend]:
 def job_rows(backend: LeaseBackend) -> list[JobStatus]:
     """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
     return Control(backend).jobs()
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A stored schedule as the admin lists it, with what ``relay jobs`` says of it."""
+
+    schedule: Schedule
+    when: str
+    """When it is due, as ``relay schedules list`` says it."""
+    next_due: datetime | None
+    """Its next slot: as ``relay jobs`` says it, else (no instance registered it yet) by its
+    definition; ``None`` when disabled or ended."""
+    state: str
+    """Where it can run and what remains, or why it cannot run (``JobStatus.stored``)."""
+
+
+def schedule_rows(backend: LeaseBackend) -> list[ScheduleRow]:
+    """Every stored schedule, by name, with its next slot and its runnable state."""
+    control = Control(backend)
+    jobs = {status.name: status for status in control.jobs()}
+    rows = []
+    for schedule in control.schedules():
+        status = jobs.get(schedule.name)
+        next_due = status.next_due if status else None
+        if next_due is None and schedule.enabled:
+            next_due = _next_slot(backend, schedule)
+        state = (status.stored or "") if status else ""
+        rows.append(ScheduleRow(schedule, describe(schedule), next_due, state))
+    return rows
+
+
+def _next_slot(backend: LeaseBackend, schedule: Schedule) -> datetime | None:
+    """The first slot of ``schedule`` after now, within a century (jitter left out)."""
+    now = backend.now()
+    slots = schedule_job(backend, schedule, None).schedule
+    return next(iter(slots.slots_between(now, now + timedelta(days=36525))), None)
