@@ -1,0 +1,61 @@
+"""``manage.py relay_import_celery_beat``: django-celery-beat's periodic tasks as stored schedules
+in the store ``settings.RELAY`` names."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from relay.contrib.django.celery_beat import apply, plan, rows
+from relay.contrib.django.store import backend_url
+from relay.control import Control
+from relay.errors import RelayError
+
+
+class Command(BaseCommand):
+    """Read django-celery-beat's ``PeriodicTask`` rows and add each as a Relay stored schedule,
+    listing each row it cannot map and why. Importing again changes nothing already imported."""
+
+    help = (
+        "Import django-celery-beat's periodic tasks as Relay stored schedules in the store "
+        "settings.RELAY names; each row Relay cannot express is listed with the reason."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--dry-run", action="store_true",
+            help="Print what would be imported; write nothing (the store is opened read-only).",
+        )  # fmt: skip
+        parser.add_argument(
+            "--force", action="store_true",
+            help="Import tasks that no live instance allows yet (instances not started yet).",
+        )  # fmt: skip
+        parser.add_argument(
+            "--update", action="store_true",
+            help="Replace a stored schedule of the same name whose definition differs "
+            "(a new version); without it such a row is listed and left alone.",
+        )  # fmt: skip
+        parser.add_argument(
+            "--by", default=None, help="Who makes the changes (default: user@host)."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        dry_run = options["dry_run"]
+        try:
+            found = rows()
+            with Control(backend_url(), read_only=dry_run) as control:
+                outcomes = plan(control, found, force=options["force"], update=options["update"])
+                if not dry_run:
+                    outcomes = apply(control, outcomes, by=options["by"], force=options["force"])
+        except RelayError as exc:
+            raise CommandError(str(exc)) from None
+        for outcome in outcomes:
+            self.stdout.write(outcome.line(dry_run))
+        counts = Counter(outcome.action for outcome in outcomes)
+        words = ("would add", "would update") if dry_run else ("added", "updated")
+        self.stdout.write(
+            f"{len(outcomes)} periodic tasks: {counts['add']} {words[0]}, {counts['update']} "
+            f"{words[1]}, {counts['unchanged']} unchanged, {counts['skip']} not imported"
+        )
