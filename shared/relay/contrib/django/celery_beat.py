@@ -221,10 +221,15 @@ def _every(interval: Any) -> timedelta:
 
 
 def _field(values: Iterable[int], low: int, high: int) -> str:
-    """A set of values as a cron field: ``*`` for all of them, else runs and single values."""
+    """A set of values as a cron field: ``*`` for all of them, ``*/step`` or ``a-b/step`` for a
+    stepped range, else runs and single values."""
     found = sorted(set(values))
     if found == list(range(low, high + 1)):
         return "*"
+    step = found[1] - found[0] if len(found) > 2 else 0
+    if step > 1 and found == list(range(found[0], found[-1] + 1, step)):
+        whole = found[0] == low and found[-1] + step > high
+        return f"*/{step}" if whole else f"{found[0]}-{found[-1]}/{step}"
     parts, start = [], 0
     for index, value in enumerate(found):
         if index + 1 == len(found) or found[index + 1] != value + 1:
@@ -273,16 +278,16 @@ def _refusal(
     """Why the store would refuse this schedule ('' if it would not)."""
     if schedule.name in code_jobs:
         return "a code-defined job has this name: rename the periodic task in the admin"
+    if before is None and schedule.at is not None and schedule.enabled and schedule.at <= now:
+        return (
+            f"its clocked time {schedule.at.isoformat()} has passed: Relay never runs a slot "
+            "before the schedule was stored (run it now with relay trigger, if it still should)"
+        )
     task_is_new = before is None or before.task != schedule.task
     if allowed is not None and task_is_new and schedule.task not in allowed:
         return (
             f"no live instance allows task {schedule.task!r}: allow it with "
             f"@scheduler.task({schedule.task!r}) and start an instance, or pass --force"
-        )
-    if before is None and schedule.at is not None and schedule.enabled and schedule.at <= now:
-        return (
-            f"its clocked time {schedule.at.isoformat()} has passed: Relay never runs a slot "
-            "before the schedule was stored (run it now with relay trigger, if it still should)"
         )
     return ""
 

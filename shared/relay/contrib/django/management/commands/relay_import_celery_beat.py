@@ -3,15 +3,20 @@ in the store ``settings.RELAY`` names."""
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from relay.backends import capability_of
 from relay.contrib.django.celery_beat import apply, plan, rows
 from relay.contrib.django.store import backend_url
 from relay.control import Control
-from relay.errors import RelayError
+from relay.errors import RelayError, StoreNotFound, UnsupportedOption
+from relay.jobs import LEASE_BACKENDS
 
 
 class Command(BaseCommand):
@@ -45,7 +50,7 @@ class Command(BaseCommand):
         dry_run = options["dry_run"]
         try:
             found = rows()
-            with Control(backend_url(), read_only=dry_run) as control:
+            with self._control(backend_url(), dry_run) as control:
                 outcomes = plan(control, found, force=options["force"], update=options["update"])
                 if not dry_run:
                     outcomes = apply(control, outcomes, by=options["by"], force=options["force"])
@@ -59,3 +64,26 @@ class Command(BaseCommand):
             f"{len(outcomes)} periodic tasks: {counts['add']} {words[0]}, {counts['update']} "
             f"{words[1]}, {counts['unchanged']} unchanged, {counts['skip']} not imported"
         )
+
+    @contextmanager
+    def _control(self, url: str, dry_run: bool) -> Iterator[Control]:
+        """The store; for a dry run opened read-only, or an empty stand-in if it does not exist
+        yet (a dry run creates nothing, not even a schema)."""
+        if not dry_run:
+            with Control(url) as control:
+                yield control
+            return
+        if capability_of(url) == "claim":  # opened as it is, a claim store might be created
+            raise UnsupportedOption("stored schedules", url.partition(":")[0], LEASE_BACKENDS)
+        try:
+            control = Control(url, read_only=True)
+        except StoreNotFound as exc:
+            self.stdout.write(f"{exc}: planned against an empty store (no instance is live)")
+            with (
+                tempfile.TemporaryDirectory() as folder,
+                Control(f"sqlite:///{folder}/empty.db") as empty,
+            ):
+                yield empty
+            return
+        with control:
+            yield control
