@@ -181,6 +181,15 @@ def test_import_names_the_fix_without_django_celery_beat(tmp_path: Path) -> None
     assert not (tmp_path / "r.db").exists()
 
 
+def test_a_dry_run_on_a_claim_store_names_the_lease_backends_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    env = beat_site(tmp_path, f"sqlite:///{tmp_path / 'claims.db'}?strategy=claim")
+    done = manage(env, "relay_import_celery_beat", "--dry-run")
+    assert done.returncode == 1 and "needs a lease backend" in done.stderr
+    assert "postgresql://" in done.stderr and not (tmp_path / "claims.db").exists()
+
+
 @pytest.mark.slow
 def test_an_imported_schedule_runs_on_a_live_instance(tmp_path: Path) -> None:
     """Without --force only the task a live instance allows is imported, and that instance runs

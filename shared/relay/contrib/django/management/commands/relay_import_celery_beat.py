@@ -74,7 +74,7 @@ class Command(BaseCommand):
                 yield control
             return
         if capability_of(url) == "claim":  # opened as it is, a claim store might be created
-            raise UnsupportedOption("stored schedules", url.partition(":")[0], LEASE_BACKENDS)
+            raise UnsupportedOption("schedules", url.partition(":")[0], LEASE_BACKENDS)
         try:
             control = Control(url, read_only=True)
         except StoreNotFound as exc:
