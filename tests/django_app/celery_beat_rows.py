@@ -2,8 +2,8 @@
 tests.django_app.celery_beat_rows fill|edit`` in the test site's environment (``site_env``, with
 ``DJANGO_SETTINGS_MODULE=tests.django_app.site.celery_beat_settings``).
 
-``fill`` migrates the database and writes :data:`ROWS`'s periodic tasks; ``edit`` moves the
-nightly report to 04:00.
+Each migrates the database, then ``fill`` writes a periodic task per case the import meets,
+``edit`` moves the nightly report to 04:00 and ``naive`` writes one task with a naive time.
 """
 
 from __future__ import annotations
@@ -83,13 +83,21 @@ def edit() -> None:
     task.crontab.save()
 
 
+def naive() -> None:
+    """A one-off task at 12:00 in ``TIME_ZONE``, as a site with ``USE_TZ = False`` stores it."""
+    from django_celery_beat.models import ClockedSchedule, PeriodicTask
+
+    at = ClockedSchedule.objects.create(clocked_time=datetime(2030, 6, 1, 12))
+    PeriodicTask.objects.create(name="launch", task="app.launch", one_off=True, clocked=at)
+
+
 def main(command: str) -> None:
     import django
     from django.core.management import call_command
 
     django.setup()
     call_command("migrate", verbosity=0)
-    {"fill": fill, "edit": edit}[command]()
+    {"fill": fill, "edit": edit, "naive": naive}[command]()
 
 
 if __name__ == "__main__":

@@ -173,6 +173,20 @@ def test_import_maps_each_row_lists_the_rest_and_changes_nothing_twice(
         }
 
 
+def test_naive_times_are_read_in_the_sites_time_zone(tmp_path: Path) -> None:
+    """With ``USE_TZ = False`` Django keeps times naive, in ``TIME_ZONE``."""
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    env = site_env(
+        tmp_path / "db.sqlite3", RELAY={"BACKEND": url}, USE_TZ=False, TIME_ZONE="Europe/Paris"
+    )
+    env["DJANGO_SETTINGS_MODULE"] = "tests.django_app.site.celery_beat_settings"
+    rows(env, "naive")
+    done, _ = imported(env, "--force")
+    assert done["launch"][0] == "added"
+    with Control(url) as control:  # 12:00 in Paris in June is 10:00 UTC
+        assert control.schedule("launch").at == datetime(2030, 6, 1, 10, tzinfo=UTC)
+
+
 def test_import_names_the_fix_without_django_celery_beat(tmp_path: Path) -> None:
     env = site_env(tmp_path / "db.sqlite3", RELAY={"BACKEND": f"sqlite:///{tmp_path}/r.db"})
     done = manage(env, "relay_import_celery_beat", "--dry-run")

@@ -90,8 +90,8 @@ def definition(task: Any) -> dict[str, Any]:
         "kwargs": _loads(task.kwargs, "kwargs", dict, "{}"),
         # A one-off task that ran is disabled by django-celery-beat at its next check.
         "enabled": bool(task.enabled) and not ran,
-        "start": task.start_time,
-        "end": task.expires,
+        "start": _aware(task.start_time),
+        "end": _aware(task.expires),
         "options": _options(task),
         "description": task.description or "",
     }
@@ -205,7 +205,7 @@ def _when(task: Any) -> dict[str, Any]:
             "hour you want, in the place's time zone"
         )
     if kind == "clocked":
-        return {"at": task.clocked.clocked_time}
+        return {"at": _aware(task.clocked.clocked_time)}
     if kind == "interval":
         return {"every": _every(task.interval)}
     return {"cron": cron_of(task.crontab), "tz": str(task.crontab.timezone)}
@@ -218,6 +218,16 @@ def _every(interval: Any) -> timedelta:
             f"of {', '.join(PERIODS)}"
         )
     return timedelta(**{interval.period: interval.every})
+
+
+def _aware(value: datetime | None) -> Any:
+    """A time from the database; naive ones (``USE_TZ = False``) are in ``TIME_ZONE``, as Django
+    and django-celery-beat read them."""
+    if value is None or value.utcoffset() is not None:
+        return value
+    from django.utils import timezone as django_timezone
+
+    return django_timezone.make_aware(value, django_timezone.get_default_timezone())
 
 
 def _field(values: Iterable[int], low: int, high: int) -> str:
@@ -262,7 +272,7 @@ def _options(task: Any) -> dict[str, Any]:
         options["headers"] = headers
     # As django-celery-beat's expires_: the date first, else the seconds (it refuses both).
     if task.expires is not None:
-        options["expires"] = task.expires.isoformat()
+        options["expires"] = _aware(task.expires).isoformat()
     elif task.expire_seconds:
         options["expires"] = task.expire_seconds
     return options
