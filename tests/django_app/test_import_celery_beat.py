@@ -206,11 +206,11 @@ def test_a_dry_run_on_a_claim_store_names_the_lease_backends_and_creates_nothing
 
 @pytest.mark.slow
 def test_an_imported_schedule_runs_on_a_live_instance(tmp_path: Path) -> None:
-    """Without --force only the task a live instance allows is imported, and that instance runs
-    it with the row's arguments."""
+    """Without --force only the task a live instance allows is imported (not on a code job's
+    name), and that instance runs it with the row's arguments."""
     url = f"sqlite:///{tmp_path / 'relay.db'}"
     log = tmp_path / "runs.log"
-    args = {"name": "i1", "url": url, "log": str(log)}
+    args = {"name": "i1", "url": url, "log": str(log), "code_job": "two-hourly"}
     instance = subprocess.Popen(
         [sys.executable, "-m", "tests.support.stored_instance", json.dumps(args)], cwd=ROOT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "shared")])},
@@ -223,6 +223,7 @@ def test_an_imported_schedule_runs_on_a_live_instance(tmp_path: Path) -> None:
         done, summary = imported(env)
         assert done["tick"][0] == "added"
         assert "no live instance allows task 'app.report'" in done["nightly report"][1]
+        assert "a code-defined job has this name" in done["two-hourly"][1]
         assert summary.endswith("1 added, 0 updated, 0 unchanged, 11 not imported")
 
         def ran() -> list[list[object]]:
@@ -231,6 +232,12 @@ def test_an_imported_schedule_runs_on_a_live_instance(tmp_path: Path) -> None:
 
         runs = wait_until(lambda: len(ran()) >= 2 and ran(), "two runs of the imported schedule")
         assert all(run[0].startswith("tick@") and run[1:3] == [["imported"], 1] for run in runs)
+
+        # Removed in Relay, it is imported again (the instance's record of it is no code job).
+        with Control(url) as control:
+            control.remove_schedule("tick")
+        again, _ = imported(env)
+        assert again["tick"][0] == "added"
     finally:
         instance.send_signal(signal.SIGTERM)
         instance.wait(timeout=30)

@@ -144,7 +144,8 @@ def plan(
     """
     current = {s.name: s for s in control.schedules()}  # refuses a claim backend first
     allowed = {t for tasks in control.allowed_tasks().values() for t in tasks}
-    code_jobs = {status.name for status in control.jobs()} - set(current)
+    # Instances register stored schedules as jobs too (their spec says so), removed ones as well.
+    code_jobs = {s.name for s in control.jobs() if not s.spec.get("stored")} - set(current)
     now = datetime.now(timezone.utc)
     outcomes = []
     for task in tasks:
