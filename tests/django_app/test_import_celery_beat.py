@@ -13,13 +13,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
+import psycopg
 import pytest
 
 from relay import Control
 from relay.errors import StoreNotFound
 from tests.django_app.support import manage, site_env
-from tests.support.backends import postgres_lease
+from tests.support.backends import postgres_lease, unique
 from tests.support.procs import ROOT
 from tests.support.services import require
 from tests.support.waiting import wait_until
@@ -171,6 +173,47 @@ def test_import_maps_each_row_lists_the_rest_and_changes_nothing_twice(
         assert {n: v for n, v in versions(url).items() if n not in ("nightly report", "clash")} == {
             n: v for n, v in after.items() if n not in ("nightly report", "clash")
         }
+
+
+@pytest.mark.postgres
+def test_import_into_the_django_store_with_the_projects_tables_in_postgresql(
+    tmp_path: Path,
+) -> None:
+    """django-celery-beat's tables in PostgreSQL, Relay's store in its own schema beside them."""
+    base = require("postgres")
+    tables, relay_schema = unique(), unique()
+    sep = "&" if "?" in base else "?"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{tables}"')
+    db = f"{base}{sep}options={quote(f'-c search_path={tables}')}"
+    env = site_env(db, RELAY={"BACKEND": f"django://default?schema={relay_schema}"})
+    env["DJANGO_SETTINGS_MODULE"] = "tests.django_app.site.celery_beat_settings"
+
+    def relay_schema_exists() -> bool:
+        with psycopg.connect(base) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (relay_schema,)
+            ).fetchone()
+        return found is not None
+
+    try:
+        rows(env, "fill")
+        _, summary = imported(env, "--dry-run", "--force")
+        assert (
+            summary == "12 periodic tasks: 7 would add, 0 would update, 0 unchanged, 5 not imported"
+        )
+        assert not relay_schema_exists()
+        _, summary = imported(env, "--force")
+        assert summary == "12 periodic tasks: 7 added, 0 updated, 0 unchanged, 5 not imported"
+        _, summary = imported(env, "--force")
+        assert summary == "12 periodic tasks: 0 added, 0 updated, 7 unchanged, 5 not imported"
+        with Control(f"{base}{sep}schema={relay_schema}") as control:
+            report = control.schedule("nightly report")
+        assert (report.cron, report.tz, report.version) == ("0 3 * * *", "Europe/Paris", 1)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            for schema in (tables, relay_schema):
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def test_naive_times_are_read_in_the_sites_time_zone(tmp_path: Path) -> None:
