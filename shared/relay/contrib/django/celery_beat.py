@@ -29,6 +29,13 @@ _KINDS = ("interval", "crontab", "solar", "clocked")
 _OPTIONS = ("queue", "exchange", "routing_key", "priority")
 """The row's columns that are Celery publish options as they are."""
 Action = Literal["add", "update", "unchanged", "skip"]
+_VERBS: dict[Action, tuple[str, str]] = {
+    "add": ("would add", "added"),
+    "update": ("would update", "updated"),
+    "unchanged": ("unchanged", "unchanged"),
+    "skip": ("not imported", "not imported"),
+}
+"""How the output says each action: in a dry run, and done."""
 
 
 class Unmappable(ConfigurationError):
@@ -47,14 +54,12 @@ class Outcome:
     """The stored schedule it maps to (None when the row cannot be mapped)."""
     changes: Mapping[str, Any] = field(default_factory=dict)
     """For ``update``: what changes, each field's ``[before, after]``."""
+    version: int = 0
+    """For ``update``: the version the changes were read against (a later change conflicts)."""
 
     def line(self, dry_run: bool) -> str:
         """One line of the command's output."""
-        verb = {"add": "add", "update": "update", "unchanged": "unchanged", "skip": "not imported"}
-        done = {"add": "added", "update": "updated"}
-        word = verb[self.action] if dry_run else done.get(self.action, verb[self.action])
-        if dry_run and self.action in done:
-            word = f"would {word}"
+        word = _VERBS[self.action][0 if dry_run else 1]
         if self.action == "skip":
             return f"{word}: {self.name}: {self.reason}"
         if self.action == "update":
@@ -163,7 +168,9 @@ def plan(
             outcomes.append(Outcome(schedule.name, "add", schedule=schedule))
         elif diff := changes_between(before, schedule):
             if update:
-                outcomes.append(Outcome(schedule.name, "update", "", schedule, diff))
+                outcomes.append(
+                    Outcome(schedule.name, "update", "", schedule, diff, before.version)
+                )
             else:
                 outcomes.append(Outcome(schedule.name, "skip", _clash(before, diff), schedule))
         else:
@@ -183,9 +190,8 @@ def apply(
             if outcome.action == "add" and schedule is not None:
                 control.add_schedule(schedule.name, **_values(schedule), by=by, force=force)
             elif outcome.action == "update" and schedule is not None:
-                version = control.schedule(schedule.name).version
                 control.update_schedule(
-                    schedule.name, version=version, by=by, force=force, **_values(schedule)
+                    schedule.name, version=outcome.version, by=by, force=force, **_values(schedule)
                 )
         except (ConfigurationError, Conflict) as exc:
             outcome = Outcome(outcome.name, "skip", str(exc), schedule)
