@@ -41,9 +41,10 @@ def version_of(backend: LeaseBackend, run_id: str) -> int | None:
 def test_the_version_is_stored_when_the_record_is_created(lease_backend: LeaseBackend) -> None:
     first = won(lease_backend, req(0, "a", 1))
     code = won(lease_backend, req(1, "a", None))
-    (many,) = [r.run for r in lease_backend.acquire_many([req(2, "a", 4)])]
+    many, none = [r.run for r in lease_backend.acquire_many([req(2, "a", 4), req(3, "a", None)])]
     assert first.schedule_version == 1 and code.schedule_version is None
     assert many is not None and many.schedule_version == 4
+    assert none is not None and none.schedule_version is None
     assert version_of(lease_backend, first.id) == 1
     assert version_of(lease_backend, code.id) is None
     assert version_of(lease_backend, many.id) == 4
@@ -55,8 +56,14 @@ def test_a_takeover_keeps_the_first_version(lease_backend: LeaseBackend) -> None
     lease_ran_out(lease_backend, dead.id)
     (record,) = [r for r in lease_backend.reclaimable() if r.id == dead.id]
     assert record.schedule_version == 1
-    taken = won(lease_backend, req(0, "b", 2, max_attempts=3))
-    assert taken.attempt == 2 and taken.schedule_version == 1
+    taken, other = [
+        r.run
+        for r in lease_backend.acquire_many(
+            [req(0, "b", 2, max_attempts=3), req(1, "b", 2, max_attempts=3)]
+        )
+    ]
+    assert taken is not None and taken.attempt == 2 and taken.schedule_version == 1
+    assert other is not None and other.schedule_version == 2
     assert version_of(lease_backend, dead.id) == 1
 
 
