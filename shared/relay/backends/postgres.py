@@ -673,7 +673,9 @@ def _result(
     assert attempt is not None and token is not None
     return AcquireResult(
         Outcome.WON,
-        Run(rid, request.job, request.slot, attempt, token, request.owner, schedule_version=version),
+        Run(
+            rid, request.job, request.slot, attempt, token, request.owner, schedule_version=version
+        ),
     )
 
 

@@ -284,7 +284,9 @@ class RedisLeaseBackend(RedisSchedules):
         reply = self._call_one("start", job, [member, token, owner, ms(lease)])
         _raise_if_lost(run_id, token, reply)
         version = int(reply[2]) if len(reply) > 2 and reply[2] else None
-        return Run(run_id, job, _slot(member), int(reply[1]), token, owner, schedule_version=version)
+        return Run(
+            run_id, job, _slot(member), int(reply[1]), token, owner, schedule_version=version
+        )
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         job, member = _split(run_id)

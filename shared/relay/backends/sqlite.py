@@ -256,7 +256,9 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 "expires_ms = ?, updated_ms = ? WHERE run_id = ?",
                 (owner, now_ms, now_ms + _ms(lease), now_ms, run_id),
             )
-            return Run(run_id, row[4], from_ms(row[5]), row[6], token, owner, schedule_version=row[7])
+            return Run(
+                run_id, row[4], from_ms(row[5]), row[6], token, owner, schedule_version=row[7]
+            )
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         with self._write(durable=False) as (conn, now_ms):
@@ -753,9 +755,7 @@ def _count_live(conn: sqlite3.Connection, job: str, change: int) -> None:
     )
 
 
-def _live_runs(
-    conn: sqlite3.Connection, job: str, live: int, columns: str = _COLUMNS
-) -> list[Any]:
+def _live_runs(conn: sqlite3.Connection, job: str, live: int, columns: str = _COLUMNS) -> list[Any]:
     """The ``live`` running and pending runs of ``job``, found from its newest run back."""
     if live <= 0:
         return []
