@@ -909,5 +909,5 @@ def _record(job: str, item: list[Any]) -> RunRecord:
         owner=fields.get("owner") or None, reason=fields.get("reason") or None,
         expires_at=moment("expires_ms"), started_at=moment("started_ms"),
         finished_at=moment("finished_ms"), error=fields.get("error") or None,
-        schedule_version=int(fields["schedule_version"]) if fields.get("schedule_version") else None,
+        schedule_version=int(version) if (version := fields.get("schedule_version")) else None,
     )  # fmt: skip

@@ -572,7 +572,8 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             "failures = ?, token = excluded.token, owner = excluded.owner, reason = NULL, "
             "expires_ms = excluded.expires_ms, started_ms = NULL, "
             "updated_ms = excluded.updated_ms, "
-            "max_attempts = CASE WHEN attempt = 0 THEN excluded.max_attempts ELSE max_attempts END, "
+            "max_attempts = CASE WHEN attempt = 0 THEN excluded.max_attempts "
+            "ELSE max_attempts END, "
             "schedule_version = COALESCE(schedule_version, excluded.schedule_version) "
             "RETURNING attempt, schedule_version",
             (
