@@ -103,6 +103,11 @@ class Control(ScheduleControl):
         statuses = [self._status(store, info, now) for info in store.jobs()]
         return self._with_stored(statuses, now)
 
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """The most recent runs (of ``job``, or of every job), newest slot first; a run of a
+        stored schedule has the ``schedule_version`` it was first leased with."""
+        return self._lease("runs").runs(job, limit)
+
     def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
         """The next ``count`` runs of ``job`` after the store's clock, as its schedulers
         registered it: each slot, when it starts after the job's jitter (UTC and the job's time

@@ -12,7 +12,7 @@ that came before it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
@@ -35,6 +35,7 @@ __all__ = [
     "changes_between",
     "check_schedule",
     "from_row",
+    "row_at",
     "recheck",
     "schedule_job",
     "to_definition",
@@ -154,6 +155,32 @@ def from_row(row: StoredRow) -> Schedule:
     )  # fmt: skip
 
 
+def row_at(history: Sequence[ScheduleChange], version: int) -> StoredRow | None:
+    """The row of a schedule as it was at ``version``, rebuilt from its ``history`` (oldest
+    first); ``None`` if the history has no such version, or the schedule was removed at it.
+
+    Each change keeps what it changed as ``[before, after]``; an add keeps every field it set.
+    """
+    definition: dict[str, Any] = {}
+    found = None
+    for change in history:
+        if change.version > version:
+            break
+        if change.action == "remove":
+            definition = {}
+            continue
+        for name, (_, after) in change.changes.items():
+            definition[name] = after
+        found = change if change.version == version else None
+    if found is None:
+        return None
+    text = json.dumps({k: v for k, v in definition.items() if v is not None})
+    return StoredRow(
+        name=found.name, definition=text, version=version, revision=0, updated_at=found.at,
+        updated_by=found.by, created_at=history[0].at,
+    )  # fmt: skip
+
+
 def changes_between(before: Schedule | None, after: Schedule | None) -> dict[str, Any]:
     """Each definition field that differs, as ``[before, after]`` JSON values."""
     old = to_definition(before) if before is not None else {}
@@ -264,12 +291,13 @@ def schedule_job(
         last = _nth_slot(inner, anchor, schedule.max_runs)
         if last is not None:
             until = last if until is None else min(until, last)
-    return make_job(
+    job = make_job(
         backend, name=schedule.name, handler=handler, overlap=schedule.overlap,
         max_attempts=schedule.max_attempts, catch_up=schedule.catch_up or None,
         stale_after=schedule.stale_after, jitter=schedule.jitter or None,
         schedule=BoundedSchedule(inner, after, until),
     )  # fmt: skip
+    return replace(job, schedule_version=schedule.version)
 
 
 def _nth_slot(inner: Slots, after: datetime, n: int) -> datetime | None:

@@ -109,6 +109,12 @@ class Decider:
         self.holding: Callable[[], AbstractSet[str]] = frozenset
         """The ids of the runs this instance is executing (its runner's ``holding``): never
         acquired again, so an instance never takes over a run it still executes."""
+        self.job_at_version: Callable[[Job, int], Job | None] = _no_earlier_version
+        """The job of a stored schedule as it was at a version (a :class:`ScheduleFeed` sets
+        it), or ``None`` if it cannot run here: a run is run with the version its record keeps."""
+        self._refused: set[str] = set()
+        """Runs won with a schedule version that cannot run here: handed back, not asked for
+        again by this instance."""
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -342,6 +348,7 @@ class Decider:
                 stale_after=job.stale_after,
                 buffer_one=job.overlap == "buffer_one",
                 manual=is_manual_run,
+                schedule_version=job.schedule_version,
             )
             for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
@@ -350,14 +357,26 @@ class Decider:
         except NotAcknowledged as exc:
             hand_back(backend, exc.won, "acquire", str(exc))
             raise
-        won = []
+        won, refused = [], []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):
             self.events.emit(
                 decision_event(result.outcome, job, slot, self.owner, result.run, before)
             )
-            if result.outcome is Outcome.WON and result.run is not None:
-                won.append(Won(result.run, job))
+            run = result.run
+            if result.outcome is not Outcome.WON or run is None:
+                continue
+            if run.schedule_version not in (None, job.schedule_version):
+                # Leased before the schedule changed (taken over, retried): it runs as it was.
+                earlier = self.job_at_version(job, run.schedule_version)
+                if earlier is None:
+                    refused.append(run)
+                    continue
+                job = earlier
+            won.append(Won(run, job))
+        if refused:
+            self._refused.update(run.id for run in refused)
+            hand_back(backend, refused, "acquire", "its schedule version cannot run here")
         return won
 
     def _not_held(
@@ -365,6 +384,8 @@ class Decider:
     ) -> tuple[Sequence[tuple[Job, datetime]], Sequence[RunRecord]]:
         """``due`` (and ``records``) without the runs this instance is executing."""
         held = self.holding()
+        if self._refused:
+            held = set(held) | self._refused
         if not held:
             return due, records
         ids = [r.id for r in records] or [run_id(job.name, slot) for job, slot in due]
@@ -430,6 +451,11 @@ def _next_check(job: Job, decided: datetime, now: datetime) -> datetime:
     if job.jitter:
         return slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter))
     return slot
+
+
+def _no_earlier_version(job: Job, version: int) -> Job | None:
+    """Without stored schedules, no job has another version."""
+    return None
 
 
 def _utc(timestamp: float) -> datetime:
