@@ -35,8 +35,8 @@ __all__ = [
     "changes_between",
     "check_schedule",
     "from_row",
-    "row_at",
     "recheck",
+    "row_at",
     "schedule_job",
     "to_definition",
 ]

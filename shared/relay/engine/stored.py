@@ -28,8 +28,8 @@ from typing import Any
 from relay.engine.deciding import Decider
 from relay.errors import ConfigurationError
 from relay.events import ScheduleApplied, ScheduleNotRunnable
-from relay.schedule_store import ScheduleStore
 from relay.jobs import Job
+from relay.schedule_store import ScheduleStore
 from relay.stored import Schedule, StoredRow, from_row, row_at, schedule_job
 
 __all__ = ["ScheduleFeed"]
