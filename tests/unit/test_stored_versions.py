@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from relay import Control, RunState
+from relay import AcquireRequest, Control, RunState, open_backend
 from relay.backends.sqlite import SQLiteLeaseBackend
+from relay.cli import main
 from relay.engine import Decider
 from relay.engine.stored import ScheduleFeed
 from relay.events import Event, ScheduleNotRunnable
+from relay.runs import from_ms
 from relay.stored import from_row, row_at
 from relay.testing import FakeClock
 
@@ -132,3 +136,23 @@ def test_row_at_rebuilds_each_version_from_the_history(
         None, "0 3 * * *", "Europe/Paris", (), "", 4,
     )  # fmt: skip
     assert two.updated_at == history[1].at and two.created_at == history[0].at
+
+
+def test_relay_runs_shows_the_schedule_version_of_a_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    backend = open_backend(url)
+    assert backend.capability == "lease"
+    for index, version in enumerate((3, None)):
+        slot = from_ms(1_800_000_000_000 + index * 60_000)
+        backend.acquire(AcquireRequest("s", slot, "me:1", 30, schedule_version=version))
+    backend.close()
+    env = {"COLUMNS": "200"}
+    table = CliRunner().invoke(main, ["runs", "--backend", url], env=env).output
+    assert "version" in table.splitlines()[2] and " v3 " in table
+    listed = json.loads(CliRunner().invoke(main, ["runs", "--backend", url, "--json"]).output)
+    assert [r["schedule_version"] for r in listed] == [None, 3]
+    code = f"sqlite:///{tmp_path / 'code.db'}"
+    other = open_backend(code)
+    other.acquire(AcquireRequest("c", from_ms(1_800_000_000_000), "me:1", 30))  # type: ignore[union-attr]
+    other.close()
+    assert "version" not in CliRunner().invoke(main, ["runs", "--backend", code], env=env).output
