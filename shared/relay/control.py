@@ -23,6 +23,7 @@ from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
 from relay.runs import RunRecord, RunState
+from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule, make_schedule
 from relay.upcoming import NextRun, next_runs
 
@@ -206,13 +207,19 @@ class Control(ScheduleControl):
 
     def prune(self, older_than: float) -> int:
         """Delete the finished runs older than ``older_than`` seconds, in bounded batches; never a
-        live or pending run, nor any job's latest. Returns how many were deleted."""
+        live or pending run, nor any job's latest. Returns how many were deleted.
+
+        Stored schedules removed more than ``older_than`` seconds ago go too, with their history
+        (a disabled schedule never does); they are not counted."""
         store = self._lease("prune")
         if older_than < 0:
             raise ConfigurationError(f"older_than={older_than!r} must be 0 or more seconds")
         total = 0
         while (deleted := store.prune(older_than, PRUNE_BATCH)) > 0:
             total += deleted
+        if stores_schedules(store):
+            while store.prune_schedules(older_than, PRUNE_BATCH) >= PRUNE_BATCH:
+                pass
         return total
 
     # -- helpers ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from relay.backends._ms import ms
 from relay.backends._sql_schedules import Connection, SQLSchedules
 from relay.stored import ScheduleChange, StoredRow
 
@@ -78,6 +79,12 @@ class PostgresSchedules:
             return []
         with self._connection() as conn:
             return self._schedule_steps.changes(conn, name)
+
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        if self._version < VERSION:
+            return 0
+        with self._connection() as conn, conn.transaction():
+            return self._schedule_steps.prune(conn, ms(older_than), limit)
 
     def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         if self._version < VERSION:

@@ -129,6 +129,26 @@ class SQLSchedules:
             for version, at, by, action, changes in rows
         ]
 
+    def prune(self, conn: Connection, older_than_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` schedules removed more than ``older_than_ms`` ago, with their
+        history. The revision's lock (bumped; an unused revision is harmless) orders it with
+        the changes, so a schedule being added again is never half-deleted."""
+        _, now = self.bump(conn)
+        names = [
+            name
+            for (name,) in conn.execute(
+                self._q(
+                    "SELECT name FROM {s} WHERE definition IS NULL AND updated_ms < ? "
+                    "ORDER BY updated_ms LIMIT ?"
+                ),
+                (now - older_than_ms, limit),
+            ).fetchall()
+        ]
+        for name in names:
+            conn.execute(self._q("DELETE FROM {h} WHERE name = ?"), (name,))
+            conn.execute(self._q("DELETE FROM {s} WHERE name = ?"), (name,))
+        return len(names)
+
     def _write(
         self,
         conn: Connection,

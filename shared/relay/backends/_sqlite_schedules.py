@@ -10,6 +10,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from functools import cached_property
 
+from relay.backends._ms import ms
 from relay.backends._sql_schedules import Connection, SQLSchedules
 from relay.stored import ScheduleChange, StoredRow
 
@@ -88,6 +89,12 @@ class SQLiteSchedules:
     def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         with self._reading() as conn:
             return [] if conn is None else self._schedule_steps.since(conn, since, limit)
+
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        if self._version < VERSION:  # read-only on a file with no schedules yet
+            return 0
+        with self._write() as (conn, _):
+            return self._schedule_steps.prune(conn, ms(older_than), limit)
 
     def _reading(self) -> AbstractContextManager[sqlite3.Connection | None]:
         """A read; ``None`` on a file (opened read-only) that has no schedules yet."""

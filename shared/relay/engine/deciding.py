@@ -25,6 +25,7 @@ from relay.errors import ConfigurationError, NotAcknowledged
 from relay.events import EventBus
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
 from relay.runs import Run, RunRecord, RunState, is_manual, run_id
+from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule
 
 __all__ = ["DEFAULT_RETENTION", "ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
@@ -238,8 +239,9 @@ class Decider:
         return won
 
     def _prune(self, backend: LeaseBackend) -> None:
-        """Delete one batch of runs past ``retention``: every ``prune_every`` seconds, or at each
-        sweep while batches come back full."""
+        """Delete one batch of runs past ``retention`` (and of stored schedules removed before
+        it, with their history): every ``prune_every`` seconds, or at each sweep while batches
+        come back full."""
         if self.retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + self.prune_every
@@ -250,6 +252,14 @@ class Decider:
             self._next_prune = 0.0
         if pruned:
             log.info("pruned %d runs finished more than %gs ago", pruned, self.retention)
+        if stores_schedules(backend):  # and the stored schedules removed as long ago
+            removed = backend.prune_schedules(self.retention, self.prune_batch)
+            if removed >= self.prune_batch:
+                self._next_prune = 0.0
+            if removed:
+                log.info(
+                    "pruned %d stored schedules removed more than %gs ago", removed, self.retention
+                )
 
     def _plan(self, job: Job, slots: _TickSlots, recorded: dict[str, datetime | None]) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed.
