@@ -156,3 +156,21 @@ def test_relay_runs_shows_the_schedule_version_of_a_run(tmp_path: Path) -> None:
     other.acquire(AcquireRequest("c", from_ms(1_800_000_000_000), "me:1", 30))  # type: ignore[union-attr]
     other.close()
     assert "version" not in CliRunner().invoke(main, ["runs", "--backend", code], env=env).output
+
+
+def test_each_instances_retention_prunes_removed_schedules_never_disabled_ones(
+    store: SQLiteLeaseBackend, clock: FakeClock
+) -> None:
+    control = Control(store)
+    clock.advance_to(at(0))
+    control.add_schedule("gone", "echo", every=60, force=True)
+    control.remove_schedule("gone")
+    control.add_schedule("off", "echo", every=60, enabled=False, force=True)
+    host = Host(store, clock, "a", ("echo",))
+    host.decider.retention, host.decider.prune_every = 3600, 0
+    host.decider.sweep()
+    assert len(store.schedule_history("gone")) == 2  # removed within the retention: kept
+    clock.advance_to(at(3601))
+    host.decider.sweep()
+    assert store.schedule_history("gone") == [] and store.stored_schedule("gone") is None
+    assert control.schedule("off").enabled is False and len(control.schedule_history("off")) == 1
