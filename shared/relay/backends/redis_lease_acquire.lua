@@ -10,9 +10,8 @@
 -- in a tick of thousands of jobs.)
 -- Returns one string (cheaper for the client to read than nested arrays): per job new_job, then
 -- per request outcome, attempt, token and the run's schedule version ('-': none), all separated
--- by spaces. new_job is 1 if the job had no
--- token when one of its runs was leased (a new job, or a server that lost its keys): the caller
--- then lists the job.
+-- by spaces. new_job is 1 if the job had no token when one of its runs was leased (a new job, or
+-- a server that lost its keys): the caller then lists the job.
 -- Old runs are trimmed from the indexes by the other steps (finish, skip, read), not here.
 
 local retention, owner = tonumber(ARGV[1]), ARGV[2]
@@ -81,10 +80,7 @@ local function lease(job, run, member, slot, lease_ms, failures, attempt, max_at
   -- lost the counter: it is at least the server's time in microseconds.
   job.last_token = math.max(job.last_token + 1, now_us)
   local token = string.format('%.0f', job.last_token)
-  if recorded then
-    version = redis.call('HGET', run, 'schedule_version') or version
-  end
-  if version then
+  if version then -- the record's own, if it has one (see acquire)
     redis.call('HSET', run, 'schedule_version', version)
   end
   if not recorded then
@@ -107,7 +103,7 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
   local base = job.base
   local run = base .. 'run:' .. member
   local f = redis.call('HMGET', run, 'state', 'expires_ms', 'failures', 'max_attempts', 'attempt',
-    'reason')
+    'reason', 'schedule_version')
   local state = f[1]
   if not state then
     if stale and now - slot > stale then
@@ -154,7 +150,8 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
     index(live, run, nil)
     return 'exhausted 0 0 -'
   end
-  return lease(job, run, member, slot, lease_ms, failures, attempt, limit, true, version)
+  -- A takeover or a retry keeps the version of the record's first lease.
+  return lease(job, run, member, slot, lease_ms, failures, attempt, limit, true, f[7] or version)
 end
 
 -- The job's token counter is read only when a lease needs it: a run found held, the common case
