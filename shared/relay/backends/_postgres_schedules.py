@@ -20,6 +20,7 @@ __all__ = ["VERSION", "PostgresSchedules"]
 
 VERSION = 6
 """The schema version that holds stored schedules."""
+_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 class PostgresSchedules:
@@ -44,7 +45,12 @@ class PostgresSchedules:
             revision, now = conn.execute(bump).fetchone()
             return int(revision), int(now)
 
-        return SQLSchedules(f"{schema}.schedules", f"{schema}.schedule_history", bumped, param="%s")
+        def clock(conn: Connection) -> int:
+            return int(conn.execute(_CLOCK).fetchone()[0])
+
+        return SQLSchedules(
+            f"{schema}.schedules", f"{schema}.schedule_history", bumped, clock, param="%s"
+        )
 
     def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
         with self._connection() as conn, conn.transaction():

@@ -56,7 +56,9 @@ class SQLiteSchedules:
         def bump(conn: Connection) -> tuple[int, int]:
             return int(conn.execute(_BUMP).fetchone()[0]), self._now_ms()
 
-        return SQLSchedules("relay_schedules", "relay_schedule_history", bump)
+        return SQLSchedules(
+            "relay_schedules", "relay_schedule_history", bump, lambda _: self._now_ms()
+        )
 
     def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
         with self._write() as (conn, _):

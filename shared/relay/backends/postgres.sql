@@ -702,8 +702,11 @@ ALTER TABLE {schema}.instances ADD COLUMN IF NOT EXISTS tasks text;
 -- version 5, take the requests' versions (p_versions, p_version), write one on a record they
 -- create, keep a record's own on a takeover or a retry (a record created without one, a
 -- triggered or backfilled run, takes the version of its first lease) and return the record's
--- version of a won run (o_version).
+-- version of a won run (o_version). Removed schedules are indexed by when they were removed, for
+-- retention (relay.backends._sql_schedules prune).
 ALTER TABLE {schema}.runs ADD COLUMN IF NOT EXISTS schedule_version integer;
+CREATE INDEX IF NOT EXISTS schedules_removed ON {schema}.schedules (updated_ms)
+    WHERE definition IS NULL;
 
 DROP FUNCTION IF EXISTS {schema}.acquire_many(text[], text[], timestamptz[], text[], float8[],
                                               integer[], boolean[], float8[], boolean[]);

@@ -83,8 +83,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # Version 6: stored schedules (relay.backends._sqlite_schedules).
     6: SCHEDULES_MIGRATION,
-    # Version 7: a run of a stored schedule keeps the version it was first leased with.
-    7: ("ALTER TABLE relay_runs ADD COLUMN schedule_version INTEGER",),
+    # Version 7: a run of a stored schedule keeps the version it was first leased with; removed
+    # schedules are found by when they were removed, for retention.
+    7: (
+        "ALTER TABLE relay_runs ADD COLUMN schedule_version INTEGER",
+        "CREATE INDEX IF NOT EXISTS relay_schedules_removed ON relay_schedules (updated_ms) "
+        "WHERE definition IS NULL",
+    ),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
