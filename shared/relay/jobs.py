@@ -78,9 +78,6 @@ class Job:
     stale_after: float | None = None
     jitter: float = 0.0
     """Each slot starts up to this many seconds late: see :func:`jitter_delay`."""
-    schedule_version: int | None = None
-    """The version of the stored schedule this job was made from (``None``: a code job). Its
-    runs' records keep it; a run taken over runs the job of its record's version."""
 
 
 def jitter_delay(job: str, slot: datetime, jitter: float) -> float:

@@ -291,13 +291,12 @@ def schedule_job(
         last = _nth_slot(inner, anchor, schedule.max_runs)
         if last is not None:
             until = last if until is None else min(until, last)
-    job = make_job(
+    return make_job(
         backend, name=schedule.name, handler=handler, overlap=schedule.overlap,
         max_attempts=schedule.max_attempts, catch_up=schedule.catch_up or None,
         stale_after=schedule.stale_after, jitter=schedule.jitter or None,
         schedule=BoundedSchedule(inner, after, until),
     )  # fmt: skip
-    return replace(job, schedule_version=schedule.version)
 
 
 def _nth_slot(inner: Slots, after: datetime, n: int) -> datetime | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -110,9 +110,12 @@ class Decider:
         self.holding: Callable[[], AbstractSet[str]] = frozenset
         """The ids of the runs this instance is executing (its runner's ``holding``): never
         acquired again, so an instance never takes over a run it still executes."""
+        self.schedule_versions: Mapping[str, int] = {}
+        """The version of each stored schedule's job (a ``ScheduleFeed`` shares its own map): a
+        run's record keeps the version it was first leased with. Code jobs have none."""
         self.job_at_version: Callable[[Job, int], Job | None] = _no_earlier_version
-        """The job of a stored schedule as it was at a version (a :class:`ScheduleFeed` sets
-        it), or ``None`` if it cannot run here: a run is run with the version its record keeps."""
+        """The job of a stored schedule as it was at a version (a ``ScheduleFeed`` sets it), or
+        ``None`` if it cannot run here: a run is run with the version its record keeps."""
         self._refused: set[str] = set()
         """Runs won with a schedule version that cannot run here: handed back, not asked for
         again by this instance."""
@@ -347,6 +350,7 @@ class Decider:
         if not due:
             return []
         manual = [is_manual(r.id) for r in records] or [False] * len(due)
+        versions = self.schedule_versions
         requests = [
             AcquireRequest(
                 job=job.name,
@@ -358,7 +362,7 @@ class Decider:
                 stale_after=job.stale_after,
                 buffer_one=job.overlap == "buffer_one",
                 manual=is_manual_run,
-                schedule_version=job.schedule_version,
+                schedule_version=versions.get(job.name),
             )
             for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
@@ -376,7 +380,7 @@ class Decider:
             run = result.run
             if result.outcome is not Outcome.WON or run is None:
                 continue
-            if run.schedule_version not in (None, job.schedule_version):
+            if run.schedule_version not in (None, versions.get(job.name)):
                 # Leased before the schedule changed (taken over, retried): it runs as it was.
                 earlier = self.job_at_version(job, run.schedule_version)
                 if earlier is None:

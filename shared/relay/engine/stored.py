@@ -68,6 +68,7 @@ class ScheduleFeed:
         self.not_runnable: dict[str, str] = {}
         """Stored schedules not run here, and why."""
         self._code: set[str] | None = None
+        decider.schedule_versions = self.stored
         decider.job_at_version = self.job_at
 
     def start(self) -> None:
