@@ -162,22 +162,24 @@ def row_at(history: Sequence[ScheduleChange], version: int) -> StoredRow | None:
     Each change keeps what it changed as ``[before, after]``; an add keeps every field it set.
     """
     definition: dict[str, Any] = {}
-    found = None
+    found = created = None
     for change in history:
         if change.version > version:
             break
         if change.action == "remove":
             definition = {}
             continue
+        if change.action == "add":  # the first, or an add after a remove: created anew
+            created = change.at
         for name, (_, after) in change.changes.items():
             definition[name] = after
         found = change if change.version == version else None
-    if found is None:
+    if found is None or created is None:
         return None
     text = json.dumps({k: v for k, v in definition.items() if v is not None})
     return StoredRow(
         name=found.name, definition=text, version=version, revision=0, updated_at=found.at,
-        updated_by=found.by, created_at=history[0].at,
+        updated_by=found.by, created_at=created,
     )  # fmt: skip
 
 

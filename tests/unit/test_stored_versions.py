@@ -136,6 +136,7 @@ def test_row_at_rebuilds_each_version_from_the_history(
         None, "0 3 * * *", "Europe/Paris", (), "", 4,
     )  # fmt: skip
     assert two.updated_at == history[1].at and two.created_at == history[0].at
+    assert four.created_at == history[3].at  # added again: created anew
 
 
 def test_relay_runs_shows_the_schedule_version_of_a_run(tmp_path: Path) -> None:
