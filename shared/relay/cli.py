@@ -255,14 +255,20 @@ def timeline(url: str, jobs: tuple[str, ...], since: str | None, limit: int, out
 def runs_table(records: list[RunRecord], title: str = "Runs") -> Table:
     """A terminal table of run records, newest first; times are full ISO 8601 with their zone."""
     table = Table(title=title)
+    # Which version of a stored schedule each run ran: shown once a run of one is listed.
+    versions = any(r.schedule_version is not None for r in records)
     for column in ("job", "slot", "state", "attempt", "token", "owner", "started", "finished"):
         table.add_column(column, no_wrap=column != "owner")
+        if column == "job" and versions:
+            table.add_column("version", no_wrap=True)
     table.add_column("error", overflow="fold")
     colours = {"succeeded": "green", "failed": "red", "running": "yellow", "skipped": "dim"}
     for r in records:
         state = r.state.value + (f" ({r.reason})" if r.reason else "")
+        version = [] if not versions else [f"v{r.schedule_version}" if r.schedule_version else ""]
         table.add_row(
             escape(r.job),
+            *version,
             format_slot(r.scheduled_for),
             f"[{colours.get(r.state.value, 'cyan')}]{state}[/]",
             str(r.attempt),

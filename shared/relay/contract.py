@@ -100,6 +100,11 @@ class AcquireRequest:
     reason ``buffered``) unless one already waits; then it is skipped as an overlap."""
     manual: bool = False
     """A manual run (``slot``: when it was triggered); see :func:`relay.runs.run_id`."""
+    schedule_version: int | None = None
+    """The version of the stored schedule the run is leased for (``None``: a code job). Stored
+    on the run's record when the record is created, or at its first lease if it had none
+    (a triggered or backfilled run); a takeover or a retry keeps it, and the won
+    :class:`~relay.runs.Run` carries the record's."""
 
     @property
     def id(self) -> str:

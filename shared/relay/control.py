@@ -23,6 +23,7 @@ from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
 from relay.runs import RunRecord, RunState
+from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule, make_schedule
 from relay.upcoming import NextRun, next_runs
 
@@ -102,6 +103,11 @@ class Control(ScheduleControl):
         now = store.now()
         statuses = [self._status(store, info, now) for info in store.jobs()]
         return self._with_stored(statuses, now)
+
+    def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """The most recent runs (of ``job``, or of every job), newest slot first; a run of a
+        stored schedule has the ``schedule_version`` it was first leased with."""
+        return self._lease("runs").runs(job, limit)
 
     def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
         """The next ``count`` runs of ``job`` after the store's clock, as its schedulers
@@ -201,13 +207,19 @@ class Control(ScheduleControl):
 
     def prune(self, older_than: float) -> int:
         """Delete the finished runs older than ``older_than`` seconds, in bounded batches; never a
-        live or pending run, nor any job's latest. Returns how many were deleted."""
+        live or pending run, nor any job's latest. Returns how many were deleted.
+
+        Stored schedules removed more than ``older_than`` seconds ago go too, with their history
+        (a disabled schedule never does); they are not counted."""
         store = self._lease("prune")
         if older_than < 0:
             raise ConfigurationError(f"older_than={older_than!r} must be 0 or more seconds")
         total = 0
         while (deleted := store.prune(older_than, PRUNE_BATCH)) > 0:
             total += deleted
+        if stores_schedules(store):
+            while store.prune_schedules(older_than, PRUNE_BATCH) >= PRUNE_BATCH:
+                pass
         return total
 
     # -- helpers ---------------------------------------------------------------------------

@@ -198,6 +198,9 @@ class RunRecord:
     finished_at: datetime | None
     error: str | None = None
     """The error its last failed attempt reported, if any."""
+    schedule_version: int | None = None
+    """The version of the stored schedule the run was first leased with (``None``: a code job,
+    or a run not leased yet)."""
 
 
 HEADER = "relay_run"

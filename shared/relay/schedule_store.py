@@ -12,7 +12,10 @@ text, its version, who changed it last and when) and its history, one
   one index lookup when nothing changed and O(changes) otherwise, however many schedules exist.
   Revisions become visible in order: a reader never sees revision ``n + 1`` before ``n``.
 * A removed schedule keeps its row, without a definition, so instances learn of the removal; its
-  history stays. Adding the name again continues its versions.
+  history stays. Adding the name again continues its versions. Retention
+  (:meth:`ScheduleStore.prune_schedules`) deletes the row and history of a schedule removed before
+  its horizon, and only those: a disabled schedule is never pruned. Adding the name after that
+  starts again at version 1.
 * **Compare-and-swap on the version**: a change based on a version that is no longer current
   raises :class:`~relay.errors.Conflict` naming the current version, when and by whom it changed,
   and changes nothing.
@@ -73,6 +76,14 @@ class ScheduleStore(Protocol):
         the first ``limit`` of them (``None``: all).
 
         ``since=0`` gives every row. The caller keeps the last row's revision for its next call.
+        """
+        ...
+
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        """Delete the rows and histories of up to ``limit`` schedules removed more than
+        ``older_than`` seconds ago (on the store's clock); return how many.
+
+        Atomic with the changes: a schedule added again meanwhile is not touched.
         """
         ...
 

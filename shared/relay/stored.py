@@ -12,7 +12,7 @@ that came before it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
@@ -36,6 +36,7 @@ __all__ = [
     "check_schedule",
     "from_row",
     "recheck",
+    "row_at",
     "schedule_job",
     "to_definition",
 ]
@@ -151,6 +152,34 @@ def from_row(row: StoredRow) -> Schedule:
     return Schedule(
         name=row.name, version=row.version, updated_at=row.updated_at,
         updated_by=row.updated_by, created_at=row.created_at, **known,
+    )  # fmt: skip
+
+
+def row_at(history: Sequence[ScheduleChange], version: int) -> StoredRow | None:
+    """The row of a schedule as it was at ``version``, rebuilt from its ``history`` (oldest
+    first); ``None`` if the history has no such version, or the schedule was removed at it.
+
+    Each change keeps what it changed as ``[before, after]``; an add keeps every field it set.
+    """
+    definition: dict[str, Any] = {}
+    found = created = None
+    for change in history:
+        if change.version > version:
+            break
+        if change.action == "remove":
+            definition = {}
+            continue
+        if change.action == "add":  # the first, or an add after a remove: created anew
+            created = change.at
+        for name, (_, after) in change.changes.items():
+            definition[name] = after
+        found = change if change.version == version else None
+    if found is None or created is None:
+        return None
+    text = json.dumps({k: v for k, v in definition.items() if v is not None})
+    return StoredRow(
+        name=found.name, definition=text, version=version, revision=0, updated_at=found.at,
+        updated_by=found.by, created_at=created,
     )  # fmt: skip
 
 

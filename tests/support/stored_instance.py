@@ -3,7 +3,8 @@ JSON``.
 
 It allows the task ``echo``; each run appends ``[run id, args, schedule version, name, time]`` to
 the log file. With ``"code_job": NAME`` it also defines a code job of that name (its start is
-refused when a stored schedule has the name: it writes the error to ``log`` and exits 3).
+refused when a stored schedule has the name: it writes the error to ``log`` and exits 3). With
+``"hang": true`` each run, once logged, never ends (the instance is to be killed mid-run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main(args: dict[str, Any]) -> None:
         line = [run.id, list(run.args), run.schedule_version, args["name"], time.time()]
         with log.open("a") as out:
             out.write(json.dumps(line) + "\n")
+        while args.get("hang"):
+            time.sleep(1)
 
     if args.get("code_job"):
         scheduler.job(every=3600, name=args["code_job"])(lambda run: None)

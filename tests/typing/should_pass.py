@@ -60,6 +60,8 @@ in_fake_time.job(every=60, name="in_fake_time")(refresh)
 fake.advance(timedelta(hours=1), minutes=5)
 records: list[relay.RunRecord] = relay.testing.runs_of("refresh", store="sqlite:///t.db")
 coming: list[NextRun] = relay.Control("sqlite:///t.db").next_runs("refresh", 3)
+recent: list[relay.RunRecord] = relay.Control("sqlite:///t.db").runs("refresh", limit=10)
+ran_version: int | None = recent[0].schedule_version
 
 
 current: relay.Run | None = relay.current_run()

@@ -61,15 +61,25 @@ class RunFields:
     expires_ms: int | None = None
     started_ms: int | None = None
     finished_ms: int | None = None
+    schedule_version: int | None = None
+    """The stored schedule's version of the run's first lease; kept out of the JSON when None,
+    so records of code jobs stay as they were."""
 
     @property
     def run_state(self) -> RunState:
         """The state as an enum."""
         return RunState(self.state)
 
+    def values(self) -> dict[str, Any]:
+        """The fields as stored in JSON."""
+        value = vars(self)
+        if self.schedule_version is None:
+            value = {k: v for k, v in value.items() if k != "schedule_version"}
+        return value
+
     def encode(self) -> bytes:
         """JSON for a run's own (archive) key."""
-        return json.dumps(vars(self), separators=(",", ":")).encode()
+        return json.dumps(self.values(), separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> RunFields:
@@ -83,7 +93,7 @@ class RunFields:
             state=self.run_state, attempt=self.attempt, failures=self.failures, token=self.token,
             owner=self.owner, reason=self.reason, expires_at=_time(self.expires_ms),
             started_at=_time(self.started_ms), finished_at=_time(self.finished_ms),
-            error=self.error,
+            error=self.error, schedule_version=self.schedule_version,
         )  # fmt: skip
 
 
@@ -118,7 +128,7 @@ class JobState:
         """JSON for the job's key."""
         value = {
             "format": FORMAT, "job": self.job, "token": self.token, "last_slot": self.last_slot,
-            "runs": {str(slot): vars(fields) for slot, fields in self.runs.items()},
+            "runs": {str(slot): fields.values() for slot, fields in self.runs.items()},
         }  # fmt: skip
         for name in ("spec", "paused"):  # only when set: keys written before stay the same
             if getattr(self, name) is not None:
@@ -169,7 +179,8 @@ class JobState:
             self._insert_skipped(slot, decision.reason or "", now_ms)
         elif decision.action is Action.BUFFER:
             self._insert(slot, RunFields("pending", max_attempts=request.max_attempts,
-                                         reason=BUFFERED))  # fmt: skip
+                                         reason=BUFFERED,
+                                         schedule_version=request.schedule_version))  # fmt: skip
         elif decision.action is Action.FAIL:
             assert fields is not None
             self._set(fields, state="failed", failures=decision.failures, reason=decision.reason,
@@ -185,7 +196,10 @@ class JobState:
             raise started_elsewhere(self._id(slot), token, fields.owner)
         self._set(fields, owner=owner, started_ms=fields.started_ms or now_ms,
                   expires_ms=now_ms + _ms(lease))  # fmt: skip
-        return Run(self._id(slot), self.job, from_ms(abs(slot)), fields.attempt, token, owner)
+        return Run(
+            self._id(slot), self.job, from_ms(abs(slot)), fields.attempt, token, owner,
+            schedule_version=fields.schedule_version,
+        )  # fmt: skip
 
     def heartbeat(self, slot: int, token: int, lease: float, now_ms: int) -> None:
         """Renew a lease to ``now + lease``."""
@@ -329,12 +343,15 @@ class JobState:
             fields = self._insert(slot, RunFields("running", max_attempts=request.max_attempts))
         elif fields.attempt == 0:  # never leased yet: the job's max_attempts applies from now on
             fields.max_attempts = request.max_attempts
+        if fields.schedule_version is None:  # a takeover or a retry keeps the first version
+            fields.schedule_version = request.schedule_version
         self._set(fields, state="running", attempt=fields.attempt + 1, failures=failures,
                   token=self.token, owner=request.owner, reason=None, started_ms=None,
                   expires_ms=now_ms + _ms(request.lease))  # fmt: skip
         return Run(
-            self._id(slot), self.job, request.slot, fields.attempt, self.token, request.owner
-        )
+            self._id(slot), self.job, request.slot, fields.attempt, self.token, request.owner,
+            schedule_version=fields.schedule_version,
+        )  # fmt: skip
 
     def _insert_skipped(self, slot: int, reason: str, now_ms: int) -> None:
         self._insert(slot, RunFields("skipped", reason=reason, finished_ms=now_ms))

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from nats.js.kv import KeyValue
 
+from relay.backends._ms import ms
 from relay.errors import BackendUnavailable, Conflict
 from relay.runs import from_ms
 from relay.stored import ScheduleChange, StoredRow
@@ -55,6 +56,9 @@ class NatsSchedules:
         raise NotImplementedError
 
     async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
+        raise NotImplementedError
+
+    async def _purge(self, key: str, before: int | None = None) -> None:
         raise NotImplementedError
 
     # -- the contract ------------------------------------------------------------------------
@@ -107,6 +111,29 @@ class NatsSchedules:
         rows = self._call(self._changes_since(since))
         return rows if limit is None else rows[:limit]
 
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        # The history first, version by version, then the row up to the one read here: a
+        # schedule added again meanwhile continues its versions from that row (it was still
+        # there), and its new row and history come after it, so none of them is purged.
+        async def prune() -> int:
+            await self._settle()
+            cutoff = await self._now_ms() - ms(older_than)
+            entries = await self._watch("schedules.row.*", meta_only=False)
+            old = [
+                (entry.revision, fields)
+                for entry in entries if entry.value
+                for fields in (json.loads(entry.value),)
+                if fields["removed"] and int(fields["updated_ms"]) < cutoff
+            ][:limit]  # fmt: skip
+            for revision, fields in old:
+                encoded = _encode(fields["name"])
+                for version in range(1, int(fields["version"]) + 1):
+                    await self._purge(f"schedules.hist.{encoded}.{version}")
+                await self._purge(f"schedules.row.{encoded}", before=(revision or 0) + 1)
+            return len(old)
+
+        return self._call(prune())
+
     # -- steps -------------------------------------------------------------------------------
 
     def _change(
@@ -142,6 +169,21 @@ class NatsSchedules:
             if await self._swap(REVISION, json.dumps(change).encode(), at):
                 await self._roll_forward(change)
                 return _row(fields)
+        raise BackendUnavailable(f"{CAS_TRIES} changes of stored schedules in a row lost a race")
+
+    async def _settle(self) -> None:
+        """Roll the latest change forward and drop it from ``schedules.rev`` (its revision
+        stays): a reader would otherwise write its row again after a prune deleted it."""
+        for _ in range(CAS_TRIES):
+            data, at = await self._get(REVISION)
+            latest = json.loads(data) if data else {"revision": 0}
+            if latest.get("row") is None:
+                return
+            await self._roll_forward(latest)
+            if await self._swap(
+                REVISION, json.dumps({"revision": latest["revision"]}).encode(), at
+            ):
+                return
         raise BackendUnavailable(f"{CAS_TRIES} changes of stored schedules in a row lost a race")
 
     async def _latest(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from relay.backends._ms import ms
 from relay.backends._sql_schedules import Connection, SQLSchedules
 from relay.stored import ScheduleChange, StoredRow
 
@@ -19,6 +20,7 @@ __all__ = ["VERSION", "PostgresSchedules"]
 
 VERSION = 6
 """The schema version that holds stored schedules."""
+_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 class PostgresSchedules:
@@ -43,7 +45,12 @@ class PostgresSchedules:
             revision, now = conn.execute(bump).fetchone()
             return int(revision), int(now)
 
-        return SQLSchedules(f"{schema}.schedules", f"{schema}.schedule_history", bumped, param="%s")
+        def clock(conn: Connection) -> int:
+            return int(conn.execute(_CLOCK).fetchone()[0])
+
+        return SQLSchedules(
+            f"{schema}.schedules", f"{schema}.schedule_history", bumped, clock, param="%s"
+        )
 
     def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
         with self._connection() as conn, conn.transaction():
@@ -78,6 +85,12 @@ class PostgresSchedules:
             return []
         with self._connection() as conn:
             return self._schedule_steps.changes(conn, name)
+
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        if self._version < VERSION:
+            return 0
+        with self._connection() as conn, conn.transaction():
+            return self._schedule_steps.prune(conn, ms(older_than), limit)
 
     def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         if self._version < VERSION:

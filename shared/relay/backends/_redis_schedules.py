@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relay.backends._ms import ms
 from relay.errors import Conflict
 from relay.runs import from_ms
 from relay.stored import ScheduleChange, StoredRow
@@ -21,7 +22,7 @@ __all__ = ["SCHEDULES_TAG", "RedisSchedules"]
 
 SCHEDULES_TAG = "{relay:schedules}:"
 """What follows the prefix in every key of the stored schedules."""
-_CHANGES = ("add", "update", "remove")
+_CHANGES = ("add", "update", "remove", "prune")
 PAGE = 1000
 """Rows one script call returns at most when reading the revision feed."""
 
@@ -83,6 +84,9 @@ class RedisSchedules:
             )
             for e in sorted(entries, key=lambda e: int(e["version"]))
         ]
+
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        return int(self._schedules("prune", ms(older_than), limit))
 
     def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         found: list[StoredRow] = []

@@ -47,6 +47,8 @@ class SQLSchedules:
     """The table of changes."""
     bump: Callable[[Connection], tuple[int, int]]
     """Bump the store's revision; return it and the store's clock in milliseconds."""
+    clock: Callable[[Connection], int]
+    """The store's clock in milliseconds."""
     param: str = "?"
 
     def _q(self, text: str) -> str:
@@ -128,6 +130,31 @@ class SQLSchedules:
             ScheduleChange(name, version, from_ms(at), by, action, json.loads(changes))
             for version, at, by, action, changes in rows
         ]
+
+    def prune(self, conn: Connection, older_than_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` schedules removed more than ``older_than_ms`` ago, with their
+        history. When there are any, the revision's lock (bumped; an unused revision is
+        harmless) orders the deletes with the changes, and the schedules are read again under
+        it: one being added again is never half-deleted."""
+        cutoff = self.clock(conn) - older_than_ms
+        if not self._removed_before(conn, cutoff, 1):
+            return 0  # the usual prune: one indexed read, no write
+        self.bump(conn)
+        names = self._removed_before(conn, cutoff, limit)
+        for name in names:
+            conn.execute(self._q("DELETE FROM {h} WHERE name = ?"), (name,))
+            conn.execute(self._q("DELETE FROM {s} WHERE name = ?"), (name,))
+        return len(names)
+
+    def _removed_before(self, conn: Connection, cutoff: int, limit: int) -> list[str]:
+        rows = conn.execute(
+            self._q(
+                "SELECT name FROM {s} WHERE definition IS NULL AND updated_ms < ? "
+                "ORDER BY updated_ms LIMIT ?"
+            ),
+            (cutoff, limit),
+        ).fetchall()
+        return [name for (name,) in rows]
 
     def _write(
         self,

@@ -10,6 +10,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from functools import cached_property
 
+from relay.backends._ms import ms
 from relay.backends._sql_schedules import Connection, SQLSchedules
 from relay.stored import ScheduleChange, StoredRow
 
@@ -55,7 +56,9 @@ class SQLiteSchedules:
         def bump(conn: Connection) -> tuple[int, int]:
             return int(conn.execute(_BUMP).fetchone()[0]), self._now_ms()
 
-        return SQLSchedules("relay_schedules", "relay_schedule_history", bump)
+        return SQLSchedules(
+            "relay_schedules", "relay_schedule_history", bump, lambda _: self._now_ms()
+        )
 
     def add_schedule(self, name: str, definition: str, changes: str, by: str) -> StoredRow:
         with self._write() as (conn, _):
@@ -88,6 +91,12 @@ class SQLiteSchedules:
     def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
         with self._reading() as conn:
             return [] if conn is None else self._schedule_steps.since(conn, since, limit)
+
+    def prune_schedules(self, older_than: float, limit: int = 500) -> int:
+        if self._version < VERSION:  # read-only on a file with no schedules yet
+            return 0
+        with self._write() as (conn, _):
+            return self._schedule_steps.prune(conn, ms(older_than), limit)
 
     def _reading(self) -> AbstractContextManager[sqlite3.Connection | None]:
         """A read; ``None`` on a file (opened read-only) that has no schedules yet."""

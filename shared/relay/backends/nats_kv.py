@@ -632,6 +632,14 @@ class NatsLeaseBackend(NatsSchedules):
             records.append(record)
         return records
 
+    async def _purge(self, key: str, before: int | None = None) -> None:
+        """Remove the key's messages (those below sequence ``before`` only, when given): a purge
+        leaves no marker behind."""
+        subject = self._prefix + key
+        await self._retried(
+            lambda: self._js.purge_stream(self._stream, subject=subject, seq=before)
+        )
+
     async def _watch(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
         """The keys' entries: listed again from the start if the consumer's server dies."""
         return await self._retried(lambda: self._watch_once(keys, meta_only=meta_only))

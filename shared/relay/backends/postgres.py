@@ -127,6 +127,11 @@ class PostgresLeaseBackend(PostgresSchedules):
             conninfo, self.schema, self._display, read_only, require_sync, migrate
         )
         """The schema version found at open (0: none); ``relay migrate`` reports it."""
+        if self._version < 7:  # read-only on a schema no scheduler of this version opened yet
+            self._queries = {
+                key: text.replace("error, schedule_version", "error, NULL::integer")
+                for key, text in self._queries.items()
+            }
         self._closed = threading.Event()
         self._unreplicated = threading.local()  # a step's notices arrive in its own thread
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -209,6 +214,7 @@ class PostgresLeaseBackend(PostgresSchedules):
         params = (
             rid, request.job, request.slot, request.owner, request.lease, request.max_attempts,
             request.overlap_skip, request.stale_after, request.buffer_one,
+            request.schedule_version,
         )  # fmt: skip
         with self._connection() as conn:
             row = conn.execute(self._queries["acquire_one"], params).fetchone()
@@ -224,11 +230,11 @@ class PostgresLeaseBackend(PostgresSchedules):
             [r.owner for r in requests], [float(r.lease) for r in requests],
             [r.max_attempts for r in requests], [r.overlap_skip for r in requests],
             [None if r.stale_after is None else float(r.stale_after) for r in requests],
-            [r.buffer_one for r in requests],
+            [r.buffer_one for r in requests], [r.schedule_version for r in requests],
         )  # fmt: skip
         with self._connection(len(requests)) as conn:
             rows = conn.execute(self._queries["acquire_many"], params).fetchall()
-        decided = {index: (outcome, attempt, token) for index, outcome, attempt, token in rows}
+        decided = {index: tuple(rest) for index, *rest in rows}
         return [
             _result(request, rid, *decided[index])
             for index, (request, rid) in enumerate(zip(requests, ids, strict=True), start=1)
@@ -240,8 +246,10 @@ class PostgresLeaseBackend(PostgresSchedules):
             row = conn.execute(self._queries["start"], params).fetchone()
             if row is None:
                 raise self._lost(conn, run_id, token, owner)
-        job, slot, attempt = row
-        return Run(run_id, job, slot.astimezone(UTC), attempt, token, owner)
+        job, slot, attempt, version = row
+        return Run(
+            run_id, job, slot.astimezone(UTC), attempt, token, owner, schedule_version=version
+        )
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         params = {"run_id": run_id, "token": token, "lease": lease}
@@ -653,13 +661,21 @@ _UNWON = {
 
 
 def _result(
-    request: AcquireRequest, rid: str, outcome: str, attempt: int | None, token: int | None
+    request: AcquireRequest,
+    rid: str,
+    outcome: str,
+    attempt: int | None,
+    token: int | None,
+    version: int | None,
 ) -> AcquireResult:
     if outcome in _UNWON:
         return _UNWON[outcome]  # results are frozen: one of each is enough for a large batch
     assert attempt is not None and token is not None
     return AcquireResult(
-        Outcome.WON, Run(rid, request.job, request.slot, attempt, token, request.owner)
+        Outcome.WON,
+        Run(
+            rid, request.job, request.slot, attempt, token, request.owner, schedule_version=version
+        ),
     )
 
 
@@ -671,7 +687,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         id=rid, job=job, scheduled_for=slot.astimezone(UTC), state=RunState(state),
         attempt=attempt, failures=failures, token=token, owner=owner, reason=reason,
         expires_at=_utc(expires), started_at=_utc(started), finished_at=_utc(finished),
-        error=row[12],
+        error=row[12], schedule_version=row[13],
     )  # fmt: skip
 
 

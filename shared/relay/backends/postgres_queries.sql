@@ -3,14 +3,15 @@
 -- autocommit: no session state survives a statement, so a transaction-mode pooler is fine.
 
 -- name: acquire_many
-SELECT o_index, o_outcome, o_attempt, o_token
+SELECT o_index, o_outcome, o_attempt, o_token, o_version
 FROM {schema}.acquire_many(%b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::float8[],
-                           %b::integer[], %b::boolean[], %b::float8[], %b::boolean[])
+                           %b::integer[], %b::boolean[], %b::float8[], %b::boolean[],
+                           %b::integer[])
 
 -- name: acquire_one
-SELECT o_outcome, o_attempt, o_token
+SELECT o_outcome, o_attempt, o_token, o_version
 FROM {schema}.acquire_one(%s, %s, %s, %s, %s::float8, %s::integer, %s::boolean, %s::float8,
-                          %s::boolean)
+                          %s::boolean, %s::integer)
 
 -- name: start
 UPDATE {schema}.runs SET
@@ -20,7 +21,7 @@ UPDATE {schema}.runs SET
     updated_at = clock_timestamp()
 WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
   AND (started_at IS NULL OR owner = %(owner)s)
-RETURNING job, slot, attempt
+RETURNING job, slot, attempt, schedule_version
 
 -- name: heartbeat
 -- This transaction alone commits without waiting for the disk (set_config(..., true) lasts until
@@ -73,7 +74,7 @@ FROM unnest(%s::text[]) AS name
 
 -- name: reclaimable
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at, error
+       started_at, finished_at, error, schedule_version
 FROM {schema}.runs
 WHERE state IN ('pending', 'running')
   AND (state = 'pending' OR expires_at <= clock_timestamp())
@@ -82,12 +83,12 @@ LIMIT %s
 
 -- name: runs_of_job
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at, error
+       started_at, finished_at, error, schedule_version
 FROM {schema}.runs WHERE job = %s ORDER BY slot DESC, run_id LIMIT %s
 
 -- name: runs
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at, error
+       started_at, finished_at, error, schedule_version
 FROM {schema}.runs ORDER BY slot DESC, run_id LIMIT %s
 
 -- name: now
@@ -141,7 +142,7 @@ ON CONFLICT (run_id) DO NOTHING
 
 -- name: run
 SELECT run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
-       started_at, finished_at, error
+       started_at, finished_at, error, schedule_version
 FROM {schema}.runs WHERE run_id = %s
 
 -- name: backfill

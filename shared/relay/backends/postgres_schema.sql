@@ -44,7 +44,9 @@ CREATE TABLE {schema}.runs (
     expires_at   timestamptz,
     started_at   timestamptz,
     finished_at  timestamptz,
-    updated_at   timestamptz NOT NULL
+    updated_at   timestamptz NOT NULL,
+    -- the stored schedule's version the run was first leased with (NULL for code jobs)
+    schedule_version integer
 );
 
 CREATE INDEX runs_job_slot ON {schema}.runs (job, slot);
@@ -82,6 +84,8 @@ CREATE TABLE {schema}.schedules (
     created_ms bigint NOT NULL
 );
 CREATE UNIQUE INDEX schedules_revision ON {schema}.schedules (revision);
+-- Removed schedules by when they were removed, for retention (relay.backends._sql_schedules prune).
+CREATE INDEX schedules_removed ON {schema}.schedules (updated_ms) WHERE definition IS NULL;
 CREATE TABLE {schema}.schedule_history (
     name    text COLLATE "C" NOT NULL,
     version integer NOT NULL,
@@ -131,12 +135,16 @@ FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
 -- overlapping a live one waits pending ('buffered') unless one already waits, and a waiting run is
 -- leased once no other run of its job is live; an expired lease means its runner stopped
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
--- Its body, and acquire_one's, stand as migration 0005 wrote them (the catalog test compares bodies
+-- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
+-- out): a takeover or a retry keeps the record's own.
+-- Its body, and acquire_one's, stand as migration 0007 wrote them (the catalog test compares bodies
 -- to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
-    p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[]
-) RETURNS TABLE (o_index bigint, o_outcome text, o_attempt integer, o_token bigint)
+    p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[],
+    p_versions integer[]
+) RETURNS TABLE (o_index bigint, o_outcome text, o_attempt integer, o_token bigint,
+                o_version integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_rounds integer;
@@ -145,7 +153,7 @@ DECLARE
     v_jobs text[];
     v_paused text[];
 BEGIN
-    -- Settled without a lock (see version 1).
+    -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
     SELECT array_agg(
                CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
                     WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held'
@@ -154,7 +162,7 @@ BEGIN
     FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx)
     LEFT JOIN {schema}.runs AS s ON s.run_id = r.run_id;
     RETURN QUERY
-    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint
+    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
     FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
     WHERE r.outcome IS NOT NULL;
     SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
@@ -188,9 +196,10 @@ BEGIN
             SELECT * FROM (
                 SELECT r.*, row_number() OVER (PARTITION BY r.job COLLATE "C" ORDER BY r.idx) AS rnd
                 FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
-                            p_overlap, p_stale, p_buffer, v_settled)
+                            p_overlap, p_stale, p_buffer, p_versions, v_settled)
                      WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
-                                           overlap_skip, stale_after, buffer_one, settled, idx)
+                                           overlap_skip, stale_after, buffer_one,
+                                           schedule_version, settled, idx)
                 WHERE r.settled IS NULL
             ) AS numbered
             WHERE rnd = v_round
@@ -210,7 +219,7 @@ BEGIN
                    ) ELSE false END AS waiting
             FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
         ), decided AS (
-            SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts,
+            SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts, l.schedule_version,
                 CASE
                     WHEN l.s_run_id IS NULL THEN
                         CASE
@@ -240,12 +249,14 @@ BEGIN
             FROM decided AS d
             WHERE d.outcome = 'won' AND j.name = d.job
             RETURNING d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
-                      d.failures, d.attempt, j.token
+                      d.failures, d.attempt, j.token, d.schedule_version
         ), leased AS (
             INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
-                                            max_attempts, token, owner, expires_at, updated_at)
+                                            max_attempts, token, owner, expires_at, updated_at,
+                                            schedule_version)
             SELECT t.run_id, t.job, t.slot, 'running', t.attempt, t.failures, t.max_attempts,
-                   t.token, t.owner, v_now + t.lease * interval '1 second', v_now
+                   t.token, t.owner, v_now + t.lease * interval '1 second', v_now,
+                   t.schedule_version
             FROM tokens AS t
             ON CONFLICT (run_id) DO UPDATE SET
                 state = 'running', attempt = excluded.attempt, failures = excluded.failures,
@@ -253,14 +264,18 @@ BEGIN
                 expires_at = excluded.expires_at, started_at = NULL,
                 updated_at = excluded.updated_at,
                 max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
-                                    ELSE s.max_attempts END
+                                    ELSE s.max_attempts END,
+                -- A takeover or a retry keeps the version of the run's first lease.
+                schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
+            RETURNING s.run_id, s.schedule_version
         ), skipped AS (
             INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts,
-                                       finished_at, updated_at)
+                                       finished_at, updated_at, schedule_version)
             SELECT d.run_id, d.job, d.slot,
                    CASE WHEN d.outcome = 'buffered' THEN 'pending' ELSE 'skipped' END,
                    d.outcome, d.max_attempts,
-                   CASE WHEN d.outcome = 'buffered' THEN NULL ELSE v_now END, v_now
+                   CASE WHEN d.outcome = 'buffered' THEN NULL ELSE v_now END, v_now,
+                   d.schedule_version
             FROM decided AS d
             WHERE d.is_new AND d.outcome IN ('stale', 'overlap', 'paused', 'buffered')
             ON CONFLICT (run_id) DO NOTHING
@@ -271,9 +286,10 @@ BEGIN
             FROM decided AS d
             WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
         )
-        SELECT t.idx, 'won', t.attempt, t.token FROM tokens AS t
+        SELECT t.idx, 'won', t.attempt, t.token, l.schedule_version
+        FROM tokens AS t JOIN leased AS l ON l.run_id = t.run_id
         UNION ALL
-        SELECT d.idx, d.outcome, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
+        SELECT d.idx, d.outcome, NULL, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
     END LOOP;
 END
 $$;
@@ -287,7 +303,8 @@ $$;
 CREATE FUNCTION {schema}.acquire_one(
     p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
     p_max_attempts integer, p_overlap boolean, p_stale float8, p_buffer boolean,
-    OUT o_outcome text, OUT o_attempt integer, OUT o_token bigint
+    p_version integer, OUT o_outcome text, OUT o_attempt integer, OUT o_token bigint,
+    OUT o_version integer
 )
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -319,14 +336,15 @@ BEGIN
     IF NOT v_recorded AND NOT p_overlap AND NOT p_buffer AND NOT v_paused
        AND (p_stale IS NULL OR extract(epoch FROM v_now - p_slot) <= p_stale) THEN
         INSERT INTO {schema}.runs (run_id, job, slot, state, attempt, failures, max_attempts,
-                                   token, owner, expires_at, updated_at)
+                                   token, owner, expires_at, updated_at, schedule_version)
         VALUES (p_run_id, p_job, p_slot, 'running', 1, 0, p_max_attempts, v_token, p_owner,
-                v_now + p_lease * interval '1 second', v_now)
+                v_now + p_lease * interval '1 second', v_now, p_version)
         ON CONFLICT (run_id) DO NOTHING;
         IF FOUND THEN
             o_outcome := 'won';
             o_attempt := 1;
             o_token := v_token;
+            o_version := p_version;
             RETURN;
         END IF;
     END IF;
@@ -369,10 +387,11 @@ BEGIN
 
     IF NOT v_found AND o_outcome IN ('stale', 'overlap', 'paused', 'buffered') THEN
         INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts, finished_at,
-                                   updated_at)
+                                   updated_at, schedule_version)
         VALUES (p_run_id, p_job, p_slot,
                 CASE WHEN o_outcome = 'buffered' THEN 'pending' ELSE 'skipped' END, o_outcome,
-                p_max_attempts, CASE WHEN o_outcome = 'buffered' THEN NULL ELSE v_now END, v_now);
+                p_max_attempts, CASE WHEN o_outcome = 'buffered' THEN NULL ELSE v_now END, v_now,
+                p_version);
     ELSIF o_outcome = 'exhausted' THEN
         UPDATE {schema}.runs SET
             state = 'failed', failures = v_failures, reason = 'max_attempts',
@@ -381,16 +400,17 @@ BEGIN
     ELSIF o_outcome = 'won' THEN
         o_token := v_token;
         INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures, max_attempts,
-                                        token, owner, expires_at, updated_at)
+                                        token, owner, expires_at, updated_at, schedule_version)
         VALUES (p_run_id, p_job, p_slot, 'running', 1, v_failures, p_max_attempts, o_token,
-                p_owner, v_now + p_lease * interval '1 second', v_now)
+                p_owner, v_now + p_lease * interval '1 second', v_now, p_version)
         ON CONFLICT (run_id) DO UPDATE SET
             state = 'running', attempt = s.attempt + 1, failures = excluded.failures,
             token = excluded.token, owner = excluded.owner, reason = NULL,
             expires_at = excluded.expires_at, started_at = NULL, updated_at = excluded.updated_at,
             max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
-                                ELSE s.max_attempts END
-        RETURNING s.attempt INTO o_attempt;
+                                ELSE s.max_attempts END,
+            schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
+        RETURNING s.attempt, s.schedule_version INTO o_attempt, o_version;
     END IF;
 END
 $$;

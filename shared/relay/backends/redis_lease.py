@@ -250,7 +250,7 @@ class RedisLeaseBackend(RedisSchedules):
                 order += chunk
         jobs = list(dict.fromkeys(job for _, job in order))
         listed = self._listed.intersection(jobs)
-        # Per group its new_job flag, then per request: outcome, attempt, token.
+        # Per group its new_job flag, then per request: outcome, attempt, token, version.
         partly = None
         try:
             replies, confirmed = self._send_jobs("acquire", jobs, calls)
@@ -267,7 +267,7 @@ class RedisLeaseBackend(RedisSchedules):
             at += 1
             for index in groups[group]:
                 results[index] = _acquire_result(requests[index], members[index], words, at)
-                at += 3
+                at += 4
         if lost:
             self._list_again(lost)
         if partly is not None:
@@ -283,7 +283,10 @@ class RedisLeaseBackend(RedisSchedules):
         job, member = _split(run_id)
         reply = self._call_one("start", job, [member, token, owner, ms(lease)])
         _raise_if_lost(run_id, token, reply)
-        return Run(run_id, job, _slot(member), int(reply[1]), token, owner)
+        version = int(reply[2]) if len(reply) > 2 and reply[2] else None
+        return Run(
+            run_id, job, _slot(member), int(reply[1]), token, owner, schedule_version=version
+        )
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         job, member = _split(run_id)
@@ -811,7 +814,7 @@ def _held_reply(args: list[Any]) -> str:
     """The acquire script's reply for a call that was not answered: every request held."""
     words = []
     for block in args[2:]:
-        words += ["0"] + ["held", "0", "0"] * len(block.split("\n"))
+        words += ["0"] + ["held", "0", "0", "-"] * len(block.split("\n"))
     return " ".join(words)
 
 
@@ -849,9 +852,10 @@ def _request_line(request: AcquireRequest, member: str) -> str:
     """One request, as a line of the acquire script's arguments."""
     stale = "-" if request.stale_after is None else ms(request.stale_after)
     overlap = 2 if request.buffer_one else int(request.overlap_skip)
+    version = "-" if request.schedule_version is None else int(request.schedule_version)
     return (
         f"{member} {slot_ms(request.slot)} {ms(request.lease)} {request.max_attempts} "
-        f"{overlap} {stale}"
+        f"{overlap} {stale} {version}"
     )
 
 
@@ -863,13 +867,16 @@ def _member(request: AcquireRequest) -> str:
 def _acquire_result(
     request: AcquireRequest, member: str, words: list[str], at: int
 ) -> AcquireResult:
-    """The result of ``request`` from the script's words ``outcome attempt token`` at ``at``."""
+    """The result of ``request`` from the script's words ``outcome attempt token version`` at
+    ``at``."""
     outcome = words[at]
     if outcome != "won":
         return _NOT_WON[outcome]
+    version = words[at + 3]
     run = Run(
         f"{request.job}@{member}", request.job, request.slot, int(words[at + 1]),
         int(words[at + 2]), request.owner,
+        schedule_version=None if version == "-" else int(version),
     )  # fmt: skip
     return AcquireResult(Outcome.WON, run)
 
@@ -902,4 +909,5 @@ def _record(job: str, item: list[Any]) -> RunRecord:
         owner=fields.get("owner") or None, reason=fields.get("reason") or None,
         expires_at=moment("expires_ms"), started_at=moment("started_ms"),
         finished_at=moment("finished_ms"), error=fields.get("error") or None,
+        schedule_version=int(version) if (version := fields.get("schedule_version")) else None,
     )  # fmt: skip

@@ -6,11 +6,15 @@
 --   feed:        sorted set, name -> revision of its last change (the revision feed)
 --   rev:         the store-wide revision
 --   hist:<name>: hash, version -> the change as JSON
+--   removed:     sorted set, name -> when it was removed (ms), for retention; removed:indexed is
+--                set once the rows removed before this index existed were added to it
 -- ARGV: op, then the op's arguments:
 --   add name definition changes by | update name definition changes by version |
 --   remove name changes by version ('' for any) | get name | all | since revision limit |
---   history name
--- A change returns {'ok', row}, {'conflict', row} (nothing written) or {'missing'}.
+--   history name | prune older_than_ms limit
+-- A change returns {'ok', row}, {'conflict', row} (nothing written) or {'missing'}. prune deletes
+-- the rows, feed entries and histories of up to limit schedules removed more than older_than_ms
+-- ago and returns how many.
 
 local base, op = KEYS[1], ARGV[1]
 local rows, feed = base .. 'rows', base .. 'feed'
@@ -28,6 +32,27 @@ elseif op == 'since' then
     found[i] = redis.call('HMGET', rows, name)[1]
   end
   return found
+elseif op == 'prune' then
+  local removed = base .. 'removed'
+  if redis.call('EXISTS', removed .. ':indexed') == 0 then
+    local all = redis.call('HGETALL', rows)
+    for i = 2, #all, 2 do
+      local row = cjson.decode(all[i])
+      if row.removed then
+        redis.call('ZADD', removed, row.updated_ms, row.name)
+      end
+    end
+    redis.call('SET', removed .. ':indexed', 1)
+  end
+  local cutoff = clock() - tonumber(ARGV[2])
+  local names = redis.call('ZRANGEBYSCORE', removed, '-inf', '(' .. cutoff, 'LIMIT', 0, ARGV[3])
+  for _, name in ipairs(names) do
+    redis.call('HDEL', rows, name)
+    redis.call('ZREM', feed, name)
+    redis.call('DEL', base .. 'hist:' .. name)
+    redis.call('ZREM', removed, name)
+  end
+  return #names
 end
 
 local name = ARGV[2]
@@ -60,6 +85,11 @@ local row = cjson.encode({name = name, definition = definition, removed = op == 
   created_ms = created})
 redis.call('HSET', rows, name, row)
 redis.call('ZADD', feed, revision, name)
+if op == 'remove' then
+  redis.call('ZADD', base .. 'removed', now, name)
+elseif op == 'add' then
+  redis.call('ZREM', base .. 'removed', name)
+end
 redis.call('HSET', base .. 'hist:' .. name, version, cjson.encode({version = version,
   at_ms = now, by = by, action = op, changes = changes}))
 return {'ok', row}

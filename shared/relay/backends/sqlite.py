@@ -46,7 +46,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -83,14 +83,21 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # Version 6: stored schedules (relay.backends._sqlite_schedules).
     6: SCHEDULES_MIGRATION,
+    # Version 7: a run of a stored schedule keeps the version it was first leased with; removed
+    # schedules are found by when they were removed, for retention.
+    7: (
+        "ALTER TABLE relay_runs ADD COLUMN schedule_version INTEGER",
+        "CREATE INDEX IF NOT EXISTS relay_schedules_removed ON relay_schedules (updated_ms) "
+        "WHERE definition IS NULL",
+    ),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
 # A step's statements are constants: the driver's statement cache finds them by their text.
 _INSERT_NEW_RUN = (
     "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
-    "token, owner, expires_ms, updated_ms) VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (run_id) DO NOTHING"
+    "token, owner, expires_ms, updated_ms, schedule_version) "
+    "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
 )
 _HELD = "WHERE run_id = ?{} AND token = ?{} AND state = 'running'"
 _HEARTBEAT = "UPDATE relay_runs SET expires_ms = ?1, updated_ms = ?2 " + _HELD.format(3, 4)
@@ -111,8 +118,10 @@ _RELEASE = (
 
 _COLUMNS = (
     "run_id, job, slot_ms, state, attempt, failures, token, owner, reason, "
-    "expires_ms, started_ms, finished_ms, error"
+    "expires_ms, started_ms, finished_ms, error, schedule_version"
 )
+# Read-only on a file no scheduler of this version opened yet: runs have no schedule version.
+_COLUMNS_BEFORE_7 = _COLUMNS.replace("schedule_version", "NULL")
 
 
 class SQLiteLeaseBackend(SQLiteSchedules):
@@ -238,7 +247,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
         with self._write() as (conn, now_ms):
             row = conn.execute(
-                "SELECT state, token, owner, started_ms, job, slot_ms, attempt "
+                "SELECT state, token, owner, started_ms, job, slot_ms, attempt, schedule_version "
                 "FROM relay_runs WHERE run_id = ?",
                 (run_id,),
             ).fetchone()
@@ -252,7 +261,9 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 "expires_ms = ?, updated_ms = ? WHERE run_id = ?",
                 (owner, now_ms, now_ms + _ms(lease), now_ms, run_id),
             )
-            return Run(run_id, row[4], from_ms(row[5]), row[6], token, owner)
+            return Run(
+                run_id, row[4], from_ms(row[5]), row[6], token, owner, schedule_version=row[7]
+            )
 
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         with self._write(durable=False) as (conn, now_ms):
@@ -318,7 +329,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             rows = [
                 row
                 for job, live in jobs
-                for row in _live_runs(conn, job, live)
+                for row in _live_runs(conn, job, live, self._columns)
                 if row[3] == "pending" or row[9] <= now_ms
             ]
         rows.sort(key=lambda row: (row[2], row[0]))
@@ -331,13 +342,18 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             where, params = "WHERE run_id > ? AND run_id < ?", _job_range(job)
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM relay_runs {where} ORDER BY slot_ms DESC, run_id LIMIT ?",
+                f"SELECT {self._columns} FROM relay_runs {where} "
+                "ORDER BY slot_ms DESC, run_id LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [_record(row) for row in rows]
 
     def now(self) -> datetime:
         return from_ms(self._now_ms())
+
+    @property
+    def _columns(self) -> str:
+        return _COLUMNS if self._version >= 7 else _COLUMNS_BEFORE_7
 
     def record_instance(self, info: InstanceInfo, ttl: float) -> None:
         with self._write() as (conn, now_ms):
@@ -528,12 +544,15 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         inserted = conn.execute(
             _INSERT_NEW_RUN,
             (rid, job, slot, request.max_attempts, token, request.owner,
-             now_ms + _ms(request.lease), now_ms),
+             now_ms + _ms(request.lease), now_ms, request.schedule_version),
         ).rowcount  # fmt: skip
         if inserted != 1:
             return None
         _update_job_row(conn, job, token, live_change=1)
-        return Run(rid, job, request.slot, 1, token, request.owner)
+        return Run(
+            rid, job, request.slot, 1, token, request.owner,
+            schedule_version=request.schedule_version,
+        )  # fmt: skip
 
     def _lease(
         self,
@@ -549,22 +568,28 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         token = _next_token(conn, request.job, now_ms)
         _update_job_row(conn, request.job, token, live_change=1 if new else 0)
         expires = now_ms + _ms(request.lease)
-        attempt = conn.execute(
+        # A takeover or a retry keeps the version the run was first leased with.
+        attempt, version = conn.execute(
             "INSERT INTO relay_runs (run_id, job, slot_ms, state, attempt, failures, max_attempts, "
-            "token, owner, expires_ms, updated_ms) "
-            "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?) "
+            "token, owner, expires_ms, updated_ms, schedule_version) "
+            "VALUES (?, ?, ?, 'running', 1, 0, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (run_id) DO UPDATE SET state = 'running', attempt = attempt + 1, "
             "failures = ?, token = excluded.token, owner = excluded.owner, reason = NULL, "
             "expires_ms = excluded.expires_ms, started_ms = NULL, "
             "updated_ms = excluded.updated_ms, "
-            "max_attempts = CASE WHEN attempt = 0 THEN excluded.max_attempts ELSE max_attempts END "
-            "RETURNING attempt",
+            "max_attempts = CASE WHEN attempt = 0 THEN excluded.max_attempts "
+            "ELSE max_attempts END, "
+            "schedule_version = COALESCE(schedule_version, excluded.schedule_version) "
+            "RETURNING attempt, schedule_version",
             (
                 rid, request.job, slot_ms(request.slot), request.max_attempts, token,
-                request.owner, expires, now_ms, failures,
+                request.owner, expires, now_ms, request.schedule_version, failures,
             ),
-        ).fetchone()[0]  # fmt: skip
-        return Run(rid, request.job, request.slot, attempt, token, request.owner)
+        ).fetchone()  # fmt: skip
+        return Run(
+            rid, request.job, request.slot, attempt, token, request.owner,
+            schedule_version=version,
+        )  # fmt: skip
 
     @staticmethod
     def _insert_skipped(
@@ -736,12 +761,12 @@ def _count_live(conn: sqlite3.Connection, job: str, change: int) -> None:
     )
 
 
-def _live_runs(conn: sqlite3.Connection, job: str, live: int) -> list[Any]:
+def _live_runs(conn: sqlite3.Connection, job: str, live: int, columns: str = _COLUMNS) -> list[Any]:
     """The ``live`` running and pending runs of ``job``, found from its newest run back."""
     if live <= 0:
         return []
     return conn.execute(
-        f"SELECT {_COLUMNS} FROM relay_runs WHERE run_id > ? AND run_id < ? "
+        f"SELECT {columns} FROM relay_runs WHERE run_id > ? AND run_id < ? "
         "AND state IN ('running', 'pending') ORDER BY run_id DESC LIMIT ?",
         (*_job_range(job), live),
     ).fetchall()
@@ -832,9 +857,10 @@ def _insert_run(
     """Record a run that is not leased: skipped (finished now) or pending (never leased yet)."""
     conn.execute(
         "INSERT INTO relay_runs (run_id, job, slot_ms, state, reason, max_attempts, finished_ms, "
-        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+        "updated_ms, schedule_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (run_id) DO NOTHING",
         (rid, request.job, slot_ms(request.slot), state, reason, request.max_attempts,
-         now_ms if state == "skipped" else None, now_ms),
+         now_ms if state == "skipped" else None, now_ms, request.schedule_version),
     )  # fmt: skip
 
 
@@ -871,7 +897,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         id=rid, job=job, scheduled_for=from_ms(slot), state=RunState(state), attempt=attempt,
         failures=failures, token=token, owner=owner, reason=reason,
         expires_at=optional_from_ms(expires), started_at=optional_from_ms(started),
-        finished_at=optional_from_ms(finished), error=row[12],
+        finished_at=optional_from_ms(finished), error=row[12], schedule_version=row[13],
     )  # fmt: skip
 
 

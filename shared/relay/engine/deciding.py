@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -25,6 +25,7 @@ from relay.errors import ConfigurationError, NotAcknowledged
 from relay.events import EventBus
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
 from relay.runs import Run, RunRecord, RunState, is_manual, run_id
+from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule
 
 __all__ = ["DEFAULT_RETENTION", "ON_TIME_GRACE", "TICK_SPREAD", "Decider", "Won"]
@@ -109,6 +110,15 @@ class Decider:
         self.holding: Callable[[], AbstractSet[str]] = frozenset
         """The ids of the runs this instance is executing (its runner's ``holding``): never
         acquired again, so an instance never takes over a run it still executes."""
+        self.schedule_versions: Mapping[str, int] = {}
+        """The version of each stored schedule's job (a ``ScheduleFeed`` shares its own map): a
+        run's record keeps the version it was first leased with. Code jobs have none."""
+        self.job_at_version: Callable[[Job, int], Job | None] = _no_earlier_version
+        """The job of a stored schedule as it was at a version (a ``ScheduleFeed`` sets it), or
+        ``None`` if it cannot run here: a run is run with the version its record keeps."""
+        self._refused: set[str] = set()
+        """Runs won with a schedule version that cannot run here: handed back, not asked for
+        again by this instance."""
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -232,8 +242,9 @@ class Decider:
         return won
 
     def _prune(self, backend: LeaseBackend) -> None:
-        """Delete one batch of runs past ``retention``: every ``prune_every`` seconds, or at each
-        sweep while batches come back full."""
+        """Delete one batch of runs past ``retention`` (and of stored schedules removed before
+        it, with their history): every ``prune_every`` seconds, or at each sweep while batches
+        come back full."""
         if self.retention is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + self.prune_every
@@ -244,6 +255,14 @@ class Decider:
             self._next_prune = 0.0
         if pruned:
             log.info("pruned %d runs finished more than %gs ago", pruned, self.retention)
+        if stores_schedules(backend):  # and the stored schedules removed as long ago
+            removed = backend.prune_schedules(self.retention, self.prune_batch)
+            if removed >= self.prune_batch:
+                self._next_prune = 0.0
+            if removed:
+                log.info(
+                    "pruned %d stored schedules removed more than %gs ago", removed, self.retention
+                )
 
     def _plan(self, job: Job, slots: _TickSlots, recorded: dict[str, datetime | None]) -> _Plan:
         """The slots of ``job`` to decide now, and those to record as missed.
@@ -331,6 +350,7 @@ class Decider:
         if not due:
             return []
         manual = [is_manual(r.id) for r in records] or [False] * len(due)
+        versions = self.schedule_versions
         requests = [
             AcquireRequest(
                 job=job.name,
@@ -342,6 +362,7 @@ class Decider:
                 stale_after=job.stale_after,
                 buffer_one=job.overlap == "buffer_one",
                 manual=is_manual_run,
+                schedule_version=versions.get(job.name),
             )
             for (job, slot), is_manual_run in zip(due, manual, strict=True)
         ]
@@ -350,14 +371,26 @@ class Decider:
         except NotAcknowledged as exc:
             hand_back(backend, exc.won, "acquire", str(exc))
             raise
-        won = []
+        won, refused = [], []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):
             self.events.emit(
                 decision_event(result.outcome, job, slot, self.owner, result.run, before)
             )
-            if result.outcome is Outcome.WON and result.run is not None:
-                won.append(Won(result.run, job))
+            run = result.run
+            if result.outcome is not Outcome.WON or run is None:
+                continue
+            if run.schedule_version not in (None, versions.get(job.name)):
+                # Leased before the schedule changed (taken over, retried): it runs as it was.
+                earlier = self.job_at_version(job, run.schedule_version)
+                if earlier is None:
+                    refused.append(run)
+                    continue
+                job = earlier
+            won.append(Won(run, job))
+        if refused:
+            self._refused.update(run.id for run in refused)
+            hand_back(backend, refused, "acquire", "its schedule version cannot run here")
         return won
 
     def _not_held(
@@ -365,6 +398,8 @@ class Decider:
     ) -> tuple[Sequence[tuple[Job, datetime]], Sequence[RunRecord]]:
         """``due`` (and ``records``) without the runs this instance is executing."""
         held = self.holding()
+        if self._refused:
+            held = set(held) | self._refused
         if not held:
             return due, records
         ids = [r.id for r in records] or [run_id(job.name, slot) for job, slot in due]
@@ -430,6 +465,11 @@ def _next_check(job: Job, decided: datetime, now: datetime) -> datetime:
     if job.jitter:
         return slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter))
     return slot
+
+
+def _no_earlier_version(job: Job, version: int) -> Job | None:
+    """Without stored schedules, no job has another version."""
+    return None
 
 
 def _utc(timestamp: float) -> datetime:

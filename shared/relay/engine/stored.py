@@ -7,7 +7,10 @@ and applies each change to the :class:`~relay.engine.deciding.Decider` before th
 * added, changed or resumed: the schedule's job replaces the old one, due from its first slot
   after the change (:func:`relay.stored.schedule_job`): a change never fires a run at once, and
   the slots before it are not caught up because of it. Runs already won keep the job (task and
-  arguments) they were won with;
+  arguments) they were won with, and so does a run another instance takes over or retries: its
+  record keeps the version it was first leased with, and :meth:`ScheduleFeed.job_at` rebuilds
+  that version from the schedule's history (if its task is not allowed here, the run is reported
+  and handed back, never run with other arguments);
 * paused (``enabled=False``) or removed: the decider stops deciding it; runs in flight finish;
 * a task this instance does not allow, or a code job's name: not run here, reported by a
   :class:`~relay.events.ScheduleNotRunnable` event (once per version), never skipped silently.
@@ -27,8 +30,9 @@ from typing import Any
 from relay.engine.deciding import Decider
 from relay.errors import ConfigurationError
 from relay.events import ScheduleApplied, ScheduleNotRunnable
+from relay.jobs import Job
 from relay.schedule_store import ScheduleStore
-from relay.stored import Schedule, StoredRow, from_row, schedule_job
+from relay.stored import Schedule, StoredRow, from_row, row_at, schedule_job
 
 __all__ = ["ScheduleFeed"]
 
@@ -69,6 +73,8 @@ class ScheduleFeed:
         self.not_runnable: dict[str, str] = {}
         """Stored schedules not run here, and why."""
         self._code: set[str] | None = None
+        decider.schedule_versions = self.stored
+        decider.job_at_version = self.job_at
 
     def start(self) -> None:
         """Apply every stored schedule now; refuse a code job that has a stored schedule's name.
@@ -102,6 +108,36 @@ class ScheduleFeed:
             if len(rows) < PAGE:
                 break
         return changed
+
+    def job_at(self, job: Job, version: int) -> Job | None:
+        """The job of stored schedule ``job.name`` as it was at ``version``, from its history:
+        a run leased with that version runs with its task and arguments. ``None`` (reported by a
+        :class:`~relay.events.ScheduleNotRunnable` event) if it cannot run here."""
+        row = row_at(self.store.schedule_history(job.name), version)
+        if row is None:
+            gone = Schedule(name=job.name, task="?", version=version)
+            self._report(gone, f"its history has no definition at version {version}")
+            return None
+        try:
+            schedule = from_row(row)
+        except (ValueError, TypeError, KeyError) as exc:
+            gone = Schedule(name=job.name, task="?", version=version)
+            self._report(gone, f"its definition at version {version} cannot be read: {exc!r}")
+            return None
+        handler = self.handler_for(schedule)
+        if handler is None:
+            self._report(
+                schedule,
+                f"a run leased with version {version} needs task {schedule.task!r}, which this "
+                f"instance does not allow (it allows: {self.allowed or 'none'}): handed back; "
+                f"allow it with @scheduler.task({schedule.task!r})",
+            )
+            return None
+        try:
+            return schedule_job(self.decider.backend, schedule, handler)
+        except ConfigurationError as exc:
+            self._report(schedule, f"its definition at version {version} is refused here: {exc}")
+            return None
 
     def _apply(self, row: StoredRow) -> None:
         name = row.name
@@ -149,6 +185,9 @@ class ScheduleFeed:
         if self.stored.pop(schedule.name, None) is not None:
             self.decider.remove(schedule.name)
         self.not_runnable[schedule.name] = reason
+        self._report(schedule, reason)
+
+    def _report(self, schedule: Schedule, reason: str) -> None:
         self.decider.events.emit(
             ScheduleNotRunnable(
                 schedule=schedule.name, version=schedule.version, task=schedule.task,
