@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from relay.cli_control import _backend_option, _control, _duration, _instant, _piped
+from relay.cli.control import _backend_option, _control, _duration, _instant, _piped
 from relay.control_schedules import describe
 from relay.schedule_files import apply as apply_plan
 from relay.schedule_files import export_text, load, plan

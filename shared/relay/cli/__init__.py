@@ -1,6 +1,6 @@
 """The ``relay`` command: ``relay demo`` (the main job), the read-only views of a lease store
 (``relay runs``, ``relay instances``, ``relay health``, a liveness or readiness probe, and
-``relay timeline``, an HTML page), and the control commands of :mod:`relay.cli_control`
+``relay timeline``, an HTML page), and the control commands of :mod:`relay.cli.control`
 (``jobs``, ``pause``, ``resume``, ``trigger``, ``backfill``, ``prune``).
 
 Every command that only reads opens the store read-only (:func:`relay.open_backend` with
@@ -25,9 +25,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from relay.backends import Backend, open_backend
-from relay.cli_control import COMMANDS
-from relay.cli_doctor import doctor
-from relay.cli_schedules import schedules
+from relay.cli.control import COMMANDS
+from relay.cli.doctor import doctor
+from relay.cli.schedules import schedules
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import RelayError
 from relay.health import ROLES, InstanceInfo, is_alive
@@ -377,7 +377,3 @@ def migrate_command(url: str) -> None:
 
 
 main.add_command(migrate_command)
-
-
-if __name__ == "__main__":
-    main()

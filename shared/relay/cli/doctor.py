@@ -13,7 +13,7 @@ from rich.table import Table
 
 from relay.backends import capability_of
 from relay.backends._url import BackendURL
-from relay.cli_control import _backend_option, _control
+from relay.cli.control import _backend_option, _control
 from relay.doctor import DoctorReport, claim_store_refusal
 from relay.errors import RelayError
 
