@@ -43,7 +43,6 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
 from relay.backends import _amqp as amqp
-from relay.backends._rabbitmq_consumers import JobConsumers, delivered
 from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold
 from relay.backends._rabbitmq_queues import (
     MAX_ATTEMPTS,
@@ -54,6 +53,7 @@ from relay.backends._rabbitmq_queues import (
 )
 from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend
+from relay.consumer_mode import JobConsumers, delivered
 from relay.engine.deciding import Won
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
 from relay.events import EventBus
