@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relay.cli._format import iso, piped
-from relay.cli._options import backend_option, duration, instant
+from relay.cli._options import backend_option, duration, instant, json_option
 from relay.cli._stores import control as _control
 from relay.control import JobStatus
 from relay.runs import RunRecord
@@ -23,7 +23,7 @@ __all__ = ["COMMANDS"]
 
 @click.command()
 @backend_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, for scripts.")
+@json_option("One JSON object per job, for scripts.")
 def jobs(url: str, as_json: bool) -> None:
     """Every job: schedule, time zone, next due, last run, live lease owner and expiry, pause.
 
@@ -157,7 +157,7 @@ def prune(url: str, older_than: str) -> None:
 @backend_option
 @click.argument("job")
 @click.option("--count", default=5, show_default=True, help="How many coming runs.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, for scripts.")
+@json_option("One JSON object per run, for scripts.")
 def next_(url: str, job: str, count: int, as_json: bool) -> None:
     """JOB's next runs: each slot and when it starts after jitter, in UTC and the job's time
     zone, and whether a pause will skip it. Only reads: the store is opened read-only.

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from relay.backends import capability_of
 from relay.backends._url import BackendURL
-from relay.cli._options import backend_option
+from relay.cli._options import backend_option, json_option
 from relay.cli._stores import control
 from relay.doctor import DoctorReport, claim_store_refusal
 
@@ -24,7 +24,7 @@ _COLOURS = {"nothing": "green", "run twice": "red", "unknown": "yellow"}
 
 @click.command()
 @backend_option
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON, for scripts.")
+@json_option("Print the report as JSON, for scripts.")
 @click.option(
     "--strict",
     is_flag=True,

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relay.cli._format import piped
-from relay.cli._options import backend_option, duration, instant
+from relay.cli._options import backend_option, duration, instant, json_option
 from relay.cli._stores import control as _control
 from relay.control_schedules import describe
 from relay.schedule_files import apply as apply_plan
@@ -85,7 +85,7 @@ def schedules() -> None:
 
 @schedules.command("list")
 @backend_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per schedule.")
+@json_option("One JSON object per schedule.")
 def list_(url: str, as_json: bool) -> None:
     """Every stored schedule: task, when, version, last change, and where it can run.
 
@@ -106,7 +106,7 @@ def list_(url: str, as_json: bool) -> None:
 @schedules.command()
 @backend_option
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option("Print JSON.")
 def show(url: str, name: str, as_json: bool) -> None:
     """One stored schedule, every field.
 
@@ -195,7 +195,7 @@ def rm(url: str, name: str, version: int | None, by: str | None) -> None:
 @schedules.command()
 @backend_option
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
+@json_option("One JSON object per change.")
 def history(url: str, name: str, as_json: bool) -> None:
     """Every change of schedule NAME: version, when (the store's clock), by whom, what.
 
