@@ -32,8 +32,6 @@ SURFACES = len(LAYERS)  # every other module: the CLI, control, Django, timeline
 # What reaches up today, to be moved (see docs/architecture.md, "Known exceptions").
 KNOWN = {
     ("relay.deadlines", "relay.backends._url"),
-    ("relay.backends.rabbitmq_consumer", "relay.consumer_mode"),
-    ("relay.backends.rabbitmq_consumer", "relay.engine.deciding"),
     ("relay.settings", "relay.contrib.django.database"),  # Django's DATABASES, read lazily
     ("relay.tracing", "relay.metrics"),  # the Subscribable type, for typing only
 }
