@@ -31,9 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 SURFACES = len(LAYERS)  # every other module: the CLI, control, Django, timeline, metrics...
 # What reaches up today, to be moved (see docs/architecture.md, "Known exceptions").
 KNOWN = {
-    ("relay.deadlines", "relay.backends._url"),
     ("relay.settings", "relay.contrib.django.database"),  # Django's DATABASES, read lazily
-    ("relay.tracing", "relay.metrics"),  # the Subscribable type, for typing only
 }
 
 
