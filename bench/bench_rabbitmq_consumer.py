@@ -30,6 +30,7 @@ import pika
 
 from relay.backends import open_backend
 from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
+from relay.consumer_mode.consumers import ConsumerDispatcher
 from relay.jobs import make_job
 from relay.runs import Run, run_id
 
@@ -92,7 +93,7 @@ def relay(url: str, n: int, gates: list[str]) -> tuple[float, float, float]:
         done.set()
 
     job = make_job(backend, name=JOB, every=1, handler=handler)
-    backend.serve([job], "bench")
+    ConsumerDispatcher(backend).serve([job], "bench")
     assert backend.wait_subscribed(30)
     first = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=n + 10)
     claiming = publishing = 0.0

@@ -172,8 +172,7 @@ def run_delivery(
     """Call ``call`` with the run this delivery carries; a failure is rejected with requeue, so
     the broker redelivers it (one attempt used) until the job's delivery limit. The attempt's
     outcome goes to the outcomes stream through ``backend`` (this process's)."""
-    from relay.backends._rabbitmq_consumers import outcome
-    from relay.backends.rabbitmq_consumer import delivered
+    from relay.backends.rabbitmq_consumer import delivered, outcome
 
     headers = {"x-delivery-count": request.get("x-delivery-count")}
     if isinstance(request.headers, dict) and "x-delivery-count" in request.headers:

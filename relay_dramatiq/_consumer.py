@@ -6,7 +6,7 @@ it cannot consume a quorum queue with ``x-delivery-limit``, nor have the broker 
 failure. So with ``RelayMiddleware("amqp://…?mode=consumer")``:
 
 * ``relay-dramatiq`` wins each run through its gate queue and publishes it to the job's quorum run
-  queue (:meth:`~relay.backends.rabbitmq_consumer.RabbitMQConsumerBackend.dispatch`), not as a
+  queue (:meth:`~relay.consumer_mode.consumers.ConsumerDispatcher.dispatch`), not as a
   Dramatiq message;
 * each Dramatiq worker process runs Relay's own consumers of those run queues next to Dramatiq's
   (started after the worker boots, stopped with a hand-over before it shuts down), and calls the
@@ -26,6 +26,7 @@ from typing import Any
 
 import dramatiq
 
+from relay import consumer_mode
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.engine.dispatching import Dispatcher
 from relay.errors import ConfigurationError
@@ -44,8 +45,8 @@ Backend = ClaimBackend | LeaseBackend
 
 
 def dispatcher(backend: Backend) -> Dispatcher | None:
-    """``backend`` if it hands runs out itself (RabbitMQ consumer mode)."""
-    return backend if isinstance(backend, Dispatcher) else None
+    """The dispatcher of ``backend`` if it hands runs out itself (RabbitMQ consumer mode)."""
+    return consumer_mode.dispatcher(backend)
 
 
 def check_actor(backend: Backend, actor: dramatiq.Actor[Any, Any]) -> None:

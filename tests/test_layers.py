@@ -24,20 +24,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("backends", ("relay.backends",)),
     ("engine", ("relay.engine", "relay.health")),
     ("hosts", (
-        "relay.scheduler", "relay.fencing", "relay.settings", "relay.tracing", "relay_celery",
-        "relay_dramatiq",
+        "relay.scheduler", "relay.consumer_mode", "relay.fencing", "relay.settings",
+        "relay.tracing", "relay_celery", "relay_dramatiq",
     )),
 ]  # fmt: skip
 SURFACES = len(LAYERS)  # every other module: the CLI, control, Django, timeline, metrics...
 # What reaches up today, to be moved (see docs/architecture.md, "Known exceptions").
 KNOWN = {
-    ("relay.deadlines", "relay.backends._url"),
-    ("relay.backends._rabbitmq_consumers", "relay.engine.coroutines"),
-    ("relay.backends._rabbitmq_consumers", "relay.engine.looping"),
-    ("relay.backends._rabbitmq_consumers", "relay.engine.running"),
-    ("relay.backends.rabbitmq_consumer", "relay.engine.deciding"),
     ("relay.settings", "relay.contrib.django.database"),  # Django's DATABASES, read lazily
-    ("relay.tracing", "relay.metrics"),  # the Subscribable type, for typing only
 }
 
 

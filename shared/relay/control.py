@@ -9,16 +9,13 @@ runs to control: each operation raises :class:`~relay.errors.UnsupportedOption` 
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
-from relay.control_schedules import ScheduleControl
+from relay.control_schedules import JobStatus, ScheduleControl, operator
 from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
@@ -33,35 +30,6 @@ MAX_BACKFILL = 1000
 """The most runs one backfill creates: a longer range is refused (split it, or widen the slots)."""
 PRUNE_BATCH = 500
 """Runs one store call of :meth:`Control.prune` deletes at most."""
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """One job as ``relay jobs`` shows it."""
-
-    name: str
-    schedule: str | None
-    """As registered by its schedulers, e.g. ``"cron '0 3 * * *' (Europe/Paris)"``; ``None`` for a
-    job no scheduler of this Relay version registered."""
-    timezone: str | None
-    next_due: datetime | None
-    """When its next slot starts (its jitter included), on the store's clock."""
-    last_run: RunRecord | None
-    live: tuple[RunRecord, ...]
-    """Its runs holding a live lease: each has its ``owner`` and ``expires_at``."""
-    paused_at: datetime | None
-    paused_by: str | None
-    paused_reason: str | None
-    spec: dict[str, Any]
-    stored: str | None = None
-    """For a stored schedule: where it can run and what remains of it, such as ``"task
-    send_report, on 2 live instance(s); 3 slot(s) left"`` or ``"not runnable: no live instance
-    allows task send_report"``. ``None`` for a code-defined job."""
-
-    @property
-    def paused(self) -> bool:
-        """Whether the job is paused."""
-        return self.paused_at is not None
 
 
 class Control(ScheduleControl):
@@ -140,7 +108,7 @@ class Control(ScheduleControl):
         ``skipped (paused)``. ``by`` defaults to ``user@host``. ``False`` if already paused."""
         store = self._lease("pause")
         self._known(store, job)
-        return store.pause(job, reason, by or _operator())
+        return store.pause(job, reason, by or operator())
 
     def resume(
         self,
@@ -304,11 +272,3 @@ def _backfill_slots(
                 f"parts of at most {MAX_BACKFILL} runs"
             )
     return slots
-
-
-def _operator() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"

@@ -7,17 +7,20 @@ that compares versions (:mod:`relay.schedule_store`). Running instances apply it
 
 from __future__ import annotations
 
+import getpass
 import json
-from dataclasses import replace
+import socket
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.durations import Duration
 from relay.errors import ConfigurationError, Conflict, UnknownSchedule, UnsupportedOption
 from relay.health import is_alive
 from relay.jobs import LEASE_BACKENDS, Overlap
+from relay.runs import RunRecord
 from relay.schedule_store import ScheduleStore, stores_schedules
 from relay.stored import (
     DEFINITION,
@@ -31,15 +34,41 @@ from relay.stored import (
     to_definition,
 )
 
-if TYPE_CHECKING:  # relay.control imports this module
-    from relay.control import JobStatus
-
-__all__ = ["ScheduleControl", "describe", "operator"]
+__all__ = ["JobStatus", "ScheduleControl", "describe", "operator"]
 
 _KINDS = ("cron", "every", "at")
 _CENTURY = timedelta(days=36525)
 _SHOWN = 1000
 """The most slots left ``relay jobs`` counts."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as ``relay jobs`` shows it."""
+
+    name: str
+    schedule: str | None
+    """As registered by its schedulers, e.g. ``"cron '0 3 * * *' (Europe/Paris)"``; ``None`` for a
+    job no scheduler of this Relay version registered."""
+    timezone: str | None
+    next_due: datetime | None
+    """When its next slot starts (its jitter included), on the store's clock."""
+    last_run: RunRecord | None
+    live: tuple[RunRecord, ...]
+    """Its runs holding a live lease: each has its ``owner`` and ``expires_at``."""
+    paused_at: datetime | None
+    paused_by: str | None
+    paused_reason: str | None
+    spec: dict[str, Any]
+    stored: str | None = None
+    """For a stored schedule: where it can run and what remains of it, such as ``"task
+    send_report, on 2 live instance(s); 3 slot(s) left"`` or ``"not runnable: no live instance
+    allows task send_report"``. ``None`` for a code-defined job."""
+
+    @property
+    def paused(self) -> bool:
+        """Whether the job is paused."""
+        return self.paused_at is not None
 
 
 class ScheduleControl:
@@ -184,8 +213,6 @@ class ScheduleControl:
     def _with_stored(self, statuses: list[JobStatus], now: datetime) -> list[JobStatus]:
         """``relay jobs``'s rows, with each stored schedule's note (and a row for each stored
         schedule no instance registered: one no live instance can run)."""
-        from relay.control import JobStatus  # relay.control imports this module
-
         if not stores_schedules(self.backend):
             return statuses
         stored = {s.name: s for s in self.schedules()}
@@ -280,9 +307,11 @@ class ScheduleControl:
 
 def operator() -> str:
     """Who makes a change when the caller does not say: ``user@host``."""
-    from relay.control import _operator  # relay.control imports this module
-
-    return _operator()
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 def describe(schedule: Schedule) -> str:

@@ -12,15 +12,13 @@ that its lease ran out, and let the run go, before another instance takes it ove
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from relay.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from relay.backends._url import BackendURL
-
-__all__ = ["DEFAULT_TIMEOUT", "PER_JOB", "Deadline", "check_deadline", "deadline_of"]
+__all__ = ["DEFAULT_TIMEOUT", "PER_JOB", "Deadline", "URLOptions", "check_deadline", "deadline_of"]
 
 log = logging.getLogger("relay.backends")
 
@@ -48,7 +46,20 @@ class Deadline:
     """Whether the URL set ``timeout`` (``False``: the default)."""
 
 
-def deadline_of(parsed: BackendURL, calls: float = 1.0, extra: float = 0.0) -> Deadline:
+class URLOptions(Protocol):
+    """What :func:`deadline_of` reads of a parsed backend URL (a backend's ``BackendURL``)."""
+
+    @property
+    def options(self) -> Mapping[str, str]:
+        """The URL's query options."""
+        ...
+
+    def float_option(self, name: str, default: float) -> float:
+        """A query option that must be a positive, finite number, or ``default``."""
+        ...
+
+
+def deadline_of(parsed: URLOptions, calls: float = 1.0, extra: float = 0.0) -> Deadline:
     """The URL's ``timeout``; one call waits at most ``calls`` times it, plus ``extra`` seconds."""
     timeout = parsed.float_option("timeout", DEFAULT_TIMEOUT)
     return Deadline(timeout, timeout * calls + extra, "timeout" in parsed.options)

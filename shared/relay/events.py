@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from relay.runs import format_slot
 
@@ -50,6 +50,7 @@ __all__ = [
     "ScheduleNotRunnable",
     "StoreRecovered",
     "StoreUnavailable",
+    "Subscribable",
     "log_event",
     "logger_for",
 ]
@@ -445,6 +446,16 @@ class ScheduleNotRunnable(Event):
 
 
 E = TypeVar("E", bound=Event)
+
+
+class Subscribable(Protocol):
+    """What a subscriber (metrics, tracing) attaches to: an EventBus, a scheduler, a Celery or
+    Dramatiq hook."""
+
+    def on(self, event_type: type[E], callback: Callable[[E], object]) -> Callable[[], None]:
+        """Call ``callback`` for every event of ``event_type``; return an unsubscribe function."""
+        ...
+
 
 _loggers: dict[str, logging.Logger] = {}
 

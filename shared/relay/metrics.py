@@ -47,7 +47,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from relay._prometheus import (
     COUNTED,
@@ -57,7 +57,7 @@ from relay._prometheus import (
     flush_all,
     prometheus,
 )
-from relay.events import Event
+from relay.events import Event, Subscribable
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -77,16 +77,6 @@ __all__ = [
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """The environment variable that switches prometheus-client to its multiprocess mode."""
-
-E = TypeVar("E", bound=Event)
-
-
-class Subscribable(Protocol):
-    """What :func:`instrument` attaches to: an EventBus, a scheduler, a Celery or Dramatiq hook."""
-
-    def on(self, event_type: type[E], callback: Callable[[E], object]) -> Callable[[], None]:
-        """Call ``callback`` for every event of ``event_type``; return an unsubscribe function."""
-        ...
 
 
 class Instrumentation:

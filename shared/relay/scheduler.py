@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from typing_extensions import Self
 
 from relay.backends import open_backend
+from relay.consumer_mode import dispatcher
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
@@ -191,7 +192,7 @@ class Scheduler(Generic[BackendT]):
         self._wake: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
-        self._dispatcher = self.backend if isinstance(self.backend, Dispatcher) else None
+        self._dispatcher: Dispatcher | None = dispatcher(self.backend)
 
     @property
     def jobs(self) -> dict[str, Job]:

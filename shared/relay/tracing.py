@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relay.errors import MissingDependency
 from relay.events import (
@@ -36,11 +36,9 @@ from relay.events import (
     RunSucceeded,
     RunTakenOver,
     RunWon,
+    Subscribable,
 )
 from relay.runs import Run, RunMessage, format_slot, message_from_headers, run_to_headers
-
-if TYPE_CHECKING:
-    from relay.metrics import Subscribable
 
 __all__ = [
     "TRACE_KEY",

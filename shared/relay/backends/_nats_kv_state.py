@@ -13,6 +13,7 @@ by minus that (:func:`run_key`), so the two can never collide.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,7 +26,20 @@ from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import Run, RunRecord, RunState, from_ms, run_id, slot_ms
 
-__all__ = ["KEEP_FINISHED", "JobState", "RunFields", "key_id", "run_key"]
+__all__ = [
+    "KEEP_FINISHED", "JobState", "RunFields", "from_key_token", "key_id", "key_token", "run_key",
+]  # fmt: skip
+
+
+def key_token(name: str) -> str:
+    """A job's (or an owner's) name as a key token: base64url, since names may hold characters
+    keys cannot."""
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+
+
+def from_key_token(token: str) -> str:
+    """The name :func:`key_token` encoded."""
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
 
 
 def run_key(slot: datetime, *, manual: bool = False) -> int:

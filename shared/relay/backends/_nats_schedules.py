@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from nats.js.kv import KeyValue
 
 from relay.backends._ms import ms
+from relay.backends._nats_kv_state import key_token as _encode
 from relay.errors import BackendUnavailable, Conflict
 from relay.runs import from_ms
 from relay.stored import ScheduleChange, StoredRow
@@ -269,12 +270,6 @@ def _change(name: str, entry: dict[str, Any]) -> ScheduleChange:
         name, int(entry["version"]), from_ms(int(entry["at_ms"])), entry["by"],
         entry["action"], json.loads(entry["changes"]),
     )  # fmt: skip
-
-
-def _encode(name: str) -> str:
-    from relay.backends.nats_kv import _encode as encode  # the job names' encoding
-
-    return encode(name)
 
 
 def _row_key(name: str) -> str:

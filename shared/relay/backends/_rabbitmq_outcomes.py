@@ -18,9 +18,10 @@ from typing import Any
 
 from pika.adapters.blocking_connection import BlockingChannel
 
+from relay.jobs import Job
 from relay.runs import Run, RunRecord, RunState, from_ms, parse_run_id, slot_ms
 
-__all__ = ["DEFAULT_MAX_AGE", "HANDED_OVER", "OutcomeStream", "fold"]
+__all__ = ["DEFAULT_MAX_AGE", "HANDED_OVER", "OutcomeStream", "fold", "outcome"]
 
 DEFAULT_MAX_AGE = "7D"
 """How long the broker keeps outcome records unless the URL's ``outcomes_age`` says otherwise."""
@@ -29,6 +30,13 @@ HANDED_OVER = "handed over"
 _DEAD_REASONS = {"expired": "stale", "delivery_limit": "attempts used", "rejected": "attempts used"}
 _READ_IDLE = 0.3
 _PREFETCH = 500
+
+
+def outcome(state: RunState, run: Run, job: Job) -> RunState:
+    """What an attempt's end means for the run: failed for good only on its last attempt."""
+    if state is RunState.FAILED and run.attempt < job.max_attempts:
+        return RunState.PENDING
+    return state
 
 
 @dataclass(frozen=True)

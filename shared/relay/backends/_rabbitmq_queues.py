@@ -6,6 +6,7 @@ turned into a message that names the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -15,15 +16,27 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
-from relay.runs import HEADER
+from relay.runs import HEADER, Run
 
-__all__ = ["MAX_ATTEMPTS", "DeadRun", "RunQueues", "dead_run", "refused_queue"]
+__all__ = [
+    "DELIVERY_COUNT", "MAX_ATTEMPTS", "DeadRun", "RunQueues", "dead_run", "delivered",
+    "refused_queue",
+]  # fmt: skip
 
 _MAX_QUEUE_NAME = 255
 _OUTCOMES = {"delivery_limit": "failed", "rejected": "failed", "expired": "skipped"}
 MAX_ATTEMPTS = 1000
 """The most attempts a job may have here: a token base leaves room for this many deliveries."""
 _INEQUIVALENT = re.compile(r"inequivalent arg '([^']+)' for queue '([^']+)'.*current is (.*)$")
+DELIVERY_COUNT = "x-delivery-count"
+"""The header a quorum queue adds to a redelivered message: how many times it came back."""
+
+
+def delivered(run: Run, headers: dict[str, Any]) -> Run:
+    """The run a delivery carries: its published attempt and token base, each plus the broker's
+    ``x-delivery-count`` (0 on a first delivery, + 1 on each redelivery)."""
+    count = int(headers.get(DELIVERY_COUNT) or 0)
+    return dataclasses.replace(run, attempt=run.attempt + count, token=run.token + count)
 
 
 @dataclass(frozen=True)

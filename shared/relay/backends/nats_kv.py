@@ -17,7 +17,6 @@ See ``docs/backends/nats.md`` for the layout, the clock and the storage settings
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -46,6 +45,8 @@ from relay.backends._nats_cluster import (
     server_urls,
 )
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
+from relay.backends._nats_kv_state import from_key_token as _decode
+from relay.backends._nats_kv_state import key_token as _encode
 from relay.backends._nats_loop import LoopThread
 from relay.backends._nats_schedules import NatsSchedules
 from relay.backends._nats_security import (
@@ -833,15 +834,6 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, nats.js.errors.APIError):
         return f"{type(exc).__name__} {exc.code}/{exc.err_code}: {exc.description}"
     return repr(exc)
-
-
-def _encode(job: str) -> str:
-    """A job name as a key token: base64url, since names may hold characters keys cannot."""
-    return base64.urlsafe_b64encode(job.encode()).decode().rstrip("=")
-
-
-def _decode(token: str) -> str:
-    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
 
 
 def _job_of(key: str) -> str:

@@ -36,36 +36,47 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError, ChannelClosedByBroker, NackError, UnroutableError
 
 from relay.backends import _amqp as amqp
-from relay.backends._rabbitmq_consumers import JobConsumers, delivered
-from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold
+from relay.backends._rabbitmq_outcomes import DEFAULT_MAX_AGE, OutcomeStream, fold, outcome
 from relay.backends._rabbitmq_queues import (
     MAX_ATTEMPTS,
     DeadRun,
     RunQueues,
     dead_run,
+    delivered,
     refused_queue,
 )
 from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend
-from relay.engine.deciding import Won
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
-from relay.events import EventBus
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
 from relay.runs import HEADER, Run, RunRecord, RunState, parse_run_id, run_to_headers, slot_ms
 
-__all__ = ["MAX_ATTEMPTS", "DeadRun", "RabbitMQConsumerBackend", "RunQueues", "delivered"]
+__all__ = [
+    "MAX_ATTEMPTS", "Consumers", "DeadRun", "RabbitMQConsumerBackend", "RunQueues", "delivered",
+    "outcome",
+]  # fmt: skip
 
 log = logging.getLogger("relay.backends.rabbitmq")
 _OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout", "outcomes_age")
 _AGE = re.compile(r"^[1-9][0-9]*(Y|M|D|h|m|s)$")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
+
+
+class Consumers(Protocol):
+    """A process's consumers of the run queues, as a host runs them."""
+
+    subscribed: threading.Event
+    """Set while they are subscribed to every run queue."""
+
+    def stop(self, timeout: float) -> None:
+        """Stop taking runs; wait up to ``timeout`` for running ones, then hand the rest over."""
 
 
 class RabbitMQConsumerBackend:
@@ -102,7 +113,9 @@ class RabbitMQConsumerBackend:
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._declared: set[str] = set()
-        self._consumers: JobConsumers | None = None
+        self.consumers: Consumers | None = None
+        """This process's consumers of the run queues, while a host serves
+        (:class:`relay.consumer_mode.consumers.ConsumerDispatcher`); stopped on :meth:`close`."""
         self._bases: dict[str, int] = {}
 
     @classmethod
@@ -165,10 +178,7 @@ class RabbitMQConsumerBackend:
     def claim_many(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
         return self.gate.claim_many(runs)
 
-    # -- dispatching: publish the run to its job's run queue ---------------------------------
-
-    def dispatch(self, won: Won) -> None:
-        self.publish(won.run, won.job.stale_after, won.job.max_attempts)
+    # -- publishing: the run to its job's run queue -----------------------------------------
 
     def stamp(self, run: Run) -> Run:
         """``run`` with a fresh token base: this process's clock in microseconds, and above
@@ -222,24 +232,14 @@ class RabbitMQConsumerBackend:
             except (NackError, UnroutableError) as exc:
                 raise BackendUnavailable(f"RabbitMQ refused run {run.id}: {exc!r}") from exc
 
-    # -- serving: consume the run queues -----------------------------------------------------
-
-    def serve(self, jobs: Sequence[Job], owner: str, events: EventBus | None = None) -> None:
-        if self._consumers is None:
-            self.check_jobs(jobs)
-            self._consumers = JobConsumers(self, self._parameters, self.queues, jobs, owner, events)
-            self._consumers.start()
-
-    def stop_serving(self, timeout: float) -> None:
-        consumers, self._consumers = self._consumers, None
-        if consumers is not None:
-            consumers.stop(timeout)
+    # -- serving: this process's consumers of the run queues --------------------------------
 
     def wait_subscribed(self, timeout: float) -> bool:
-        """Wait until :meth:`serve` has subscribed this process to its run queues."""
+        """Wait until this process's consumers (:attr:`consumers`, started by a host) are
+        subscribed to their run queues."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            consumers = self._consumers
+            consumers = self.consumers
             if consumers is not None and consumers.subscribed.wait(0.05):
                 return True
             time.sleep(0.05)
@@ -312,7 +312,9 @@ class RabbitMQConsumerBackend:
         return fold(records, dead)[:limit]
 
     def close(self) -> None:
-        self.stop_serving(0)
+        consumers, self.consumers = self.consumers, None
+        if consumers is not None:
+            consumers.stop(0)
         with self._lock:
             connection, self._connection, self._channel = self._connection, None, None
             amqp.close_quietly(connection)

@@ -1,4 +1,9 @@
-"""The consuming half of RabbitMQ consumer mode: one thread that runs what the broker hands out.
+"""The running half of RabbitMQ consumer mode: one thread that runs what the broker hands out.
+
+Its store half is a backend, :class:`~relay.backends.rabbitmq_consumer.RabbitMQConsumerBackend`
+(the gate queues, the run queues, the outcomes stream); this is a host, beside the scheduler: it
+runs the jobs' handlers through the engine's :class:`~relay.engine.Runner`. A host that wins runs
+hands them to :class:`ConsumerDispatcher`, which publishes them and starts the consumers.
 
 The thread owns its own connection (pika connections are not thread-safe) and one consumer per
 job's run queue, each with a prefetch of 1. A delivered run is executed by the core's
@@ -19,15 +24,18 @@ import threading
 import time
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
 from relay.backends._amqp import connect
-from relay.backends._rabbitmq_outcomes import HANDED_OVER
+from relay.backends._rabbitmq_outcomes import HANDED_OVER, outcome
+from relay.backends._rabbitmq_queues import RunQueues, delivered
+from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
 from relay.engine.coroutines import not_awaitable
+from relay.engine.deciding import Won
 from relay.engine.looping import MAX_BACKOFF
 from relay.engine.running import Runner
 from relay.errors import RelayError
@@ -35,28 +43,9 @@ from relay.events import EventBus
 from relay.jobs import Job
 from relay.runs import HEADER, Run, RunState, run_from_headers
 
-if TYPE_CHECKING:
-    from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend, RunQueues
-
-__all__ = ["DELIVERY_COUNT", "JobConsumers", "delivered", "outcome"]
+__all__ = ["ConsumerDispatcher", "JobConsumers"]
 
 log = logging.getLogger("relay.backends.rabbitmq")
-DELIVERY_COUNT = "x-delivery-count"
-"""The header a quorum queue adds to a redelivered message: how many times it came back."""
-
-
-def delivered(run: Run, headers: dict[str, Any]) -> Run:
-    """The run a delivery carries: its published attempt and token base, each plus the broker's
-    ``x-delivery-count`` (0 on a first delivery, + 1 on each redelivery)."""
-    count = int(headers.get(DELIVERY_COUNT) or 0)
-    return dataclasses.replace(run, attempt=run.attempt + count, token=run.token + count)
-
-
-def outcome(state: RunState, run: Run, job: Job) -> RunState:
-    """What an attempt's end means for the run: failed for good only on its last attempt."""
-    if state is RunState.FAILED and run.attempt < job.max_attempts:
-        return RunState.PENDING
-    return state
 
 
 class _Session:
@@ -229,3 +218,38 @@ class JobConsumers:
             channel.basic_ack(tag)
         else:
             channel.basic_nack(tag, requeue=True)
+
+
+class ConsumerDispatcher:
+    """The engine's :class:`~relay.engine.dispatching.Dispatcher` for RabbitMQ consumer mode:
+    each won run is published to its job's run queue, and this process's consumers run the runs
+    the broker hands it. The consumers are kept on the backend (``backend.consumers``), so every
+    dispatcher of one backend starts and stops the same ones."""
+
+    def __init__(self, backend: RabbitMQConsumerBackend) -> None:
+        self.backend = backend
+
+    def dispatch(self, won: Won) -> None:
+        """Publish ``won``'s run, confirmed; ``BackendUnavailable`` if the broker refused it."""
+        self.backend.publish(won.run, won.job.stale_after, won.job.max_attempts)
+
+    def check_jobs(self, jobs: Sequence[Job]) -> None:
+        """Declare the jobs' queues now (see :meth:`RabbitMQConsumerBackend.check_jobs`)."""
+        self.backend.check_jobs(jobs)
+
+    def serve(self, jobs: Sequence[Job], owner: str, events: EventBus | None = None) -> None:
+        """Start consuming the run queues of ``jobs`` as ``owner`` (once per backend)."""
+        backend = self.backend
+        if backend.consumers is None:
+            backend.check_jobs(jobs)
+            consumers = JobConsumers(
+                backend, backend.parameters, backend.queues, jobs, owner, events
+            )
+            backend.consumers = consumers
+            consumers.start()
+
+    def stop_serving(self, timeout: float) -> None:
+        """Stop taking runs; wait up to ``timeout`` for running ones, then hand the rest over."""
+        consumers, self.backend.consumers = self.backend.consumers, None
+        if consumers is not None:
+            consumers.stop(timeout)

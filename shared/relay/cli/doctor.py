@@ -13,9 +13,9 @@ from rich.table import Table
 
 from relay.backends import capability_of
 from relay.backends._url import BackendURL
-from relay.cli_control import _backend_option, _control
+from relay.cli._options import backend_option, json_option
+from relay.cli._stores import control
 from relay.doctor import DoctorReport, claim_store_refusal
-from relay.errors import RelayError
 
 __all__ = ["doctor", "doctor_table"]
 
@@ -23,23 +23,27 @@ _COLOURS = {"nothing": "green", "run twice": "red", "unknown": "yellow"}
 
 
 @click.command()
-@_backend_option
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON, for scripts.")
+@backend_option
+@json_option("Print the report as JSON, for scripts.")
 @click.option(
     "--strict",
     is_flag=True,
     help="Exit 1 if some failure may run a run twice, or cannot be judged.",
 )
-def doctor(url: str | None, as_json: bool, strict: bool) -> None:
+def doctor(url: str, as_json: bool, strict: bool) -> None:
     """What this store, as configured, can cost when a Relay process crashes, the store restarts
     or loses power, a replica is promoted, or the network splits.
 
     Reads the store's own settings (journal mode, fsync, replicas, persistence...) and creates
-    nothing. Exit 0, or with --strict 1 when a failure may run a run twice."""
-    if url:
-        _refuse_claim_store(url)
-    with _control(url, read_only=True) as control:
-        report = control.doctor()
+    nothing. Exit 0, or with --strict 1 when a failure may run a run twice.
+
+    \b
+    Example:
+      relay doctor --backend postgresql://relay@db.example/app --strict
+    """
+    _refuse_claim_store(url)
+    with control(url, read_only=True) as opened:
+        report = opened.doctor()
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -88,8 +92,5 @@ def _shown(value: object) -> str:
 
 def _refuse_claim_store(url: str) -> None:
     """A claim URL is refused before it is opened: opening one may create its queue or stream."""
-    try:
-        if capability_of(url) != "lease":
-            raise click.ClickException(claim_store_refusal(BackendURL(url).redacted()))
-    except RelayError as exc:
-        raise click.ClickException(str(exc)) from None
+    if capability_of(url) != "lease":
+        raise click.ClickException(claim_store_refusal(BackendURL(url).redacted()))

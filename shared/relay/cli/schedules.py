@@ -1,7 +1,7 @@
 """``relay schedules``: list, show, add, edit, remove stored schedules, see their history, and
 export or apply a file of them (YAML or JSON). Each subcommand calls :class:`relay.Control`;
 ``list``, ``show``, ``history`` and ``export`` only read (the store is opened read-only and nothing
-is created). Errors leave with exit status 1 and the message."""
+is created)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from relay.cli_control import _backend_option, _control, _duration, _instant, _piped
+from relay.cli._format import piped
+from relay.cli._options import backend_option, duration, instant, json_option
+from relay.cli._stores import control as _control
 from relay.control_schedules import describe
 from relay.schedule_files import apply as apply_plan
 from relay.schedule_files import export_text, load, plan
@@ -35,19 +37,19 @@ def _json_value(text: str, option: str) -> Any:
 # Each option of a definition: its flag, how its text becomes a value, and its help.
 _FIELDS: list[tuple[str, Callable[[str, str], Any], str]] = [
     ("cron", lambda t, o: t, "Cron expression (five fields), with --tz."),
-    ("every", _duration, "Interval: seconds, or 90s, 15m, 12h, 1d."),
-    ("at", _instant, "One run at this ISO time (with a zone)."),
+    ("every", duration, "Interval: seconds, or 90s, 15m, 12h, 1d."),
+    ("at", instant, "One run at this ISO time (with a zone)."),
     ("tz", lambda t, o: t, "IANA time zone of --cron, such as Europe/Paris."),
     ("args", _json_value, "The task's arguments as a JSON list."),
     ("kwargs", _json_value, "The task's keyword arguments as a JSON object."),
-    ("start", _instant, "No slot before this ISO time."),
-    ("end", _instant, "No slot after this ISO time."),
+    ("start", instant, "No slot before this ISO time."),
+    ("end", instant, "No slot after this ISO time."),
     ("max_runs", lambda t, o: int(t), "At most this many slots, then it ends."),
     ("overlap", lambda t, o: t, "allow, skip or buffer_one."),
-    ("catch_up", _duration, "Run the slots missed this far back after downtime."),
+    ("catch_up", duration, "Run the slots missed this far back after downtime."),
     ("max_attempts", lambda t, o: int(t), "Attempts per run."),
-    ("stale_after", _duration, "Skip a run not started this long after its slot."),
-    ("jitter", _duration, "Start each slot up to this late (hashed, the same everywhere)."),
+    ("stale_after", duration, "Skip a run not started this long after its slot."),
+    ("jitter", duration, "Start each slot up to this late (hashed, the same everywhere)."),
     ("options", _json_value, "The host's publish options as a JSON object."),
     ("description", lambda t, o: t, "What it is for."),
 ]
@@ -73,14 +75,24 @@ def _values(given: dict[str, Any]) -> dict[str, Any]:
 
 @click.group()
 def schedules() -> None:
-    """Stored schedules: changed at runtime, seen by every instance at its next tick."""
+    """Stored schedules: changed at runtime, seen by every instance at its next tick.
+
+    \b
+    Example:
+      relay schedules list --backend sqlite:///relay.db
+    """
 
 
 @schedules.command("list")
-@_backend_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per schedule.")
-def list_(url: str | None, as_json: bool) -> None:
-    """Every stored schedule: task, when, version, last change, and where it can run."""
+@backend_option
+@json_option("One JSON object per schedule.")
+def list_(url: str, as_json: bool) -> None:
+    """Every stored schedule: task, when, version, last change, and where it can run.
+
+    \b
+    Example:
+      relay schedules list --backend sqlite:///relay.db --json
+    """
     with _control(url, read_only=True) as control:
         found = control.schedules()
         allowed = control.allowed_tasks()
@@ -88,15 +100,20 @@ def list_(url: str | None, as_json: bool) -> None:
         for schedule in found:
             click.echo(json.dumps(_json(schedule)))
         return
-    Console(width=None if not _piped() else 400).print(_table(found, allowed))
+    Console(width=None if not piped() else 400).print(_table(found, allowed))
 
 
 @schedules.command()
-@_backend_option
+@backend_option
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def show(url: str | None, name: str, as_json: bool) -> None:
-    """One stored schedule, every field."""
+@json_option("Print JSON.")
+def show(url: str, name: str, as_json: bool) -> None:
+    """One stored schedule, every field.
+
+    \b
+    Example:
+      relay schedules show report --backend sqlite:///relay.db
+    """
     with _control(url, read_only=True) as control:
         schedule = control.schedule(name)
     values = _json(schedule)
@@ -108,16 +125,22 @@ def show(url: str | None, name: str, as_json: bool) -> None:
 
 
 @schedules.command()
-@_backend_option
+@backend_option
 @click.argument("name")
 @click.argument("task")
 @_definition_options
 @click.option("--disabled", is_flag=True, help="Store it paused.")
 @click.option("--by", default=None, help="Who makes the change (default: user@host).")
 @click.option("--force", is_flag=True, help="Store it even if no live instance allows TASK.")
-def add(url: str | None, name: str, task: str, disabled: bool, by: str | None, force: bool,
+def add(url: str, name: str, task: str, disabled: bool, by: str | None, force: bool,
         **given: Any) -> None:  # fmt: skip
-    """Store schedule NAME running TASK: from its first slot after now, on every instance."""
+    """Store schedule NAME running TASK: from its first slot after now, on every instance.
+
+    \b
+    Example:
+      relay schedules add report app.tasks.report \\
+        --backend sqlite:///relay.db --cron "0 6 * * *" --tz Europe/Paris
+    """
     with _control(url) as control:
         added = control.add_schedule(
             name, task, enabled=not disabled, by=by, force=force, **_values(given)
@@ -126,7 +149,7 @@ def add(url: str | None, name: str, task: str, disabled: bool, by: str | None, f
 
 
 @schedules.command()
-@_backend_option
+@backend_option
 @click.argument("name")
 @click.option("--version", "version", type=int, required=True, help="The version you edit.")
 @_definition_options
@@ -134,9 +157,14 @@ def add(url: str | None, name: str, task: str, disabled: bool, by: str | None, f
 @click.option("--enable/--disable", "enabled", default=None, help="Resume or pause it.")
 @click.option("--by", default=None, help="Who makes the change (default: user@host).")
 @click.option("--force", is_flag=True, help="Change the task even if no live instance allows it.")
-def edit(url: str | None, name: str, version: int, task: str | None, enabled: bool | None,
+def edit(url: str, name: str, version: int, task: str | None, enabled: bool | None,
          by: str | None, force: bool, **given: Any) -> None:  # fmt: skip
-    """Change schedule NAME if it is still at --version (else: who changed it, and when)."""
+    """Change schedule NAME if it is still at --version (else: who changed it, and when).
+
+    \b
+    Example:
+      relay schedules edit report --backend sqlite:///relay.db --version 3 --every 15m
+    """
     changes = _values(given)
     if task is not None:
         changes["task"] = task
@@ -148,23 +176,33 @@ def edit(url: str | None, name: str, version: int, task: str | None, enabled: bo
 
 
 @schedules.command("rm")
-@_backend_option
+@backend_option
 @click.argument("name")
 @click.option("--version", "version", type=int, default=None, help="Only if at this version.")
 @click.option("--by", default=None, help="Who makes the change (default: user@host).")
-def rm(url: str | None, name: str, version: int | None, by: str | None) -> None:
-    """Remove schedule NAME: no new slot starts; its history and runs stay."""
+def rm(url: str, name: str, version: int | None, by: str | None) -> None:
+    """Remove schedule NAME: no new slot starts; its history and runs stay.
+
+    \b
+    Example:
+      relay schedules rm report --backend sqlite:///relay.db --version 4
+    """
     with _control(url) as control:
         control.remove_schedule(name, version=version, by=by)
     click.echo(f"removed {name}")
 
 
 @schedules.command()
-@_backend_option
+@backend_option
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
-def history(url: str | None, name: str, as_json: bool) -> None:
-    """Every change of schedule NAME: version, when (the store's clock), by whom, what."""
+@json_option("One JSON object per change.")
+def history(url: str, name: str, as_json: bool) -> None:
+    """Every change of schedule NAME: version, when (the store's clock), by whom, what.
+
+    \b
+    Example:
+      relay schedules history report --backend sqlite:///relay.db
+    """
     with _control(url, read_only=True) as control:
         changes = control.schedule_history(name)
     for change in changes:
@@ -172,10 +210,15 @@ def history(url: str | None, name: str, as_json: bool) -> None:
 
 
 @schedules.command()
-@_backend_option
+@backend_option
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def export(url: str | None, file: Path) -> None:
-    """Write every stored schedule to FILE (YAML for .yaml/.yml, else JSON), for `apply`."""
+def export(url: str, file: Path) -> None:
+    """Write every stored schedule to FILE (YAML for .yaml/.yml, else JSON), for `apply`.
+
+    \b
+    Example:
+      relay schedules export schedules.yaml --backend sqlite:///relay.db
+    """
     with _control(url, read_only=True) as control:
         text = export_text(control.schedules(), file)
     file.write_text(text)
@@ -183,15 +226,20 @@ def export(url: str | None, file: Path) -> None:
 
 
 @schedules.command("apply")
-@_backend_option
+@backend_option
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--prune", is_flag=True, help="Remove the stored schedules FILE does not name.")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--by", default=None, help="Who makes the changes (default: user@host).")
 @click.option("--force", is_flag=True, help="Store tasks no live instance allows.")
-def apply_(url: str | None, file: Path, prune: bool, dry_run: bool, by: str | None,
+def apply_(url: str, file: Path, prune: bool, dry_run: bool, by: str | None,
            force: bool) -> None:  # fmt: skip
-    """Make the store hold the schedules of FILE (idempotent: a second apply changes nothing)."""
+    """Make the store hold the schedules of FILE (idempotent: a second apply changes nothing).
+
+    \b
+    Example:
+      relay schedules apply schedules.yaml --backend sqlite:///relay.db --prune --dry-run
+    """
     with _control(url, read_only=dry_run) as control:
         steps = plan(control, load(file), prune=prune)
         lines = steps.summary()

@@ -1,84 +1,65 @@
 """The ``relay`` control commands: ``jobs``, ``next``, ``pause``, ``resume``, ``trigger``,
 ``backfill``, ``prune``. Each opens the store named by ``--backend`` (default:
-``$RELAY_BACKEND``) and calls :class:`relay.Control`; errors leave with exit status 1 and the
-message."""
+``$RELAY_BACKEND``) and calls :class:`relay.Control`."""
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from relay.control import Control, JobStatus
-from relay.errors import RelayError
+from relay.cli._format import iso, piped
+from relay.cli._options import backend_option, duration, instant, json_option
+from relay.cli._stores import control as _control
+from relay.control import JobStatus
 from relay.runs import RunRecord
 from relay.upcoming import HORIZON, NextRun
 
 __all__ = ["COMMANDS"]
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _backend_option(command: F) -> F:
-    return click.option(
-        "--backend",
-        "url",
-        envvar="RELAY_BACKEND",
-        show_envvar=True,
-        help="Backend URL, e.g. sqlite:///relay.db (default: $RELAY_BACKEND).",
-    )(command)
-
-
-@contextmanager
-def _control(url: str | None, *, read_only: bool = False) -> Iterator[Control]:
-    """A :class:`Control` on ``url``; any Relay error becomes a one-line message and exit 1."""
-    if not url:
-        raise click.UsageError(
-            "no backend: pass --backend URL or set RELAY_BACKEND, e.g. sqlite:///relay.db"
-        )
-    try:
-        with Control(url, read_only=read_only) as control:
-            yield control
-    except RelayError as exc:
-        raise click.ClickException(str(exc)) from None
-
 
 @click.command()
-@_backend_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, for scripts.")
-def jobs(url: str | None, as_json: bool) -> None:
+@backend_option
+@json_option("One JSON object per job, for scripts.")
+def jobs(url: str, as_json: bool) -> None:
     """Every job: schedule, time zone, next due, last run, live lease owner and expiry, pause.
 
-    Only reads: the store is opened read-only, and nothing is created."""
+    Only reads: the store is opened read-only, and nothing is created.
+
+    \b
+    Example:
+      relay jobs --backend sqlite:///relay.db --json
+    """
     with _control(url, read_only=True) as control:
         statuses = control.jobs()
     if as_json:
         for status in statuses:
             click.echo(json.dumps(_job_json(status)))
         return
-    Console(width=None if not _piped() else 400).print(_jobs_table(statuses))
+    Console(width=None if not piped() else 400).print(_jobs_table(statuses))
 
 
 @click.command()
-@_backend_option
+@backend_option
 @click.argument("job")
 @click.option("--reason", default="", help="Why: shown by `relay jobs`.")
-def pause(url: str | None, job: str, reason: str) -> None:
-    """Pause JOB on every instance from its next tick (its slots are recorded skipped)."""
+def pause(url: str, job: str, reason: str) -> None:
+    """Pause JOB on every instance from its next tick (its slots are recorded skipped).
+
+    \b
+    Example:
+      relay pause nightly-report --backend sqlite:///relay.db --reason "database upgrade"
+    """
     with _control(url) as control:
         done = control.pause(job, reason)
     click.echo(f"paused {job}" if done else f"{job} was already paused")
 
 
 @click.command()
-@_backend_option
+@backend_option
 @click.argument("job")
 @click.option(
     "--missed",
@@ -88,9 +69,14 @@ def pause(url: str | None, job: str, reason: str) -> None:
     help="What happens to the slots that passed while paused.",
 )
 @click.option("--window", default=None, help="With --missed catch_up: how far back, e.g. 1h.")
-def resume(url: str | None, job: str, missed: str, window: str | None) -> None:
-    """Resume JOB. Nothing runs because of it unless --missed catch_up."""
-    span = None if window is None else _duration(window, "--window")
+def resume(url: str, job: str, missed: str, window: str | None) -> None:
+    """Resume JOB. Nothing runs because of it unless --missed catch_up.
+
+    \b
+    Example:
+      relay resume nightly-report --backend sqlite:///relay.db --missed catch_up --window 1h
+    """
+    span = None if window is None else duration(window, "--window")
     with _control(url) as control:
         back = control.resume(
             job, missed="catch_up" if missed == "catch_up" else "skip", window=span
@@ -101,7 +87,7 @@ def resume(url: str | None, job: str, missed: str, window: str | None) -> None:
 
 
 @click.command()
-@_backend_option
+@backend_option
 @click.argument("job")
 @click.option(
     "--overlap",
@@ -110,15 +96,20 @@ def resume(url: str | None, job: str, missed: str, window: str | None) -> None:
     show_default=True,
     help="skip: record it skipped if a run of the job is live.",
 )
-def trigger(url: str | None, job: str, overlap: str) -> None:
-    """Run JOB now, once: a manual run the instances pick up at their next sweep."""
+def trigger(url: str, job: str, overlap: str) -> None:
+    """Run JOB now, once: a manual run the instances pick up at their next sweep.
+
+    \b
+    Example:
+      relay trigger nightly-report --backend sqlite:///relay.db --overlap skip
+    """
     with _control(url) as control:
         run = control.trigger(job, overlap="skip" if overlap == "skip" else "allow")
     click.echo(f"{run.id} {run.state.value}" + (f" ({run.reason})" if run.reason else ""))
 
 
 @click.command()
-@_backend_option
+@backend_option
 @click.argument("job")
 @click.option("--start", required=True, help="First slot, ISO 8601 with a zone.")
 @click.option("--end", required=True, help="Last slot, ISO 8601 with a zone (not in the future).")
@@ -129,9 +120,15 @@ def trigger(url: str | None, job: str, overlap: str) -> None:
     show_default=True,
     help="buffer_all: run them one at a time.",
 )
-def backfill(url: str | None, job: str, start: str, end: str, overlap: str) -> None:
-    """Create the runs of JOB's slots from --start to --end; a slot that ran is not run again."""
-    first, last = _instant(start, "--start"), _instant(end, "--end")
+def backfill(url: str, job: str, start: str, end: str, overlap: str) -> None:
+    """Create the runs of JOB's slots from --start to --end; a slot that ran is not run again.
+
+    \b
+    Example:
+      relay backfill nightly-report --backend sqlite:///relay.db \\
+        --start 2026-11-01T00:00:00Z --end 2026-11-07T00:00:00Z
+    """
+    first, last = instant(start, "--start"), instant(end, "--end")
     with _control(url) as control:
         created = control.backfill(
             job, first, last, overlap="buffer_all" if overlap == "buffer_all" else "allow"
@@ -141,24 +138,34 @@ def backfill(url: str | None, job: str, start: str, end: str, overlap: str) -> N
 
 
 @click.command()
-@_backend_option
+@backend_option
 @click.option("--older-than", "older_than", required=True, help="Age, e.g. 30d, 12h, 3600.")
-def prune(url: str | None, older_than: str) -> None:
-    """Delete finished runs older than --older-than (never live or pending ones, nor the latest)."""
-    seconds = _duration(older_than, "--older-than")
+def prune(url: str, older_than: str) -> None:
+    """Delete finished runs older than --older-than (never live or pending ones, nor the latest).
+
+    \b
+    Example:
+      relay prune --backend sqlite:///relay.db --older-than 30d
+    """
+    seconds = duration(older_than, "--older-than")
     with _control(url) as control:
         deleted = control.prune(seconds)
     click.echo(f"pruned {deleted} runs")
 
 
 @click.command(name="next")
-@_backend_option
+@backend_option
 @click.argument("job")
 @click.option("--count", default=5, show_default=True, help="How many coming runs.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per run, for scripts.")
-def next_(url: str | None, job: str, count: int, as_json: bool) -> None:
+@json_option("One JSON object per run, for scripts.")
+def next_(url: str, job: str, count: int, as_json: bool) -> None:
     """JOB's next runs: each slot and when it starts after jitter, in UTC and the job's time
-    zone, and whether a pause will skip it. Only reads: the store is opened read-only."""
+    zone, and whether a pause will skip it. Only reads: the store is opened read-only.
+
+    \b
+    Example:
+      relay next nightly-report --backend sqlite:///relay.db --count 3
+    """
     with _control(url, read_only=True) as control:
         runs = control.next_runs(job, count)
     if as_json:
@@ -174,8 +181,8 @@ def next_(url: str | None, job: str, count: int, as_json: bool) -> None:
     for column in ("run", "starts (UTC)", "starts (local)"):
         table.add_column(column, overflow="fold")
     for run in runs:
-        table.add_row(run.id, _iso(run.starts_at), _iso(run.local))
-    Console(width=None if not _piped() else 400).print(table)
+        table.add_row(run.id, iso(run.starts_at), iso(run.local))
+    Console(width=None if not piped() else 400).print(table)
 
 
 COMMANDS = (jobs, pause, resume, trigger, backfill, prune, next_)
@@ -192,15 +199,15 @@ def _jobs_table(statuses: list[JobStatus]) -> Table:
         last = (
             ""
             if s.last_run is None
-            else f"{_run_state(s.last_run)} {_iso(s.last_run.scheduled_for)}"
+            else f"{_run_state(s.last_run)} {iso(s.last_run.scheduled_for)}"
         )
-        live = ", ".join(f"{r.owner} until {_iso(r.expires_at)}" for r in s.live)
+        live = ", ".join(f"{r.owner} until {iso(r.expires_at)}" for r in s.live)
         paused = ""
         if s.paused:
-            paused = f"since {_iso(s.paused_at)} by {s.paused_by}" + (
+            paused = f"since {iso(s.paused_at)} by {s.paused_by}" + (
                 f": {s.paused_reason}" if s.paused_reason else ""
             )
-        row = [s.name, s.schedule or "?", _iso(s.next_due), last, live, paused]
+        row = [s.name, s.schedule or "?", iso(s.next_due), last, live, paused]
         table.add_row(*row, *([s.stored or ""] if stored else []))
     return table
 
@@ -209,61 +216,23 @@ def _job_json(s: JobStatus) -> dict[str, Any]:
     last = s.last_run
     return {
         "job": s.name, "schedule": s.schedule, "timezone": s.timezone,
-        "next_due": _iso(s.next_due),
+        "next_due": iso(s.next_due),
         "last_run": None if last is None else {
-            "id": last.id, "slot": _iso(last.scheduled_for), "state": last.state.value,
+            "id": last.id, "slot": iso(last.scheduled_for), "state": last.state.value,
             "reason": last.reason,
         },
-        "live": [{"id": r.id, "owner": r.owner, "expires_at": _iso(r.expires_at)} for r in s.live],
-        "paused": s.paused, "paused_at": _iso(s.paused_at), "paused_by": s.paused_by,
+        "live": [{"id": r.id, "owner": r.owner, "expires_at": iso(r.expires_at)} for r in s.live],
+        "paused": s.paused, "paused_at": iso(s.paused_at), "paused_by": s.paused_by,
         "paused_reason": s.paused_reason, "spec": s.spec, "stored": s.stored,
     }  # fmt: skip
 
 
 def _next_json(run: NextRun) -> dict[str, Any]:
     return {
-        "id": run.id, "slot": _iso(run.slot), "starts_at": _iso(run.starts_at),
-        "local": _iso(run.local), "timezone": str(run.local.tzinfo), "paused": run.paused,
+        "id": run.id, "slot": iso(run.slot), "starts_at": iso(run.starts_at),
+        "local": iso(run.local), "timezone": str(run.local.tzinfo), "paused": run.paused,
     }  # fmt: skip
 
 
 def _run_state(run: RunRecord) -> str:
     return run.state.value + (f" ({run.reason})" if run.reason else "")
-
-
-def _iso(value: datetime | None) -> str:
-    return "" if value is None else value.isoformat(timespec="milliseconds")
-
-
-def _instant(text: str, option: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not an ISO 8601 time, such as 2026-11-01T00:00:00Z", param_hint=option
-        ) from None
-    if value.tzinfo is None:
-        raise click.BadParameter(f"{text!r} has no time zone: add Z or +01:00", param_hint=option)
-    return value
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration(text: str, option: str) -> float:
-    """Seconds from ``3600``, ``90s``, ``15m``, ``12h`` or ``30d``."""
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
-    try:
-        value = float(number) * _UNITS[unit]
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a duration: use seconds or a number with s, m, h or d, such as 30d",
-            param_hint=option,
-        ) from None
-    if value < 0:
-        raise click.BadParameter(f"{text!r} is negative", param_hint=option)
-    return value
-
-
-def _piped() -> bool:
-    return not sys.stdout.isatty()
