@@ -32,7 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from relay import clock as relay_clock
-from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.contract import ClaimBackend, LeaseBackend, is_lease, renews_many
+from relay.engine.renewing import Renewals
 from relay.engine.unacknowledged import hand_back
 from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
 from relay.events import (
@@ -156,6 +157,10 @@ class Runner:
         """When this runner stops retrying finishes (shared by a host's runners)."""
         self._holding: set[str] = set()
         self._holding_lock = threading.Lock()
+        self._renewals = (
+            Renewals(backend, self) if is_lease(backend) and renews_many(backend) else None
+        )
+        """One heartbeat for all this runner's runs, if its store renews several in one call."""
 
     def holding(self) -> frozenset[str]:
         """The ids of the runs this runner is executing now: begun, and not yet ended.
@@ -306,8 +311,12 @@ class ActiveRun:
 
     def start_heartbeat(self) -> None:
         """Renew the lease every ``heartbeat`` seconds from a background thread (none if the
-        runner's heartbeat is infinite: :mod:`relay.testing` runs take no time)."""
+        runner's heartbeat is infinite: :mod:`relay.testing` runs take no time): the runner's
+        one for all its runs if its store renews several in one call, else one of its own."""
         if math.isinf(self.runner.heartbeat):
+            return
+        if self.runner._renewals is not None:
+            self.runner._renewals.add(self)
             return
         self._thread = threading.Thread(
             target=self._beat, name=f"relay-heartbeat-{self.run.id}", daemon=True
@@ -418,7 +427,7 @@ class ActiveRun:
         backend = self.runner.backend
         assert is_lease(backend)
         failing = False
-        while not self._stop.wait(self._beat_wait(failing)):
+        while not self._stop.wait(self.next_renewal(failing=failing)):
             sent = time.monotonic()
             try:
                 backend.heartbeat(self.run.id, self.run.token, self.runner.lease)
@@ -428,16 +437,23 @@ class ActiveRun:
             except BackendUnavailable as exc:
                 if self._stop.is_set():  # finishing: the finish loop takes it from here
                     return
-                if time.monotonic() - self.renewed >= self.runner.lease:
-                    self._let_go(str(exc))
+                if not self.renewal_failed(str(exc)):
                     return
                 failing = True
-                log.warning("heartbeat of %s failed, will retry: %s", self.run.id, exc)
                 continue
             failing = False
             self.renewed = sent
 
-    def _beat_wait(self, failing: bool) -> float:
+    def renewal_failed(self, error: str) -> bool:
+        """A renewal the store did not answer: ``False`` if the lease may have run out (the run
+        is let go, and renewed no more), else ``True`` (renewal goes on, sooner)."""
+        if time.monotonic() - self.renewed >= self.runner.lease:
+            self._let_go(error)
+            return False
+        log.warning("heartbeat of %s failed, will retry: %s", self.run.id, error)
+        return True
+
+    def next_renewal(self, *, failing: bool) -> float:
         """Seconds to the next renewal: a heartbeat, or less when the lease runs out sooner."""
         if not failing:
             return self.runner.heartbeat
@@ -462,6 +478,8 @@ class ActiveRun:
 
     def _stop_heartbeat(self) -> None:
         self._stop.set()
+        if self.runner._renewals is not None:
+            self.runner._renewals.remove(self)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 

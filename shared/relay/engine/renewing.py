@@ -1,0 +1,108 @@
+"""One heartbeat for all the runs one runner executes, through a store that renews several runs
+in one round trip (:class:`~relay.contract.BatchHeartbeat`).
+
+A runner on such a store renews its runs from one thread: each round sends one ``heartbeat_many``
+for every run whose renewal is due, and those due within half a heartbeat join it a little early
+(a lease renewed early is only renewed from an earlier moment), so the runs of one instance come
+to share one call. Each run keeps its own rules, as with one heartbeat thread per run
+(:mod:`relay.engine.running`): a lost run is reported for that run alone, and through an outage
+each run lets go once its own lease may have run out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from relay.contract import BatchHeartbeat
+from relay.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from relay.engine.running import ActiveRun, Runner
+
+__all__ = ["Renewals"]
+
+
+class Renewals:
+    """Renews the runs :meth:`add` hands it, in one ``heartbeat_many`` per round, until removed."""
+
+    def __init__(self, backend: BatchHeartbeat, runner: Runner) -> None:
+        self.backend = backend
+        self.runner = runner
+        """Whose runs these are: its ``lease`` and ``heartbeat`` are read at each renewal."""
+        self._due: dict[ActiveRun, float] = {}
+        """Each run renewed, and when (``time.monotonic()``) its next renewal is due."""
+        self._state = threading.Lock()
+        self._wake = threading.Condition(self._state)
+        self._busy = threading.RLock()
+        """Held while a round is sent and its answers applied: :meth:`remove` waits for it."""
+        self._thread: threading.Thread | None = None
+
+    def add(self, active: ActiveRun) -> None:
+        """Renew ``active`` every heartbeat from now on."""
+        with self._state:
+            self._due[active] = time.monotonic() + self.runner.heartbeat
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._renew_until_none, name="relay-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def remove(self, active: ActiveRun) -> None:
+        """Renew ``active`` no more; a round renewing it now is waited for (unless this is the
+        renewing thread: an event handler of that round)."""
+        with self._busy, self._state:
+            self._due.pop(active, None)
+
+    def _renew_until_none(self) -> None:
+        while True:
+            with self._state:
+                if not self._due:
+                    self._thread = None
+                    return
+                now = time.monotonic()
+                first = min(self._due.values())
+                if first > now:
+                    self._wake.wait(first - now)
+                    continue
+                window = now + self.runner.heartbeat / 2
+                round_ = [active for active, at in self._due.items() if at <= window]
+            with self._busy:
+                self._renew(round_)
+
+    def _renew(self, round_: list[ActiveRun]) -> None:
+        with self._state:  # removed since the round was chosen: not renewed
+            round_ = [active for active in round_ if active in self._due]
+        if not round_:
+            return
+        sent = time.monotonic()
+        runs = [(active.run.id, active.run.token) for active in round_]
+        try:
+            lost = self.backend.heartbeat_many(runs, self.runner.lease)
+        except BackendUnavailable as exc:
+            for active in round_:
+                if active.renewal_failed(str(exc)):
+                    self._next(active, active.next_renewal(failing=True))
+                else:
+                    self._next(active, None)
+            return
+        for active, why in zip(round_, lost, strict=True):
+            if why is None:
+                active.renewed = sent
+                self._next(active, self.runner.heartbeat)
+            else:
+                self._next(active, None)
+                active.fenced_off("heartbeat", str(why))
+
+    def _next(self, active: ActiveRun, after: float | None) -> None:
+        """Renew ``active`` again ``after`` seconds from now (None: no more), unless it was
+        removed meanwhile."""
+        with self._state:
+            if active not in self._due:
+                return
+            if after is None:
+                del self._due[active]
+            else:
+                self._due[active] = time.monotonic() + after
