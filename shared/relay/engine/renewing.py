@@ -11,6 +11,7 @@ each run lets go once its own lease may have run out.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from relay.engine.running import ActiveRun, Runner
 
 __all__ = ["Renewals"]
+
+log = logging.getLogger("relay.runner")
 
 
 class Renewals:
@@ -81,8 +84,12 @@ class Renewals:
         runs = [(active.run.id, active.run.token) for active in round_]
         try:
             lost = self.backend.heartbeat_many(runs, self.runner.lease)
-        except BackendUnavailable as exc:
+        except Exception as exc:  # one thread renews every run: a bug must not stop the others
+            if not isinstance(exc, BackendUnavailable):
+                log.exception("heartbeat of %d runs failed", len(runs))
             for active in round_:
+                if active.stopped:  # finishing: the finish loop takes it from here
+                    continue
                 if active.renewal_failed(str(exc)):
                     self._next(active, active.next_renewal(failing=True))
                 else:

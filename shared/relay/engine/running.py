@@ -444,6 +444,11 @@ class ActiveRun:
             failing = False
             self.renewed = sent
 
+    @property
+    def stopped(self) -> bool:
+        """Whether its renewals were stopped: it is finishing, or was released or abandoned."""
+        return self._stop.is_set()
+
     def renewal_failed(self, error: str) -> bool:
         """A renewal the store did not answer: ``False`` if the lease may have run out (the run
         is let go, and renewed no more), else ``True`` (renewal goes on, sooner)."""
