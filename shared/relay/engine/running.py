@@ -5,6 +5,10 @@ a :class:`Runner`, so none of them has rules of its own, and none reports anythi
 runner emits started, succeeded, failed, handed over, fenced off, lease lost and abandoned on its
 :class:`~relay.events.EventBus`.
 
+Each run's lease is renewed every heartbeat from a thread of its own, or, through a store that
+renews several runs in one round trip (``heartbeat_many``), from one thread for all the runs of a
+runner, one call per round (:mod:`relay.engine.renewing`).
+
 Through a store that stops answering (a partition, an outage), two rules hold, both timed on this
 process's monotonic clock and never against a time the store wrote:
 
