@@ -5,11 +5,12 @@ outage is another connection holding the write lock (see ``test_lease_lost.py``)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from relay import AcquireRequest, Outcome, RunState
+from relay import AcquireRequest, LeaseLost, Outcome, RunState
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.contract import renews_many
-from relay.engine import ActiveRun, Decider, Runner
+from relay.engine import ActiveRun, Decider, Renewals, Runner
 from relay.events import Event, FencedOff, RunLeaseLost
 from relay.jobs import make_job
 from tests.support.waiting import wait_until
@@ -57,3 +58,33 @@ def test_a_run_taken_over_is_fenced_off_alone_and_the_other_renewed(
     assert not second.run.lost.is_set() and of(seen, RunLeaseLost) == []
     assert second.succeed() is RunState.SUCCEEDED
     assert first.succeed() is None  # fenced off: the newer attempt owns the run
+
+
+class CountingStore(SQLiteLeaseBackend):
+    """The real SQLite store, counting the runs of each ``heartbeat_many``."""
+
+    rounds: list[int]
+
+    def heartbeat_many(self, runs: Any, lease: float) -> list[LeaseLost | None]:
+        self.rounds.append(len(runs))
+        return super().heartbeat_many(runs, lease)
+
+
+def test_runners_sharing_renewals_renew_their_runs_in_one_call(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path / "relay.db")
+    store.rounds = []
+    renewals = Renewals.of(store)
+    assert renewals is not None
+    # Two worker threads of one host: each a runner (an owner) of its own, one Renewals.
+    runners = [
+        Runner(store, owner=f"w:{n}", lease=LEASE * 5, heartbeat=0.2, renewals=renewals)
+        for n in range(2)
+    ]
+    decider = Decider(store, owner="beat", lease=LEASE * 5)
+    for name in ("one", "two"):
+        decider.add(make_job(store, name=name, every=60))
+    actives = [runner.begin(won.run) for runner, won in zip(runners, decider.tick(), strict=True)]
+    wait_until(lambda: store.rounds.count(2) >= 2, "two rounds renewing both runs")
+    assert store.rounds[-1] == 2, store.rounds  # once together, they stay together
+    assert all(active is not None and active.succeed() is RunState.SUCCEEDED for active in actives)
+    store.close()

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from relay import clock as relay_clock
-from relay.contract import ClaimBackend, LeaseBackend, is_lease, renews_many
+from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.engine.renewing import Renewals
 from relay.engine.unacknowledged import hand_back
 from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
@@ -137,7 +137,12 @@ def fenced_write_refused(key: str, token: int) -> None:
 
 
 class Runner:
-    """Executes runs on one backend on behalf of one owner."""
+    """Executes runs on one backend on behalf of one owner.
+
+    ``renewals``: the :class:`~relay.engine.renewing.Renewals` a host's runners on one backend
+    share, so one call renews the runs of them all (default: one of its own, if the store
+    renews several runs in one call).
+    """
 
     def __init__(
         self,
@@ -149,6 +154,7 @@ class Runner:
         events: EventBus | None = None,
         clock: Callable[[], float] = relay_clock.time,
         finish_limit: FinishLimit | None = None,
+        renewals: Renewals | None = None,
     ) -> None:
         self.backend = backend
         self.owner = owner
@@ -161,10 +167,9 @@ class Runner:
         """When this runner stops retrying finishes (shared by a host's runners)."""
         self._holding: set[str] = set()
         self._holding_lock = threading.Lock()
-        self._renewals = (
-            Renewals(backend, self) if is_lease(backend) and renews_many(backend) else None
-        )
-        """One heartbeat for all this runner's runs, if its store renews several in one call."""
+        self._renewals = renewals if renewals is not None else Renewals.of(backend)
+        """One heartbeat for all this runner's runs (and those of the host's runners that share
+        it), if its store renews several in one call."""
 
     def holding(self) -> frozenset[str]:
         """The ids of the runs this runner is executing now: begun, and not yet ended.
