@@ -6,7 +6,11 @@
    step in rounds of its own after ``CONFIG RESETSTAT``) against ``SET NX PX``'s, on a
    ``redis-server`` the benchmark starts for it (the shared server's statistics are left alone):
    targets heartbeat at most 15 µs, acquire and finish at most 30 µs.
-3. A tick of N due jobs (default 10,000) decided by 3 competing instance processes at once: every
+3. Heartbeats of one instance's running runs (default 10), renewed one call per run against one
+   ``heartbeat_many`` (one round trip), each against as many ``SET NX PX`` one call each: the
+   client's µs per run, and the server's CPU per run (``INFO cpu``: its whole process, the
+   network included, on the benchmark's own server).
+4. A tick of N due jobs (default 10,000) decided by 3 competing instance processes at once: every
    run must be claimed exactly once; its wall time against the same race of raw pipelined
    ``SET NX PX`` by three processes, measured right after (target: at most 3x).
 
@@ -133,6 +137,62 @@ def server_cpu(count: int, rounds: int = 40, url: str | None = None) -> dict[str
     return micros
 
 
+def batched_heartbeats(
+    runs: int = 10, rounds: int = 200, url: str | None = None
+) -> dict[str, float]:
+    """Per run renewed: client µs (median over ``rounds``) and server CPU µs (``INFO cpu``, user
+    and system, over all rounds) of ``runs`` single heartbeats, of one ``heartbeat_many`` of them,
+    and of as many single ``SET NX PX``; the three take turns in each round."""
+    if url is None:
+        with private_redis() as own:
+            return batched_heartbeats(runs, rounds, own)
+    raw = redis.Redis.from_url(url)
+    backend = RedisLeaseBackend.from_url(f"{url}?prefix=bench:")
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+    held = []
+    for i in range(runs):
+        run = backend.acquire(AcquireRequest(f"job{i}", base, "me", 30)).run
+        assert run is not None
+        held.append((run.id, run.token))
+
+    def single() -> None:
+        for run_id, token in held:
+            backend.heartbeat(run_id, token, 30)
+
+    def batch() -> None:
+        assert backend.heartbeat_many(held, 30) == [None] * runs
+
+    def sets() -> None:
+        for i in range(runs):
+            raw.set(f"raw:{i}", "owner", nx=True, px=30_000)
+
+    ways = {"one call per run": single, "heartbeat_many": batch, "SET NX PX": sets}
+    client: dict[str, list[float]] = {way: [] for way in ways}
+    server = dict.fromkeys(ways, 0.0)
+    for _ in range(rounds):
+        for way, call in ways.items():
+            before = _server_cpu(raw)
+            start = time.perf_counter()
+            call()
+            client[way].append((time.perf_counter() - start) / runs)
+            server[way] += (_server_cpu(raw) - before) / (runs * rounds)
+    backend.close()
+    raw.close()
+    figures = {way: statistics.median(t) * 1e6 for way, t in client.items()}
+    print(
+        f"heartbeats of {runs} running runs, per run (median of {rounds} rounds; server: INFO cpu):"
+    )
+    for way in ways:
+        print(f"  {way:<17} client {figures[way]:6.1f} us   server {server[way] * 1e6:5.1f} us")
+    return {**figures, **{f"server {way}": value * 1e6 for way, value in server.items()}}
+
+
+def _server_cpu(client: redis.Redis) -> float:
+    """Seconds of CPU the server's process has used (user and system)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def instance(url: str, jobs: int, warm_at: float, tick_at: float, start_at: float) -> None:
     """One competing instance: a warm-up tick, then the measured tick at ``start_at``."""
     backend = RedisLeaseBackend.from_url(url)
@@ -220,6 +280,7 @@ def rows(quick: bool = False) -> list[Row]:
     try:
         micros = per_step(url, prefix, 1000 if quick else 5000)
         server = server_cpu(2000 if quick else 10_000)
+        renewals = batched_heartbeats(rounds=100 if quick else 300)
         wall = tick(url, prefix + "tick:", jobs)
         raw_wall = raw_tick(url, prefix + "raw_tick:", jobs)
     finally:
@@ -234,6 +295,13 @@ def rows(quick: bool = False) -> list[Row]:
         Row("redis", f"server's time per {step} (INFO commandstats)", us, "µs", server_set,
             "SET NX PX", f"<= {SERVER_TARGETS[step]:.0f} µs", at_most(SERVER_TARGETS[step]))
         for step, us in server.items()
+    ]  # fmt: skip
+    out += [
+        Row("redis", "heartbeat_many of 10 runs, client per run", renewals["heartbeat_many"],
+            "µs", renewals["SET NX PX"], "SET NX PX, one call", "<= 1.5x", ratio_at_most(1.5)),
+        Row("redis", "heartbeat_many of 10 runs, server CPU per run (INFO cpu)",
+            renewals["server heartbeat_many"], "µs", renewals["server one call per run"],
+            "one heartbeat call per run"),
     ]  # fmt: skip
     figure = f"tick, {jobs:,} due jobs, 3 processes (inf: a run not claimed once)"
     raw_name = f"{jobs:,} pipelined SET NX PX, 3 processes"
@@ -259,6 +327,7 @@ def main() -> None:
     try:
         per_step(options.url, prefix, options.count)
         server_cpu(options.count)
+        batched_heartbeats()
         tick(options.url, prefix + "tick:", options.jobs)
         raw_tick(options.url, prefix + "raw_tick:", options.jobs)
     finally:

@@ -28,7 +28,7 @@ from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
 from relay.durations import Duration
-from relay.engine import ActiveRun, Runner, current_run
+from relay.engine import ActiveRun, Renewals, Runner, current_run
 from relay.engine.coroutines import is_coroutine_function, not_awaitable
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
@@ -240,6 +240,8 @@ class RunHooks:
         self._local = threading.local()
         self._pid = 0
         self._backend: Backend | None = None
+        self._renewals: Renewals | None = None
+        """One heartbeat for the runs of every worker thread, if the store renews several."""
         self._owner = ""
 
     def wrap(self, task: Task[Any, Any]) -> None:
@@ -328,6 +330,7 @@ class RunHooks:
             with self._lock:
                 if self._pid != os.getpid():
                     self._backend = open_backend(self.settings.backend)
+                    self._renewals = Renewals.of(self._backend)
                     self._owner = default_owner()
                     self._pid = os.getpid()
                     self._local = threading.local()
@@ -338,6 +341,7 @@ class RunHooks:
                     lease=self.settings.lease,
                     heartbeat=self.settings.heartbeat,
                     events=bus,
+                    renewals=self._renewals,
                 )
                 self._local.runner = runner
         return runner

@@ -21,7 +21,7 @@ from dramatiq.worker import Worker
 from relay.backends import LEASE_BACKENDS, one_host_warning, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, FinishLimit, Runner
+from relay.engine import ActiveRun, FinishLimit, Renewals, Runner
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
@@ -135,6 +135,8 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         self._active: dict[int, tuple[ActiveRun, Any]] = {}
         self._heartbeat: InstanceHeartbeat | None = None
         self._finish_limit = FinishLimit()
+        self._renewals = Renewals.of(self.backend)
+        """One heartbeat for the runs of every worker thread, if the store renews several."""
         warning = one_host_warning(self.backend)
         if warning is not None:
             log.warning("relay: %s", warning)
@@ -156,7 +158,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         owner = f"{self.owner}/{threading.current_thread().name}"
         return Runner(
             self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat,
-            events=self.events, finish_limit=self._finish_limit,
+            events=self.events, finish_limit=self._finish_limit, renewals=self._renewals,
         )  # fmt: skip
 
     # -- Dramatiq hooks ----------------------------------------------------------------------

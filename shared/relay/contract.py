@@ -46,17 +46,20 @@ from typing import Literal, Protocol, runtime_checkable
 
 from typing_extensions import TypeIs
 
+from relay.errors import LeaseLost
 from relay.instances import InstanceInfo
 from relay.runs import Run, RunRecord, RunState, check_slot, run_id
 
 __all__ = [
     "AcquireRequest",
     "AcquireResult",
+    "BatchHeartbeat",
     "ClaimBackend",
     "JobInfo",
     "LeaseBackend",
     "Outcome",
     "is_lease",
+    "renews_many",
 ]
 
 
@@ -367,3 +370,27 @@ class LeaseBackend(Protocol):
 def is_lease(backend: ClaimBackend | LeaseBackend) -> TypeIs[LeaseBackend]:
     """Whether ``backend`` is a lease backend (the only check the engine makes, once per call)."""
     return backend.capability == "lease"
+
+
+@runtime_checkable
+class BatchHeartbeat(LeaseBackend, Protocol):
+    """A lease backend that also renews several runs in one round trip (optional).
+
+    The engine's runner uses it when its backend has it, and one heartbeat per run otherwise.
+    """
+
+    def heartbeat_many(
+        self, runs: Sequence[tuple[str, int]], lease: float
+    ) -> list[LeaseLost | None]:
+        """:meth:`LeaseBackend.heartbeat` of each ``(run_id, token)``, in one round trip.
+
+        Per run, in order: ``None`` if renewed, else the ``LeaseLost`` that ``heartbeat`` would
+        have raised for it (returned, not raised: the other runs are renewed all the same). A
+        store that cannot be reached raises ``BackendUnavailable`` for the whole call.
+        """
+        ...
+
+
+def renews_many(backend: LeaseBackend) -> TypeIs[BatchHeartbeat]:
+    """Whether ``backend`` renews several runs in one round trip (:class:`BatchHeartbeat`)."""
+    return callable(getattr(backend, "heartbeat_many", None))

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import redis.cluster
 
-from relay import AcquireRequest, Outcome, open_backend
+from relay import AcquireRequest, LeaseLost, Outcome, open_backend
 from relay.backends.redis_lease import RedisLeaseBackend
+from tests.contract.test_heartbeat_many_contract import *  # noqa: F403
 from tests.contract.test_lease_contract import *  # noqa: F403
 from tests.contract.test_lease_contract import slot
 from tests.support.redis_server import cluster_lease_url, own_redis_cluster
@@ -59,5 +60,23 @@ def test_a_cluster_keeps_no_index_of_live_runs_and_sweeps_every_job(lease_url: s
     assert [r.id for r in backend.reclaimable()] == [runs[0].id]  # type: ignore[union-attr]
     client = redis.cluster.RedisCluster.from_url(lease_url.split("?")[0])
     assert not client.exists(f"{backend.prefix}live", f"{backend.prefix}live:version")
+    client.close()
+    backend.close()
+
+
+def test_one_heartbeat_many_renews_runs_on_every_node(lease_url: str) -> None:
+    backend = open_backend(lease_url)
+    assert isinstance(backend, RedisLeaseBackend)
+    runs = [backend.acquire(AcquireRequest(f"job-{n}", slot(0), "a", 30)).run for n in range(12)]
+    held = [(run.id, run.token) for run in runs if run is not None]
+    assert len(held) == 12
+    backend.release(*held[5])
+    assert backend.acquire(AcquireRequest("job-5", slot(0), "b", 30)).outcome is Outcome.WON
+    lost = backend.heartbeat_many(held, 60)  # one pipeline, split by node
+    assert [n for n, why in enumerate(lost) if why is not None] == [5]
+    assert isinstance(lost[5], LeaseLost)
+    client = redis.cluster.RedisCluster.from_url(lease_url.split("?")[0])
+    primaries = client.get_primaries()  # type: ignore[no-untyped-call]
+    assert all(client.dbsize(target_nodes=node) > 0 for node in primaries)  # spread over all
     client.close()
     backend.close()

@@ -58,7 +58,13 @@ from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_repl
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import Deadline, deadline_of
-from relay.errors import BackendUnavailable, ConfigurationError, NotAcknowledged, StoreNotFound
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    NotAcknowledged,
+    StoreNotFound,
+)
 from relay.instances import InstanceInfo
 from relay.runs import (
     Run,
@@ -291,6 +297,18 @@ class RedisLeaseBackend(RedisSchedules):
     def heartbeat(self, run_id: str, token: int, lease: float) -> None:
         job, member = _split(run_id)
         _raise_if_lost(run_id, token, self._call_one("heartbeat", job, [member, token, ms(lease)]))
+
+    def heartbeat_many(
+        self, runs: Sequence[tuple[str, int]], lease: float
+    ) -> list[LeaseLost | None]:
+        """:meth:`heartbeat` of each run: one script call per run, all in one pipeline (on
+        Redis Cluster, one per node that serves a job's slot)."""
+        calls = []
+        for run, token in runs:
+            job, member = _split(run)
+            calls.append((self._keys(job), [member, token, ms(lease), self.retention_ms]))
+        replies = self._call_many("heartbeat", calls) if calls else []
+        return [_lost(run, token, reply) for (run, token), reply in zip(runs, replies, strict=True)]
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
@@ -882,16 +900,23 @@ def _acquire_result(
 
 
 def _raise_if_lost(run_id: str, token: int, reply: list[Any]) -> None:
+    lost = _lost(run_id, token, reply)
+    if lost is not None:
+        raise lost
+
+
+def _lost(run_id: str, token: int, reply: list[Any]) -> LeaseLost | None:
+    """Why a step's ``reply`` says ``token`` no longer holds the run, or None if it did."""
     if reply[0] != "lost":
-        return
+        return None
     why = reply[1]
     if why == "none":
-        raise no_lease(run_id)
+        return no_lease(run_id)
     if why == "token":
-        raise stale_token(run_id, token, reply[2])
+        return stale_token(run_id, token, reply[2])
     if why == "started":
-        raise started_elsewhere(run_id, token, reply[2])
-    raise not_running(run_id, reply[2])
+        return started_elsewhere(run_id, token, reply[2])
+    return not_running(run_id, reply[2])
 
 
 def _record(job: str, item: list[Any]) -> RunRecord:

@@ -269,6 +269,21 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._write(durable=False) as (conn, now_ms):
             _update_held(conn, _HEARTBEAT, (now_ms + _ms(lease), now_ms, run_id, token))
 
+    def heartbeat_many(
+        self, runs: Sequence[tuple[str, int]], lease: float
+    ) -> list[LeaseLost | None]:
+        """:meth:`heartbeat` of each run, in one transaction."""
+        lost: list[LeaseLost | None] = []
+        with self._write(durable=False) as (conn, now_ms):
+            for run_id, token in runs:
+                try:
+                    _update_held(conn, _HEARTBEAT, (now_ms + _ms(lease), now_ms, run_id, token))
+                except LeaseLost as exc:
+                    lost.append(exc)
+                else:
+                    lost.append(None)
+        return lost
+
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:

@@ -5,6 +5,7 @@ It is the only code that emits :mod:`relay.events`.
 
 from relay.engine.deciding import Decider, Won
 from relay.engine.looping import MAX_BACKOFF, Loop, Step
+from relay.engine.renewing import Renewals
 from relay.engine.running import (
     ActiveRun,
     FinishLimit,
@@ -21,6 +22,7 @@ __all__ = [
     "Decider",
     "FinishLimit",
     "Loop",
+    "Renewals",
     "Runner",
     "Step",
     "Won",

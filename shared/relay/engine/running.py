@@ -5,6 +5,10 @@ a :class:`Runner`, so none of them has rules of its own, and none reports anythi
 runner emits started, succeeded, failed, handed over, fenced off, lease lost and abandoned on its
 :class:`~relay.events.EventBus`.
 
+Each run's lease is renewed every heartbeat from a thread of its own, or, through a store that
+renews several runs in one round trip (``heartbeat_many``), from one thread for all the runs of a
+runner, one call per round (:mod:`relay.engine.renewing`).
+
 Through a store that stops answering (a partition, an outage), two rules hold, both timed on this
 process's monotonic clock and never against a time the store wrote:
 
@@ -33,6 +37,7 @@ from typing import Any
 
 from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.engine.renewing import Renewals
 from relay.engine.unacknowledged import hand_back
 from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
 from relay.events import (
@@ -132,7 +137,12 @@ def fenced_write_refused(key: str, token: int) -> None:
 
 
 class Runner:
-    """Executes runs on one backend on behalf of one owner."""
+    """Executes runs on one backend on behalf of one owner.
+
+    ``renewals``: the :class:`~relay.engine.renewing.Renewals` a host's runners on one backend
+    share, so one call renews the runs of them all (default: one of its own, if the store
+    renews several runs in one call).
+    """
 
     def __init__(
         self,
@@ -144,6 +154,7 @@ class Runner:
         events: EventBus | None = None,
         clock: Callable[[], float] = relay_clock.time,
         finish_limit: FinishLimit | None = None,
+        renewals: Renewals | None = None,
     ) -> None:
         self.backend = backend
         self.owner = owner
@@ -156,6 +167,9 @@ class Runner:
         """When this runner stops retrying finishes (shared by a host's runners)."""
         self._holding: set[str] = set()
         self._holding_lock = threading.Lock()
+        self._renewals = renewals if renewals is not None else Renewals.of(backend)
+        """One heartbeat for all this runner's runs (and those of the host's runners that share
+        it), if its store renews several in one call."""
 
     def holding(self) -> frozenset[str]:
         """The ids of the runs this runner is executing now: begun, and not yet ended.
@@ -306,8 +320,12 @@ class ActiveRun:
 
     def start_heartbeat(self) -> None:
         """Renew the lease every ``heartbeat`` seconds from a background thread (none if the
-        runner's heartbeat is infinite: :mod:`relay.testing` runs take no time)."""
+        runner's heartbeat is infinite: :mod:`relay.testing` runs take no time): the runner's
+        one for all its runs if its store renews several in one call, else one of its own."""
         if math.isinf(self.runner.heartbeat):
+            return
+        if self.runner._renewals is not None:
+            self.runner._renewals.add(self)
             return
         self._thread = threading.Thread(
             target=self._beat, name=f"relay-heartbeat-{self.run.id}", daemon=True
@@ -418,7 +436,7 @@ class ActiveRun:
         backend = self.runner.backend
         assert is_lease(backend)
         failing = False
-        while not self._stop.wait(self._beat_wait(failing)):
+        while not self._stop.wait(self.next_renewal(failing=failing)):
             sent = time.monotonic()
             try:
                 backend.heartbeat(self.run.id, self.run.token, self.runner.lease)
@@ -428,16 +446,28 @@ class ActiveRun:
             except BackendUnavailable as exc:
                 if self._stop.is_set():  # finishing: the finish loop takes it from here
                     return
-                if time.monotonic() - self.renewed >= self.runner.lease:
-                    self._let_go(str(exc))
+                if not self.renewal_failed(str(exc)):
                     return
                 failing = True
-                log.warning("heartbeat of %s failed, will retry: %s", self.run.id, exc)
                 continue
             failing = False
             self.renewed = sent
 
-    def _beat_wait(self, failing: bool) -> float:
+    @property
+    def stopped(self) -> bool:
+        """Whether its renewals were stopped: it is finishing, or was released or abandoned."""
+        return self._stop.is_set()
+
+    def renewal_failed(self, error: str) -> bool:
+        """A renewal the store did not answer: ``False`` if the lease may have run out (the run
+        is let go, and renewed no more), else ``True`` (renewal goes on, sooner)."""
+        if time.monotonic() - self.renewed >= self.runner.lease:
+            self._let_go(error)
+            return False
+        log.warning("heartbeat of %s failed, will retry: %s", self.run.id, error)
+        return True
+
+    def next_renewal(self, *, failing: bool) -> float:
         """Seconds to the next renewal: a heartbeat, or less when the lease runs out sooner."""
         if not failing:
             return self.runner.heartbeat
@@ -462,6 +492,8 @@ class ActiveRun:
 
     def _stop_heartbeat(self) -> None:
         self._stop.set()
+        if self.runner._renewals is not None:
+            self.runner._renewals.remove(self)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
