@@ -9,15 +9,19 @@ A KV bucket swaps one key at a time, so a change commits on one key and is then 
 * rolling forward a change writes its copies, each idempotent: the schedule's row
   ``schedules.row.<name>`` (unless it already holds that version or a later one), its history
   entry ``schedules.hist.<name>.<version>`` and the feed entry ``schedules.log.<revision>`` (each
-  created only if absent). The writer does it at once; if it died first, the next writer or
-  reader does it. Readers of the feed roll forward before reading, so none sees half a change.
+  created only if absent). The writer does it at once; if it died first, the next writer does it
+  (before its own commit), or a reader of a schedule, its history or the list of them.
 
-An idle tick reads ``schedules.rev`` alone; after changes, one feed entry and one row per change
-(a reader far behind reads every row instead). Names are base64url in keys, as job names are.
+An idle tick reads ``schedules.rev`` alone, and so does a tick after one change (``schedules.rev``
+holds its row); after more, one feed entry and one row per change, all in flight at once (a reader
+far behind reads every row instead). Readers of the feed write nothing: every change but the
+latest was rolled forward before the latest was committed. Names are base64url in keys, as job
+names are.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -169,23 +173,31 @@ class NatsSchedules:
         top = int(latest["revision"])
         if top <= since:
             return []  # the idle tick: one read
-        await self._roll_forward(latest)
-        if since == 0 or top - since > FULL_READ:
-            rows = await self._all_rows()
-        else:
-            names = set()
-            for revision in range(since + 1, top + 1):
-                data, _ = await self._get(f"schedules.log.{revision}")
-                if data is not None:
-                    names.add(data.decode())
-            rows = []
-            for name in names:
-                data, _ = await self._get(_row_key(name))
-                if data is not None:
-                    rows.append(_row(json.loads(data)))
+        # A reader writes nothing and waits on nobody: every revision below `top` was rolled
+        # forward before `top` was committed (a change rolls its predecessor forward first), and
+        # `top`'s own row is in `latest`. One change per tick costs that one read.
+        rows = {r.name: r for r in await self._rows_between(since, top - 1)}
+        newest = _row(latest["row"])
+        rows[newest.name] = newest
         # A row changed after `top` waits for the next read: returning it now would make the
         # caller skip the changes between `top` and it.
-        return sorted((r for r in rows if since < r.revision <= top), key=lambda r: r.revision)
+        return sorted(
+            (r for r in rows.values() if since < r.revision <= top), key=lambda r: r.revision
+        )
+
+    async def _rows_between(self, since: int, upto: int) -> list[StoredRow]:
+        """The rows changed at revisions ``since + 1`` to ``upto`` (or later), all rolled forward:
+        the feed entries, then their rows, each batch of requests in flight at once."""
+        if upto <= since:
+            return []
+        if since == 0 or upto - since > FULL_READ:
+            return await self._all_rows()
+        logged = await asyncio.gather(
+            *(self._get(f"schedules.log.{revision}") for revision in range(since + 1, upto + 1))
+        )
+        names = {data.decode() for data, _ in logged if data is not None}
+        found = await asyncio.gather(*(self._get(_row_key(name)) for name in names))
+        return [_row(json.loads(data)) for data, _ in found if data is not None]
 
     async def _all_rows(self) -> list[StoredRow]:
         entries = await self._watch("schedules.row.*", meta_only=False)
