@@ -129,3 +129,31 @@ def test_many_changes_are_read_in_flight_at_once(backend: NatsLeaseBackend) -> N
     rows = backend.schedule_changes(first[-1].revision)
     assert [r.name for r in rows] == [f"s{n}" for n in range(0, 40, 2)]
     assert all(r.version == 2 for r in rows) and rows == sorted(rows, key=lambda r: r.revision)
+
+
+@pytest.mark.parametrize("batch", [4, 500])
+def test_a_starting_reader_pages_through_the_feed_each_row_once_at_its_last_change(
+    backend: NatsLeaseBackend, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    from relay.backends import _nats_schedules
+
+    monkeypatch.setattr(_nats_schedules, "FULL_READ", batch)
+    control = Control(backend)
+    for n in range(12):
+        control.add_schedule(f"s{n}", "t", every=60, force=True)
+    for i, n in enumerate((3, 7, 3, 11)):  # s3 twice: its first edit's entry names a moved row
+        version = control.schedule(f"s{n}").version
+        control.update_schedule(f"s{n}", version=version, description=str(i))
+    control.remove_schedule("s5")
+    paged, since = [], 0
+    while rows := backend.schedule_changes(since, 5):
+        assert len(rows) <= 5
+        paged += rows
+        since = rows[-1].revision
+    everything = backend.schedule_changes(0)  # no limit: the whole bucket listed at once
+    assert paged == everything
+    assert sorted(r.name for r in paged) == sorted(f"s{n}" for n in range(12))  # each once
+    assert [r.revision for r in paged] == sorted(r.revision for r in paged)
+    versions = {r.name: (r.version, r.definition is None) for r in paged}
+    assert versions["s3"] == (3, False) and versions["s5"] == (2, True)
+    assert versions["s11"] == (2, False) and versions["s0"] == (1, False)
