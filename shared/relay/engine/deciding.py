@@ -43,9 +43,10 @@ PRUNE_EVERY = 60.0
 """Seconds between two prunes by one instance."""
 PRUNE_BATCH = 500
 """Runs one prune deletes at most: a long history goes in many small steps."""
-NAMES_PER_CALL = 2000
+NAMES_PER_CALL = 500
 """Jobs named in one store call that reads their history or registers them: an instance starting
-with 100,000 jobs never builds one request (and its reply) for all of them at once."""
+with 100,000 jobs never builds one request (and its reply) for all of them at once, and NATS KV
+never has more than this many compare-and-swaps in flight."""
 
 
 @dataclass(frozen=True)
