@@ -149,3 +149,28 @@ def test_each_history_entry_is_one_kind_of_edit(
     change = ScheduleChange("s", 2, SLOT, "ann@host", action, changes)
     edit = edit_of(change)
     assert (edit.kind, edit.version, edit.by, edit.at) == (kind, 2, "ann@host", SLOT)
+
+
+def test_a_schedule_that_neither_ran_nor_changed_in_the_period_has_no_lane_and_no_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = Control(store.backend)
+    store.at(0)
+    control.add_schedule("quiet", "mail", every=86_400, force=True)
+    control.add_schedule("busy", "mail", every=60, force=True)
+    store.at(3000)
+    control.add_schedule("new", "mail", every=60, force=True)
+    store.lease_and_start("x", at=3600, job="busy", slot=3600)
+    store.lease_and_start("x", at=3660, job="busy", slot=3660)
+    read_histories: list[str] = []
+    history = store.backend.schedule_history
+    monkeypatch.setattr(
+        store.backend, "schedule_history", lambda n: read_histories.append(n) or history(n)
+    )
+    # The period: the runs (3600 to 3660 s) and as long again before them; "new" changed in it.
+    assert [lane.job for lane in read(store.backend).lanes] == ["busy"]
+    assert sorted(read_histories) == ["busy"]
+    since = SLOT + timedelta(seconds=2000)
+    assert [lane.job for lane in read(store.backend, since=since).lanes] == ["busy", "new"]
+    named = read(store.backend, ["quiet"], since=since).lanes  # named: drawn all the same
+    assert [(lane.job, lane.stored is not None) for lane in named] == [("quiet", True)]

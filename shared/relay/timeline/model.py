@@ -134,11 +134,18 @@ def read(
         records += found
     if since is not None:
         records = [r for r in records if r.scheduled_for >= since]
-    stored = read_stored(backend, jobs) if stores_schedules(backend) else {}
+    now = backend.now()
+    stored = {}
+    if stores_schedules(backend):
+        # Only the stored schedules with a run drawn or a change in the period (or named): the
+        # histories of 100,000 schedules that neither ran nor changed are not read for nothing.
+        bars = [bar_of(r, now) for r in records]
+        start, end = _span(bars, now)
+        ran = {r.job for r in records}
+        stored = read_stored(backend, jobs, ran, _edits_from(since, start, end, bool(bars)))
     return build_timeline(
-        records, now=backend.now(), source=backend.name, truncated=truncated, stored=stored,
-        since=since,
-    )  # fmt: skip
+        records, now=now, source=backend.name, truncated=truncated, stored=stored, since=since
+    )
 
 
 def build_timeline(
@@ -162,13 +169,28 @@ def build_timeline(
         by_job.setdefault(record.job, []).append(bar_of(record, now))
     lanes = tuple(_stack(job, bars) for job, bars in sorted(by_job.items()))
     bars = [b for lane in lanes for b in lane.bars]
-    start = min((b.slot for b in bars), default=now)
-    end = max((max(b.end, b.slot) for b in bars), default=now)
+    start, end = _span(bars, now)
     if stored:
-        lanes = _with_edits(lanes, stored, since or (start - (end - start) if bars else None))
+        lanes = _with_edits(lanes, stored, _edits_from(since, start, end, bool(bars)))
         edits = [e.at for lane in lanes if lane.stored for e in lane.stored.edits]
         start, end = min([start, *edits]), max([end, *edits])
     return Timeline(lanes, start, max(end, start + timedelta(seconds=1)), now, source, truncated)
+
+
+def _span(bars: Sequence[Bar], now: datetime) -> tuple[datetime, datetime]:
+    """From the first bar's slot to the last bar's end (``now`` when there is none)."""
+    start = min((b.slot for b in bars), default=now)
+    end = max((max(b.end, b.slot) for b in bars), default=now)
+    return start, end
+
+
+def _edits_from(
+    since: datetime | None, start: datetime, end: datetime, any_bars: bool
+) -> datetime | None:
+    """Where edits start being drawn: ``since``, else the runs' span before the first run."""
+    if since is not None or not any_bars:
+        return since
+    return start - (end - start)
 
 
 def _with_edits(

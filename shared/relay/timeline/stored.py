@@ -74,11 +74,23 @@ def edit_of(change: ScheduleChange) -> Edit:
     return Edit(kind, change.at, change.version, change.by, tuple(sorted(change.changes)))
 
 
-def read_stored(store: ScheduleStore, jobs: Collection[str] = ()) -> dict[str, StoredLane]:
-    """Every stored schedule (of ``jobs``, if given), removed ones too, with all its edits."""
+def read_stored(
+    store: ScheduleStore,
+    jobs: Collection[str] = (),
+    ran: Collection[str] = (),
+    changed_since: datetime | None = None,
+) -> dict[str, StoredLane]:
+    """Every stored schedule (of ``jobs``, if given), removed ones too, with all its edits.
+
+    With ``changed_since``, only those named in ``jobs`` or ``ran`` (those with runs drawn) or
+    changed since then: the history of a schedule that neither ran nor changed is not read.
+    """
     lanes = {}
     for row in store.schedule_changes(0):
         if jobs and row.name not in jobs:
+            continue
+        quiet = changed_since is not None and row.updated_at < changed_since
+        if quiet and row.name not in ran and row.name not in jobs:
             continue
         history = store.schedule_history(row.name)
         task, state = _task_and_state(history)
