@@ -8,6 +8,9 @@ a third instance starts, records the slots nobody ran as missed, and runs the ha
 
 ``relay timeline`` draws the store, Chromium lays the page out, and the test reads back where each
 lane, run and mark landed: the right lane, the right place on the time axis, the right marks.
+
+A second scenario: one instance runs a stored schedule while it is edited, paused, resumed and
+removed; each edit is a mark on the schedule's lane at the moment the store recorded it.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any
 
 import pytest
 
-from relay import RunState, open_backend
+from relay import Control, RunState, open_backend
 from relay.runs import RunRecord, parse_run_id
+from relay.stored import ScheduleChange
 from tests.support.browser import chromium, drawn, require_chromium, screenshot
 from tests.support.procs import ROOT
 
@@ -234,3 +238,95 @@ def centre(box: dict[str, Any]) -> float:
 
 def centre_y(box: dict[str, Any]) -> float:
     return (box["y"] + box["bottom"]) / 2
+
+
+EDITS_JS = """
+const box = e => { const b = e.getBoundingClientRect();
+  return {x: b.left, right: b.right, y: b.top, bottom: b.bottom}; };
+return [...document.querySelectorAll('g.edit')].map(g => ({
+  job: g.closest('g.lane').dataset.job, kind: g.dataset.edit, version: +g.dataset.version,
+  title: g.querySelector('title').textContent, line: box(g.querySelector('line')),
+}));
+"""
+"""Where the browser drew each stored schedule's edit."""
+
+
+@pytest.fixture
+def edited(tmp_path: Path) -> Iterator[tuple[str, list[ScheduleChange]]]:
+    """A real instance runs stored schedule ``ticker`` (every second) while it is edited (every
+    2 s), paused for 3 s, resumed and removed; yield the store's URL and the schedule's history."""
+    require_chromium()
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    log = tmp_path / "runs.log"
+    args = {"name": "a", "url": url, "log": str(log)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "tests.support.stored_instance", json.dumps(args)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+
+    def runs_of(version: int) -> list[Any]:
+        text = log.read_text() if log.exists() else ""
+        return [line for line in map(json.loads, text.splitlines()) if line[2] == version]
+
+    try:
+        with Control(url) as control:
+            wait_for(lambda: control.allowed_tasks(), 60)
+            control.add_schedule("ticker", "echo", every=1, by="ann")
+            wait_for(lambda: len(runs_of(1)) >= 3, 30)
+            control.update_schedule("ticker", version=1, every=2, by="ann")
+            wait_for(lambda: len(runs_of(2)) >= 2, 30)
+            control.update_schedule("ticker", version=2, enabled=False, by="bob")
+            time.sleep(3)
+            control.update_schedule("ticker", version=3, enabled=True, by="bob")
+            wait_for(lambda: len(runs_of(4)) >= 2, 30)
+            control.remove_schedule("ticker", version=4, by="cy")
+            time.sleep(1.5)
+            history = control.schedule_history("ticker")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        yield url, history
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_the_timeline_of_a_stored_schedule_edited_paused_resumed_and_removed(
+    edited: tuple[str, list[ScheduleChange]], tmp_path: Path
+) -> None:
+    url, history = edited
+    page = tmp_path / "timeline.html"
+    made = subprocess.run(
+        [sys.executable, "-m", "relay.cli", "timeline", "--backend", url, "--html", str(page)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    stored = records(url)
+
+    with chromium() as driver:
+        driver.get(page.as_uri())
+        seen = drawn(driver)
+        edits = driver.execute_script(EDITS_JS)
+        screenshot(driver, "timeline-stored-schedule")
+
+    runs = {r["id"]: r for r in seen["runs"]}
+    assert set(runs) == set(stored) and seen["jobs"] == ["ticker"]
+    check_lanes(seen)
+    label = seen["labels"][0]
+    assert label["text"] == "ticker"
+    slot_x = check_time_axis(runs)
+
+    # One mark per change, in order, each where the store's clock says it was made.
+    assert [(e["kind"], e["version"]) for e in edits] == [
+        ("add", 1), ("edit", 2), ("pause", 3), ("resume", 4), ("remove", 5)]  # fmt: skip
+    band = seen["lanes"][0]
+    for edit, change in zip(edits, history, strict=True):
+        assert abs(centre(edit["line"]) - slot_x(change.at.timestamp())) <= 1.5, edit
+        assert band["y"] <= centre_y(edit["line"]) <= band["bottom"]
+        assert f"v{change.version}" in edit["title"] and f"by {change.by}" in edit["title"]
+    x_of = {e["kind"]: centre(e["line"]) for e in edits}
+    starts = [start_x(r) for r in runs.values()]
+    # Nothing ran while it was paused, nor after its removal; it ran before and between them.
+    assert not [x for x in starts if x_of["pause"] < x < x_of["resume"]]
+    assert not [x for x in starts if x > x_of["remove"]]
+    assert [x for x in starts if x_of["add"] < x < x_of["edit"]]
+    assert [x for x in starts if x_of["resume"] < x < x_of["remove"]]

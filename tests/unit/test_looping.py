@@ -287,3 +287,26 @@ def test_an_unexpected_error_is_logged_and_backed_off_never_raised(
     assert not step.healthy and step.next_in == 1
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [KeyError]
     assert seen == []  # not a store outage: no StoreUnavailable
+
+
+def test_the_next_step_is_an_interval_after_this_one_started_however_long_it_took(
+    store: Store, clock: Clock
+) -> None:
+    looped = loop(store, clock, [])
+    looped.step(sent([]))
+    slow_sweep = looped.decider.sweep
+    takes = [3.0]
+
+    def sweep(**kwargs: Any) -> list[Won]:
+        clock.advance(takes[0])  # a slow sweep, on a loaded store
+        return slow_sweep(**kwargs)
+
+    looped.decider.sweep = sweep  # type: ignore[method-assign]
+    clock.advance(10)
+    step = looped.step(sent([]))
+    # 5 s after the step started, not after it ended: a stored schedule changed during the
+    # sweep is read 2 s from now, an interval after the last read.
+    assert step.next_in == pytest.approx(2, abs=0.01)
+    takes[0] = 7.0
+    clock.advance(7)
+    assert looped.step(sent([])).next_in == 0  # longer than the interval: step again at once

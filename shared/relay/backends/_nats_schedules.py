@@ -9,15 +9,20 @@ A KV bucket swaps one key at a time, so a change commits on one key and is then 
 * rolling forward a change writes its copies, each idempotent: the schedule's row
   ``schedules.row.<name>`` (unless it already holds that version or a later one), its history
   entry ``schedules.hist.<name>.<version>`` and the feed entry ``schedules.log.<revision>`` (each
-  created only if absent). The writer does it at once; if it died first, the next writer or
-  reader does it. Readers of the feed roll forward before reading, so none sees half a change.
+  created only if absent). The writer does it at once; if it died first, the next writer does it
+  (before its own commit), or a reader of a schedule, its history or the list of them.
 
-An idle tick reads ``schedules.rev`` alone; after changes, one feed entry and one row per change
-(a reader far behind reads every row instead). Names are base64url in keys, as job names are.
+An idle tick reads ``schedules.rev`` alone, and so does a tick after one change (``schedules.rev``
+holds its row); after more, one feed entry and one row per change, many in flight at once. A
+reader starting reads the feed the same way, page by page; only a read of every change at once
+(no ``limit``) far behind lists every row instead. Readers of the feed write nothing: every
+change but the latest was rolled forward before the latest was committed. Names are base64url in
+keys, as job names are.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -36,7 +41,8 @@ T = TypeVar("T")
 REVISION = "schedules.rev"
 CAS_TRIES = 64
 FULL_READ = 500
-"""A reader this many revisions behind reads every row rather than the feed entry by entry."""
+"""Feed entries read at once; a read of every change (no ``limit``) this many revisions behind
+lists every row instead."""
 Made = tuple[dict[str, Any], str] | None
 """What a change makes of the current row: the new row's fields and the action, or ``None``."""
 
@@ -109,8 +115,7 @@ class NatsSchedules:
         return sorted(self._call(read()), key=lambda c: c.version)
 
     def schedule_changes(self, since: int, limit: int | None = None) -> list[StoredRow]:
-        rows = self._call(self._changes_since(since))
-        return rows if limit is None else rows[:limit]
+        return self._call(self._changes_since(since, limit))
 
     def prune_schedules(self, older_than: float, limit: int = 500) -> int:
         # The history first, version by version, then the row up to the one read here: a
@@ -207,28 +212,51 @@ class NatsSchedules:
         await self._swap(f"schedules.hist.{encoded}.{row['version']}", history, 0)
         await self._swap(f"schedules.log.{change['revision']}", row["name"].encode(), 0)
 
-    async def _changes_since(self, since: int) -> list[StoredRow]:
+    async def _changes_since(self, since: int, limit: int | None) -> list[StoredRow]:
         latest = await self._latest()
         top = int(latest["revision"])
         if top <= since:
             return []  # the idle tick: one read
-        await self._roll_forward(latest)
-        if since == 0 or top - since > FULL_READ:
-            rows = await self._all_rows()
-        else:
-            names = set()
-            for revision in range(since + 1, top + 1):
-                data, _ = await self._get(f"schedules.log.{revision}")
-                if data is not None:
-                    names.add(data.decode())
-            rows = []
-            for name in names:
-                data, _ = await self._get(_row_key(name))
-                if data is not None:
-                    rows.append(_row(json.loads(data)))
-        # A row changed after `top` waits for the next read: returning it now would make the
-        # caller skip the changes between `top` and it.
-        return sorted((r for r in rows if since < r.revision <= top), key=lambda r: r.revision)
+        # A reader writes nothing and waits on nobody: every revision below `top` was rolled
+        # forward before `top` was committed (a change rolls its predecessor forward first), and
+        # `top`'s own row is in `latest`. One change per tick costs that one read.
+        newest = _row(latest["row"])
+        if limit is None and top - since > FULL_READ:
+            rows = {r.name: r for r in await self._all_rows()}
+            rows[newest.name] = newest
+            # A row changed after `top` waits for the next read: returning it now would make the
+            # caller skip the changes between `top` and it.
+            found = [r for r in rows.values() if since < r.revision <= top]
+            return sorted(found, key=lambda r: r.revision)
+        return await self._walk(since, top, newest, limit)
+
+    async def _walk(
+        self, since: int, top: int, newest: StoredRow, limit: int | None
+    ) -> list[StoredRow]:
+        """The feed from ``since``: each revision's entry names a row, returned if that revision
+        is still its last change (else it comes later, at its own). :data:`FULL_READ` entries and
+        their rows in flight at once, until ``limit`` rows: a reader starting on 100,000 schedules
+        reads them page by page, never the whole bucket per page."""
+        found: list[StoredRow] = []
+        at = since + 1
+        while at <= top and (limit is None or len(found) < limit):
+            revisions = range(at, min(top, at + FULL_READ - 1) + 1)
+            logged = await asyncio.gather(
+                *(self._get(f"schedules.log.{r}") for r in revisions if r < top)
+            )
+            names = [data.decode() if data else None for data, _ in logged]
+            if revisions[-1] == top:
+                names.append(newest.name)
+            wanted = {n for n in names if n is not None and n != newest.name}
+            read = await asyncio.gather(*(self._get(_row_key(n)) for n in wanted))
+            rows = {r.name: r for r in (_row(json.loads(d)) for d, _ in read if d is not None)}
+            rows[newest.name] = newest
+            for revision, name in zip(revisions, names, strict=True):
+                row = rows.get(name) if name is not None else None
+                if row is not None and row.revision == revision:
+                    found.append(row)
+            at = revisions[-1] + 1
+        return found if limit is None else found[:limit]
 
     async def _all_rows(self) -> list[StoredRow]:
         entries = await self._watch("schedules.row.*", meta_only=False)

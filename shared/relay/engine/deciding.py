@@ -44,6 +44,10 @@ PRUNE_EVERY = 60.0
 """Seconds between two prunes by one instance."""
 PRUNE_BATCH = 500
 """Runs one prune deletes at most: a long history goes in many small steps."""
+NAMES_PER_CALL = 500
+"""Jobs named in one store call that reads their history or registers them: an instance starting
+with 100,000 jobs never builds one request (and its reply) for all of them at once, and NATS KV
+never has more than this many compare-and-swaps in flight."""
 
 
 @dataclass(frozen=True)
@@ -225,12 +229,14 @@ class Decider:
         if not is_lease(backend):
             return []
         if self._unregistered:  # what the jobs are, for `relay jobs` and backfills
-            names, self._unregistered = self._unregistered, set()
-            try:
-                backend.register_jobs({name: job_spec(self.jobs[name]) for name in names})
-            except BaseException:
-                self._unregistered |= names
-                raise
+            names, self._unregistered = list(self._unregistered), set()
+            for at in range(0, len(names), NAMES_PER_CALL):
+                page = names[at : at + NAMES_PER_CALL]
+                try:
+                    backend.register_jobs({name: job_spec(self.jobs[name]) for name in page})
+                except BaseException:
+                    self._unregistered.update(names[at:])
+                    raise
         records = [
             r for r in backend.reclaimable()
             if r.job in self.jobs and (takeovers or r.state is not RunState.RUNNING)
@@ -332,12 +338,16 @@ class Decider:
         return 0.0, limit
 
     def _recorded_history(self, jobs: list[Job]) -> dict[str, datetime | None]:
-        """The latest recorded slot of each of ``jobs`` not decided yet, in one store call."""
+        """The latest recorded slot of each of ``jobs`` not decided yet, in one store call per
+        :data:`NAMES_PER_CALL` of them."""
         backend = self.backend
         unknown = [job.name for job in jobs if job.name not in self._decided]
         if not unknown or not is_lease(backend):
             return {}
-        return backend.last_slots(unknown)
+        found: dict[str, datetime | None] = {}
+        for at in range(0, len(unknown), NAMES_PER_CALL):
+            found.update(backend.last_slots(unknown[at : at + NAMES_PER_CALL]))
+        return found
 
     def _acquire(
         self,

@@ -71,10 +71,11 @@ class Step:
 class Loop:
     """Steps one :class:`Decider`: the only place where runs are decided and dispatched.
 
-    ``interval`` is the longest wait between two steps (a host's tick); ``sweep_every`` how often
-    expired runs are looked for on a lease backend (the heartbeat). ``role`` (``"scheduler"``,
-    ``"beat"``, ``"dramatiq-scheduler"``) records the instance's heartbeat for ``relay instances``
-    and ``relay health``. ``grace`` (default: the lease) is how long after an outage the loop
+    ``interval`` is the longest time from one step's start to the next's (a host's tick: a step
+    that took longer is followed at once); ``sweep_every`` how often expired runs are looked for
+    on a lease backend (the heartbeat). ``role`` (``"scheduler"``, ``"beat"``,
+    ``"dramatiq-scheduler"``) records the instance's heartbeat for ``relay instances`` and
+    ``relay health``. ``grace`` (default: the lease) is how long after an outage the loop
     waits before taking expired runs over. ``monotonic`` times sweeps, back-off and the grace; the
     decider's own clock decides which slots are due. Both exist for tests.
     """
@@ -169,8 +170,11 @@ class Loop:
         soonest = self.decider.next_due()
         return soonest if soonest is not None else now + _HORIZON
 
-    def _next_in(self, now: float) -> float:
-        wait = self.interval
+    def _next_in(self, started: float) -> float:
+        # From the step's start: a slow step (a sweep on a loaded store) does not push the next
+        # read of stored schedules a whole interval further, so a change waits an interval at most.
+        now = self.monotonic()
+        wait = self.interval - (now - started)
         if self._wake is not None:
             clock = datetime.fromtimestamp(self.decider.clock(), timezone.utc)
             wait = min(wait, (self._wake - clock).total_seconds() + 0.001)

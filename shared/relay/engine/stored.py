@@ -83,8 +83,10 @@ class ScheduleFeed:
         schedule refuses to start (:class:`~relay.errors.ConfigurationError` naming both).
         """
         self._code = set(self.decider.jobs) - set(self.stored)
-        # One read of the stored names, not one per code job: 100,000 code jobs start fast.
-        clash = sorted(self._code.intersection(r.name for r in self.store.stored_schedules()))
+        # One read of the stored names, not one per code job: 100,000 code jobs start fast. No
+        # code job, no read: 100,000 stored schedules are then read once, page by page.
+        stored = (r.name for r in self.store.stored_schedules()) if self._code else ()
+        clash = sorted(self._code.intersection(stored))
         if clash:
             raise ConfigurationError(
                 f"this instance defines code job(s) {', '.join(map(repr, clash))} and the store "

@@ -15,18 +15,23 @@ the last one that failed. Earlier attempts leave no record of their own, so:
   attempts. Who ran the earlier attempts, and when, is not recorded.
 * Skipped runs carry their reason: ``overlap``, ``missed`` (recorded after downtime), ``stale``,
   and ``paused`` where the store has a control plane.
+
+A lane of a stored schedule (:mod:`relay.timeline.stored`) also carries its task, its state and
+its edits, read from the schedule's history: a removed schedule's lane keeps its past runs.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from relay.contract import LeaseBackend
 from relay.errors import ConfigurationError
 from relay.runs import RunRecord, RunState, is_manual
+from relay.schedule_store import stores_schedules
+from relay.timeline.stored import StoredLane, read_stored
 
 __all__ = ["MARKS", "Bar", "Lane", "Mark", "Timeline", "build_timeline", "parse_since", "read"]
 
@@ -95,6 +100,8 @@ class Lane:
     job: str
     bars: tuple[Bar, ...]
     rows: int
+    stored: StoredLane | None = None
+    """Its stored schedule's task, state and edits; ``None`` for a code-defined job."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,8 @@ def read(
     since: datetime | None = None,
     limit: int = 10_000,
 ) -> Timeline:
-    """Read the latest ``limit`` runs (of each of ``jobs``, or of every job) into a timeline."""
+    """Read the latest ``limit`` runs (of each of ``jobs``, or of every job) into a timeline,
+    with the store's stored schedules (those of ``jobs``) as lanes and their edits as marks."""
     records: list[RunRecord] = []
     truncated = False
     wanted: Sequence[str | None] = jobs or [None]
@@ -126,21 +134,78 @@ def read(
         records += found
     if since is not None:
         records = [r for r in records if r.scheduled_for >= since]
-    return build_timeline(records, now=backend.now(), source=backend.name, truncated=truncated)
+    now = backend.now()
+    stored = {}
+    if stores_schedules(backend):
+        # Only the stored schedules with a run drawn or a change in the period (or named): the
+        # histories of 100,000 schedules that neither ran nor changed are not read for nothing.
+        bars = [bar_of(r, now) for r in records]
+        start, end = _span(bars, now)
+        ran = {r.job for r in records}
+        stored = read_stored(backend, jobs, ran, _edits_from(since, start, end, bool(bars)))
+    return build_timeline(
+        records, now=now, source=backend.name, truncated=truncated, stored=stored, since=since
+    )
 
 
 def build_timeline(
-    records: Sequence[RunRecord], *, now: datetime, source: str = "", truncated: bool = False
+    records: Sequence[RunRecord],
+    *,
+    now: datetime,
+    source: str = "",
+    truncated: bool = False,
+    stored: Mapping[str, StoredLane] | None = None,
+    since: datetime | None = None,
 ) -> Timeline:
-    """Lay records out: a lane per job (by name), bars by slot, overlapping runs in rows."""
-    by_job: dict[str, list[Bar]] = {}
+    """Lay records out: a lane per job (by name), bars by slot, overlapping runs in rows.
+
+    Each of ``stored`` is a lane too (with no run yet, or removed with past runs), with its edits
+    from ``since``; without ``since``, from the first run's slot less the runs' span, so that a
+    schedule added months ago does not squeeze the runs into a corner. Edits left out are counted
+    in :attr:`StoredLane.earlier`.
+    """
+    by_job: dict[str, list[Bar]] = {name: [] for name in stored or {}}
     for record in sorted(records, key=lambda r: (r.scheduled_for, r.id)):
         by_job.setdefault(record.job, []).append(bar_of(record, now))
     lanes = tuple(_stack(job, bars) for job, bars in sorted(by_job.items()))
     bars = [b for lane in lanes for b in lane.bars]
+    start, end = _span(bars, now)
+    if stored:
+        lanes = _with_edits(lanes, stored, _edits_from(since, start, end, bool(bars)))
+        edits = [e.at for lane in lanes if lane.stored for e in lane.stored.edits]
+        start, end = min([start, *edits]), max([end, *edits])
+    return Timeline(lanes, start, max(end, start + timedelta(seconds=1)), now, source, truncated)
+
+
+def _span(bars: Sequence[Bar], now: datetime) -> tuple[datetime, datetime]:
+    """From the first bar's slot to the last bar's end (``now`` when there is none)."""
     start = min((b.slot for b in bars), default=now)
     end = max((max(b.end, b.slot) for b in bars), default=now)
-    return Timeline(lanes, start, max(end, start + timedelta(seconds=1)), now, source, truncated)
+    return start, end
+
+
+def _edits_from(
+    since: datetime | None, start: datetime, end: datetime, any_bars: bool
+) -> datetime | None:
+    """Where edits start being drawn: ``since``, else the runs' span before the first run."""
+    if since is not None or not any_bars:
+        return since
+    return start - (end - start)
+
+
+def _with_edits(
+    lanes: tuple[Lane, ...], stored: Mapping[str, StoredLane], since: datetime | None
+) -> tuple[Lane, ...]:
+    """Each stored schedule's lane with its edits from ``since`` (all if ``None``)."""
+    out = []
+    for lane in lanes:
+        info = stored.get(lane.job)
+        if info is not None:
+            shown = tuple(e for e in info.edits if since is None or e.at >= since)
+            earlier = info.earlier + len(info.edits) - len(shown)
+            lane = replace(lane, stored=replace(info, edits=shown, earlier=earlier))
+        out.append(lane)
+    return tuple(out)
 
 
 def bar_of(record: RunRecord, now: datetime) -> Bar:

@@ -28,6 +28,10 @@ def summary(timeline: Timeline) -> str:
     )
     if by_mark:
         line += f"; marks: {by_mark}"
+    stored = [lane.stored for lane in timeline.lanes if lane.stored is not None]
+    if stored:
+        edits = sum(len(s.edits) for s in stored)
+        line += f"; {_count(len(stored), 'stored schedule')}, {_count(edits, 'edit')}"
     if timeline.truncated:
         line += " (the latest runs only: raise --limit to see older ones)"
     return line
@@ -42,7 +46,8 @@ def render_html(timeline: Timeline, title: str = "Relay timeline") -> str:
         f'{timeline.now:%Y-%m-%d %H:%M:%S} UTC. <span class="summary">'
         f"{escape(summary(timeline))}</span></p>"
         "<p>Hover over a run for its owner, token, times and marks. Bars run from the slot (pale: "
-        "waiting to start) to the end of the run's last attempt.</p>"
+        "waiting to start) to the end of the run's last attempt; a stored schedule's edits are "
+        "dashed lines across its lane.</p>"
         f"{render_svg(timeline)}</body></html>\n"
     )
 

@@ -4,6 +4,9 @@ its ``<title>``, colours in one stylesheet (:data:`STYLE`). Nothing is computed 
 Each run's group carries ``data-run`` (its id) and ``data-marks`` (its marks' kinds), so a page
 or a test can find it; its first rectangle (``wait``) spans the slot to the last attempt's start,
 its second (``bar``) the attempt's start to its end.
+
+A stored schedule's lane is labelled as stored, with its task; each of its edits is a
+``<g class="edit">`` (``data-edit``: its kind, ``data-version``) across the lane at its moment.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from html import escape
 from statistics import median
 
 from relay.timeline.model import MARKS, Bar, Lane, Mark, Timeline
+from relay.timeline.stored import EDITS, Edit
 
 __all__ = ["STATES", "STYLE", "render_svg"]
 
@@ -45,6 +49,13 @@ _MARK_COLOURS = {
     "paused": "#adb5bd",
 }
 _SKIPS = {"overlap", "missed", "stale", "paused"}
+_EDIT_COLOURS = {
+    "add": "#2b8a3e",
+    "edit": "#5f3dc4",
+    "pause": "#868e96",
+    "resume": "#1098ad",
+    "remove": "#212529",
+}
 
 STYLE = (
     ".relay-timeline{font:12px system-ui,sans-serif;color:#212529}"
@@ -60,6 +71,12 @@ STYLE = (
     ".relay-timeline .legend i{display:inline-block;width:12px;height:10px;margin-right:4px}"
     + "".join(f".relay-timeline .s-{s} rect{{fill:{c}}}" for s, c in STATES.items())
     + "".join(f".relay-timeline .m-{m}{{fill:{c}}}" for m, c in _MARK_COLOURS.items())
+    + ".relay-timeline .stored-tag{font-size:10px;fill:#5f3dc4}"
+    + ".relay-timeline .edit line{stroke-width:2;stroke-dasharray:4 2}"
+    + "".join(
+        f".relay-timeline .e-{k} line{{stroke:{c}}}.relay-timeline .e-{k} circle{{fill:{c}}}"
+        for k, c in _EDIT_COLOURS.items()
+    )
 )
 """The stylesheet the SVG needs, scoped to ``.relay-timeline``."""
 
@@ -79,24 +96,56 @@ def render_svg(timeline: Timeline) -> str:
         h = lane.rows * ROW_H + 2 * PAD
         odd = " odd" if i % 2 else ""
         chart.append(f'<rect class="lane-bg{odd}" x="0" y="{top}" width="{width}" height="{h}"/>')
-        label = f"{escape(_short(lane.job))}<title>{escape(lane.job)}</title>"
         labels.append(
             f'<rect class="lane-bg{odd}" x="0" y="{top}" width="{LABEL_W}" height="{h}"/>'
-            f'<text x="6" y="{top + h / 2 + 4:.0f}">{label}</text>'
+            + _label(lane, top + h / 2)
         )
     chart += _axis(timeline, x, width, height)
     for lane, top in zip(timeline.lanes, tops, strict=True):
         chart.append(f'<g class="lane" data-job="{escape(lane.job)}">')
         chart += (_bar(bar, x, top + PAD + bar.row * ROW_H) for bar in lane.bars)
+        if lane.stored is not None:
+            h = lane.rows * ROW_H + 2 * PAD
+            chart += (_edit(edit, x(edit.at), top, h) for edit in lane.stored.edits)
         chart.append("</g>")
     if timeline.start <= timeline.now <= timeline.end:
         xn = x(timeline.now)
         chart.append(f'<line class="now" x1="{xn:.1f}" x2="{xn:.1f}" y1="0" y2="{height}"/>')
     chart.append("</svg>")
     labels.append("</svg>")
+    edits = any(lane.stored is not None for lane in timeline.lanes)
     return (
-        f'<div class="relay-timeline">{_legend()}<div class="tl">{"".join(labels)}'
+        f'<div class="relay-timeline">{_legend(edits)}<div class="tl">{"".join(labels)}'
         f'<div class="scroll">{"".join(chart)}</div></div></div>'
+    )
+
+
+def _label(lane: Lane, middle: float) -> str:
+    """The lane's name; a stored schedule's says so, with its task and state, below it."""
+    name = escape(_short(lane.job))
+    info = lane.stored
+    if info is None:
+        return f'<text x="6" y="{middle + 4:.0f}">{name}<title>{escape(lane.job)}</title></text>'
+    state = "" if info.state == "enabled" else f" ({info.state})"
+    tag = escape(_short(f"stored · {info.task}{state}", 30))  # a smaller font
+    earlier = f"; {info.earlier} earlier edit(s) not shown" if info.earlier else ""
+    title = (
+        f"{lane.job}: stored schedule of task {info.task}, version {info.version}, "
+        f"{info.state}{earlier}"
+    )
+    return (
+        f'<text x="6" y="{middle - 2:.0f}">{name}<tspan class="stored-tag" x="6" dy="12">'
+        f"{tag}</tspan><title>{escape(title)}</title></text>"
+    )
+
+
+def _edit(edit: Edit, x: float, top: float, height: float) -> str:
+    """An edit: a dashed line across the lane at its moment, a dot at its top, its hover text."""
+    return (
+        f'<g class="edit e-{edit.kind}" data-edit="{edit.kind}" data-version="{edit.version}">'
+        f"<title>{escape(edit.text)}</title>"
+        f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + 2}" y2="{top + height - 2}"/>'
+        f'<circle cx="{x:.1f}" cy="{top + 5}" r="4"/></g>'
     )
 
 
@@ -172,7 +221,7 @@ def _hover(bar: Bar) -> str:
     return "\n".join(lines)
 
 
-def _legend() -> str:
+def _legend(edits: bool) -> str:
     states = "".join(f'<span><i style="background:{c}"></i>{s}</span>' for s, c in STATES.items())
     marks = "".join(
         f'<span title="{escape(MARKS[m])}"><i style="background:{c}"></i>{m}</span>'
@@ -182,6 +231,14 @@ def _legend() -> str:
         f'<div class="legend">{states}<span><i style="background:{STATES["succeeded"]};'
         'opacity:.3"></i>wait from slot to start</span></div>'
         f'<div class="legend">marks: {marks}</div>'
+        + (f'<div class="legend">stored schedules\' edits: {_edit_legend()}</div>' if edits else "")
+    )
+
+
+def _edit_legend() -> str:
+    return "".join(
+        f'<span title="{escape(EDITS[k])}"><i style="background:{c}"></i>{k}</span>'
+        for k, c in _EDIT_COLOURS.items()
     )
 
 
@@ -233,5 +290,5 @@ def _clock(at: datetime) -> str:
     return at.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _short(job: str) -> str:
-    return job if len(job) <= 24 else job[:23] + "…"
+def _short(text: str, most: int = 24) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
