@@ -1,4 +1,5 @@
-"""The standalone scheduler: each instance ticks on its own timer and runs what it wins."""
+"""The standalone scheduler: each instance ticks on its own timer and runs what it wins (in
+RabbitMQ consumer mode, publishes it to its job's run queue, which the consumers run)."""
 
 from __future__ import annotations
 
