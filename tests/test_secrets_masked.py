@@ -192,6 +192,8 @@ def _commands(url: str, lease: bool, tmp_path: Path) -> dict[str, str]:
     if lease:  # every command worked: its output is a real one, not an error
         assert not failed, {name: outputs[name] for name in outputs if name.split()[0] in failed}
         assert 'data-job="fails"' in outputs["timeline page"]
+    if "mode=consumer" in url:  # the consumers ran the runs: relay runs shows their outcomes
+        assert "boom" in outputs["runs --json"], outputs["runs --json"]
     return outputs
 
 

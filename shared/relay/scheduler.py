@@ -1,4 +1,5 @@
-"""The standalone scheduler: each instance ticks on its own timer and runs what it wins."""
+"""The standalone scheduler: each instance ticks on its own timer and runs what it wins (in
+RabbitMQ consumer mode, publishes it to its job's run queue, which the consumers run)."""
 
 from __future__ import annotations
 
@@ -416,11 +417,22 @@ class Scheduler(Generic[BackendT]):
         """One tick: decide due runs and take over abandoned ones; start what was won.
 
         A store that cannot answer is reported (``StoreUnavailable``) and nothing is started.
+
+        In RabbitMQ consumer mode the runs won are published to their jobs' run queues, and the
+        first call starts this process's consumers (as :meth:`run` does): from then on they run,
+        in the background, what the broker hands this process, until :meth:`shutdown`. So a
+        ``run_pending()`` loop runs its jobs, through the run queues.
         """
+        if self._dispatcher is not None:  # the same consumers on every call (once per backend)
+            self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
         return [item.run for item in self._step(force=True).won]
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait until no run is in flight; ``False`` if some still are after ``timeout``."""
+        """Wait until no run is in flight; ``False`` if some still are after ``timeout``.
+
+        In RabbitMQ consumer mode no run is ever in flight here: the consumers run them, and
+        :meth:`shutdown` waits up to ``stop_timeout`` for theirs.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -487,7 +499,14 @@ class Scheduler(Generic[BackendT]):
         return step
 
     def _dispatch(self, won: Won) -> bool:
-        """Give ``won`` a thread (started after the step); hand it back if the instance stops."""
+        """Give ``won`` a thread (started after the step); hand it back if the instance stops.
+
+        In RabbitMQ consumer mode the run goes to its job's run queue instead, even while
+        stopping (the gate is won: unpublished, the run would be lost); the consumers run it.
+        """
+        if self._dispatcher is not None:
+            self._dispatcher.dispatch(won)
+            return True
         with self._lock:
             stopping = self._stopping.is_set()
             if not stopping:

@@ -1,12 +1,14 @@
 """RabbitMQ consumer mode against the real broker, with real scheduler processes killed by SIGKILL.
 
-Each test uses its own queue prefix. Runs are published by the test (``publish``, what the gate's
-winner does) to processes that only consume, except the last test, where the processes' own ticks
-race through the gate queues and publish.
+Each test uses its own queue prefix. Most runs are published by the test (``publish``, what the
+gate's winner does) to processes that only consume; in the tests of the scheduler's own runs
+(``every=``), the processes' ticks race through the gate queues and publish what they win, and
+their consumers run it from the run queue.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import json
@@ -24,10 +26,10 @@ import pika
 import pytest
 from click.testing import CliRunner
 
-from relay import Run, open_backend
+from relay import Run, Scheduler, open_backend
 from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
 from relay.cli import main
-from relay.errors import ConfigurationError
+from relay.errors import ConfigurationError, StoreNotFound
 from relay.jobs import make_job
 from relay.runs import RunState, run_id
 from tests.support import services
@@ -353,3 +355,129 @@ def test_relay_runs_reads_the_outcomes_and_creates_nothing(
     assert shown.exit_code == 0, shown.output
     rows = [(r["id"], r["state"], r["attempt"], r["failures"]) for r in json.loads(shown.output)]
     assert rows == [(failed.id, "succeeded", 2, 1), (ok.id, "succeeded", 1, 0)]
+
+
+def recorded(backend: RabbitMQConsumerBackend) -> list[Any]:
+    """The outcomes recorded so far (none before the stream exists)."""
+    try:
+        return backend.runs(JOB)
+    except StoreNotFound:
+        return []
+
+
+def succeeded(backend: RabbitMQConsumerBackend, run: str) -> bool:
+    return any(r.id == run and r.state is RunState.SUCCEEDED for r in recorded(backend))
+
+
+@pytest.mark.slow
+def test_a_scheduler_hands_the_runs_it_wins_to_the_run_queue(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    # Scheduler.run(): what the tick wins is published; the scheduler's own threads never run it:
+    # the run comes back from the queue with a stamped token, and the consumer records its outcome.
+    log = tmp_path / "log.jsonl"
+    worker = spawn(url, log, every=1)
+    try:
+        wait_for(lambda: events(log, "end"), "a run")
+        first = events(log, "end")[0]
+        wait_for(lambda: succeeded(backend, first["run"]), "its outcome in the outcomes stream")
+    finally:
+        stop(worker)
+    assert first["token"] > 0, first  # a stamped token base: it came through the run queue
+    kinds = {e["type"] for e in events(log, "relay") if e["run_id"] == first["run"]}
+    assert {"dispatched", "started", "succeeded"} <= kinds, kinds
+    shown = CliRunner().invoke(main, ["runs", "--backend", url, "--job", JOB, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert first["run"] in {r["id"] for r in json.loads(shown.output) if r["state"] == "succeeded"}
+
+
+@pytest.mark.slow
+def test_a_run_pending_loop_runs_its_jobs_through_the_run_queue(
+    url: str, backend: RabbitMQConsumerBackend
+) -> None:
+    # run_pending() publishes what it wins; its first call starts this process's consumers, which
+    # run the runs in the background, so a run_pending() loop runs the job (and records it).
+    scheduler = Scheduler(url, tick=0.2, stop_timeout=5)
+    ran: list[Run] = []
+    scheduler.job(name=JOB, every=0.5)(ran.append)
+    won: list[Run] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(ran) < 2:
+            assert time.monotonic() < deadline, "timed out waiting for two runs"
+            won += scheduler.run_pending()
+            time.sleep(0.1)
+    finally:
+        scheduler.shutdown()
+        scheduler.backend.close()
+    assert all(run.token > 0 for run in ran), ran  # each came from the run queue, stamped
+    assert {run.id for run in ran} <= {run.id for run in won}
+    wait_for(lambda: succeeded(backend, ran[0].id), "its outcome in the outcomes stream")
+
+
+@pytest.mark.slow
+def test_serve_hands_the_runs_it_wins_to_the_run_queue(
+    url: str, backend: RabbitMQConsumerBackend
+) -> None:
+    scheduler = Scheduler(url, tick=0.2, stop_timeout=5)
+    ran: list[Run] = []
+    scheduler.job(name=JOB, every=0.5)(ran.append)
+
+    async def main() -> None:
+        async with scheduler:
+            deadline = time.monotonic() + 60
+            while not ran:
+                assert time.monotonic() < deadline, "timed out waiting for a run"
+                await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert ran[0].token > 0, ran  # from the run queue
+    wait_for(lambda: succeeded(backend, ran[0].id), "its outcome in the outcomes stream")
+
+
+@pytest.mark.slow
+def test_a_scheduled_run_whose_consumer_is_killed_is_redelivered_to_another_instance(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    first = spawn(url, log, every=3, sleep=4)
+    ready(first, log)
+    second = spawn(url, log, every=3, sleep=4)  # subscribed second: the backup
+    ready(second, log)
+    try:
+        wait_for(lambda: events(log, "start"), "a run to start")
+        killed = events(log, "start")[0]
+        assert killed["pid"] == first.pid  # the single active consumer, whoever published it
+        os.kill(first.pid, signal.SIGKILL)
+        wait_for(
+            lambda: any(e["run"] == killed["run"] for e in events(log, "end")),
+            "the run to finish on the other instance",
+        )
+        wait_for(lambda: succeeded(backend, killed["run"]), "its outcome")
+    finally:
+        stop(second)
+        stop(first)
+    starts = [(e["pid"], e["attempt"]) for e in events(log, "start") if e["run"] == killed["run"]]
+    assert starts == [(first.pid, 1), (second.pid, 2)]
+    ends = [(e["pid"], e["attempt"]) for e in events(log, "end") if e["run"] == killed["run"]]
+    assert ends == [(second.pid, 2)]
+    record = next(r for r in backend.runs(JOB) if r.id == killed["run"])
+    assert (record.state, record.attempt) == (RunState.SUCCEEDED, 2)
+
+
+@pytest.mark.slow
+def test_a_scheduled_run_that_always_fails_is_dead_lettered_at_its_delivery_limit(
+    url: str, backend: RabbitMQConsumerBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "log.jsonl"
+    worker = spawn(url, log, every=2, fail=True, max_attempts=2)
+    try:
+        wait_for(lambda: backend.dead_runs(JOB), "a run to be dead-lettered")
+    finally:
+        stop(worker)
+    dead = backend.dead_runs(JOB)[0]
+    assert dead.outcome == "failed", dead
+    assert [e["attempt"] for e in events(log, "start") if e["run"] == dead.run_id] == [1, 2]
+    assert events(log, "end") == []
+    record = next(r for r in backend.runs(JOB) if r.id == dead.run_id)
+    assert (record.state, record.attempt) == (RunState.FAILED, 2)

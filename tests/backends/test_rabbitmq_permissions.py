@@ -87,7 +87,10 @@ def test_consumer_mode_runs_with_its_queues_only(limited: RabbitUser, tmp_path: 
         backend.close()
     shown = CliRunner().invoke(main, ["runs", "--backend", url, "--json"])
     assert shown.exit_code == 0, shown.output
-    assert [r["id"] for r in json.loads(shown.output)] == [run_id("limited", NOW)]
+    states = {r["id"]: r["state"] for r in json.loads(shown.output)}
+    # The run recorded here, and each scheduled run the consumer ran (recorded as this user too).
+    assert states[run_id("limited", NOW)] == "succeeded", states
+    assert all(states[str(e["run"])] == "succeeded" for e in ended), (ended, states)
 
 
 def test_a_missing_permission_is_named(limited: RabbitUser) -> None:
