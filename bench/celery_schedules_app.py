@@ -1,4 +1,4 @@
-"""The Celery app of ``bench_celery_schedules``: ``celery -A bench.celery_schedules_app beat``.
+"""The Celery app of ``bench_host_schedules``: ``celery -A bench.celery_schedules_app beat``.
 
 Its Relay store is ``RELAY_B_BACKEND``; it allows the task ``echo`` for stored schedules, and each
 stored-schedule change a beat applies appends ``[version, time.time()]`` to ``RELAY_B_LOG``.

@@ -1,4 +1,4 @@
-"""The Dramatiq app of ``bench_dramatiq_schedules``, run by ``relay-dramatiq`` three times.
+"""The Dramatiq app of ``bench_host_schedules``, run by ``relay-dramatiq`` three times.
 
 Its Relay store is ``RELAY_B_BACKEND``; it allows the actor ``echo`` for stored schedules, and each
 stored-schedule change a scheduler applies appends ``[version, time.time()]`` to ``RELAY_B_LOG``.
