@@ -7,14 +7,13 @@ Nothing is ever due (the benchmark's schedule runs weekly), so a stub broker is 
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 import relay_dramatiq
+from bench.applied_log import log_applied
 from relay.events import ScheduleApplied
 
 broker = StubBroker()
@@ -29,12 +28,4 @@ def echo(word: str = "") -> None:
     """Never runs here: the benchmark only edits the schedule."""
 
 
-def _seen(event: ScheduleApplied) -> None:
-    fd = os.open(os.environ["RELAY_B_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps([event.version, time.time()]) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-middleware.on(ScheduleApplied, _seen)
+middleware.on(ScheduleApplied, log_applied)
