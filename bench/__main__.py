@@ -49,8 +49,7 @@ BENCHES = [
     "rabbitmq_lost_runs",
     "store_failover",
     "schedules",
-    "celery_schedules",
-    "dramatiq_schedules",
+    "host_schedules",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

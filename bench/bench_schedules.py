@@ -164,50 +164,57 @@ def scale(name: str, count: int) -> list[Row]:
 
 def visibility(name: str, edits: int = EDITS) -> list[Row]:
     """p50 and p99 of edit-to-applied over ``edits`` edits and three instances."""
-    from relay import Control
-
     with store(name) as url, tempfile.TemporaryDirectory() as folder:
         logs = [Path(folder) / f"i{n}.log" for n in range(3)]
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(ROOT / "bench" / "schedules_instance.py"),
-                    url,
-                    str(log),
-                    str(TICK),
-                ]
-            )
-            for log in logs
-        ]
+        instance = [sys.executable, str(ROOT / "bench" / "schedules_instance.py"), url]
+        procs = [subprocess.Popen([*instance, str(log), str(TICK)]) for log in logs]
         try:
-            with Control(url) as control:
-                _wait(lambda: len(control.allowed_tasks()) == 3, 60)
-                control.add_schedule("edited", "echo", every=WEEK)
-                _wait(lambda: all(_seen(log) for log in logs), 30)
-                done: dict[int, float] = {}
-                for version in range(1, edits + 1):
-                    time.sleep(random.uniform(0.05, 0.5))
-                    control.update_schedule("edited", version=version, description=str(version))
-                    done[version + 1] = time.time()
-                _wait(lambda: all(max(_seen(log)) >= edits + 1 for log in logs), 30)
+            delays = edit_delays(url, logs, edits)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(30)
-        delays = []
-        for log in logs:
-            seen = _seen(log)
-            for version, at in done.items():
-                delays.append(min(t for v, t in seen.items() if v >= version) - at)
-    delays.sort()
-    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+            stop(procs)
+    p99 = percentile(delays, 0.99)
     return [
         Row(f"schedules {name}", f"edit seen by an instance, p99 ({edits} edits x 3, tick "
             f"{TICK:g} s)", p99, "s", target=f"<= {TICK + 0.25:g} s", check=at_most(TICK + 0.25)),
         Row(f"schedules {name}", "edit seen by an instance, p50", statistics.median(delays), "s"),
     ]  # fmt: skip
+
+
+def edit_delays(url: str, logs: list[Path], edits: int) -> list[float]:
+    """Edit one stored schedule ``edits`` times, a random 0.05 to 0.5 s apart, while one running
+    instance per log in ``logs`` appends ``[version, time]`` for each change it applies; the
+    sorted delays from each edit's return to each instance applying it (or a later version)."""
+    from relay import Control
+
+    with Control(url) as control:
+        _wait(lambda: len(control.allowed_tasks()) == len(logs), 60)
+        control.add_schedule("edited", "echo", every=WEEK)
+        _wait(lambda: all(_seen(log) for log in logs), 30)
+        done: dict[int, float] = {}
+        for version in range(1, edits + 1):
+            time.sleep(random.uniform(0.05, 0.5))
+            control.update_schedule("edited", version=version, description=str(version))
+            done[version + 1] = time.time()
+        _wait(lambda: all(max(_seen(log)) >= edits + 1 for log in logs), 30)
+    delays = []
+    for log in logs:
+        seen = _seen(log)
+        for version, at in done.items():
+            delays.append(min(t for v, t in seen.items() if v >= version) - at)
+    return sorted(delays)
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The value at ``fraction`` (0.99: the p99) of an ascending list."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate the processes, then wait for each."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(30)
 
 
 def _seen(log: Path) -> dict[int, float]:

@@ -1,4 +1,4 @@
-"""The Celery app of ``bench_celery_schedules``: ``celery -A bench.celery_schedules_app beat``.
+"""The Celery app of ``bench_host_schedules``: ``celery -A bench.celery_schedules_app beat``.
 
 Its Relay store is ``RELAY_B_BACKEND``; it allows the task ``echo`` for stored schedules, and each
 stored-schedule change a beat applies appends ``[version, time.time()]`` to ``RELAY_B_LOG``.
@@ -7,13 +7,12 @@ Nothing is ever due (the benchmark's schedule runs weekly), so the in-memory bro
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 from celery import Celery
 
 import relay_celery
+from bench.applied_log import log_applied
 from relay.events import ScheduleApplied
 
 app = Celery("relay_bench_schedules", broker="memory://")
@@ -22,12 +21,4 @@ relay_celery.install(app, backend=os.environ["RELAY_B_BACKEND"])
 relay_celery.schedulable("echo", app=app)
 
 
-def _seen(event: ScheduleApplied) -> None:
-    fd = os.open(os.environ["RELAY_B_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps([event.version, time.time()]) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-relay_celery.on(ScheduleApplied, _seen)
+relay_celery.on(ScheduleApplied, log_applied)

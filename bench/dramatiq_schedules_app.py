@@ -1,4 +1,4 @@
-"""The Dramatiq app of ``bench_dramatiq_schedules``, run by ``relay-dramatiq`` three times.
+"""The Dramatiq app of ``bench_host_schedules``, run by ``relay-dramatiq`` three times.
 
 Its Relay store is ``RELAY_B_BACKEND``; it allows the actor ``echo`` for stored schedules, and each
 stored-schedule change a scheduler applies appends ``[version, time.time()]`` to ``RELAY_B_LOG``.
@@ -7,14 +7,13 @@ Nothing is ever due (the benchmark's schedule runs weekly), so a stub broker is 
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 import relay_dramatiq
+from bench.applied_log import log_applied
 from relay.events import ScheduleApplied
 
 broker = StubBroker()
@@ -29,12 +28,4 @@ def echo(word: str = "") -> None:
     """Never runs here: the benchmark only edits the schedule."""
 
 
-def _seen(event: ScheduleApplied) -> None:
-    fd = os.open(os.environ["RELAY_B_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps([event.version, time.time()]) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-middleware.on(ScheduleApplied, _seen)
+middleware.on(ScheduleApplied, log_applied)

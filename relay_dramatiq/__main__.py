@@ -30,7 +30,8 @@ __all__ = ["main"]
     multiple=True,
     metavar="ACTOR",
     help="Let stored schedules run this actor (by name, on the app's broker); repeat for more. "
-    "Actors marked @relay_dramatiq.schedulable are allowed anyway.",
+    "Actors marked @relay_dramatiq.schedulable, or named by the broker's RelayMiddleware "
+    "(schedulable=; Django: RELAY['SCHEDULABLE_TASKS']), are allowed anyway.",
 )
 @click.option(
     "--log-level",
@@ -50,7 +51,7 @@ def main(app_module: str, tick: float | None, schedulable: tuple[str, ...], log_
     sys.path.insert(0, os.getcwd())
     try:
         importlib.import_module(app_module)
-        allowed = schedulable_actors() + [_actor(name) for name in schedulable]
+        allowed = schedulable_actors(dramatiq.get_broker()) + [_actor(n) for n in schedulable]
         scheduler = Scheduler(periodic_actors(), schedulable=allowed, tick=tick)
         scheduler.start()  # a periodic actor with a stored schedule's name refuses to start
     except ImportError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar, overload
 
 from dramatiq.broker import Broker, MessageProxy
@@ -28,7 +28,9 @@ from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job, check_scheduler_options, check_tick
 from relay.runs import HEADER, Run
+from relay.schedule_store import stores_schedules
 from relay.scheduler import default_owner
+from relay.settings import check_task_name
 from relay.tracing import read_message
 from relay_dramatiq import _consumer
 
@@ -63,9 +65,15 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
     enqueued run lasts: the longest a message may wait in the queue before the run is taken over.
     All three are refused on a claim backend. ``tick`` is how often ``relay-dramatiq`` looks for
     due runs. Add it where the broker is created, before any actor is declared: ``@periodic``
-    refuses an actor declared before it, which workers could load without it. A store that serves
-    one host (SQLite) is logged as a warning.
+    refuses an actor declared before it, which workers could load without it. ``schedulable``
+    names actors (by ``actor_name``) that stored schedules may run, like
+    :func:`relay_dramatiq.schedulable` for actors declared elsewhere; ``relay-dramatiq`` looks
+    them up on the broker at start (a lease backend only). A store that serves one host (SQLite)
+    is logged as a warning.
     """
+
+    schedulable_source = "RelayMiddleware(schedulable=...)"
+    """Where :attr:`schedulable` came from, in the errors about it."""
 
     @overload
     def __init__(
@@ -77,6 +85,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         queue_lease: Duration | None = None,
         tick: Duration | None = None,
         owner: str | None = None,
+        schedulable: Iterable[str] = (),
     ) -> None: ...
 
     @overload
@@ -98,6 +107,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         queue_lease: Duration | None = None,
         tick: Duration | None = None,
         owner: str | None = None,
+        schedulable: Iterable[str] = (),
     ) -> None: ...
 
     def __init__(
@@ -109,6 +119,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         queue_lease: Duration | None = None,
         tick: Duration | None = None,
         owner: str | None = None,
+        schedulable: Iterable[str] = (),
     ) -> None:
         self.backend: ClaimBackend | LeaseBackend = (
             open_backend(backend) if isinstance(backend, str) else backend
@@ -119,6 +130,8 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
             )
             self.queue_lease = _queue_lease(self.backend, queue_lease, self.lease)
             self.tick = check_tick(tick)
+            self.schedulable = self._schedulable_names(schedulable)
+            """Names of the actors stored schedules may run besides ``@schedulable`` ones."""
         except BaseException:
             if isinstance(backend, str):  # we opened it: do not leak its connections
                 self.backend.close()
@@ -140,6 +153,19 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         warning = one_host_warning(self.backend)
         if warning is not None:
             log.warning("relay: %s", warning)
+
+    def _schedulable_names(self, names: Iterable[str]) -> tuple[str, ...]:
+        if isinstance(names, str):
+            raise ConfigurationError(
+                f"{self.schedulable_source} must be a list of actor names such as ['report'], "
+                f"got {names!r}"
+            )
+        found = tuple(
+            sorted({check_task_name(n, f"{self.schedulable_source}: actor name") for n in names})
+        )
+        if found and not stores_schedules(self.backend):
+            raise UnsupportedOption("schedulable", self.backend.name, LEASE_BACKENDS)
+        return found
 
     def on(
         self, event_type: type[EventT], callback: Callable[[EventT], object]

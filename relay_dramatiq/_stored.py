@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import dramatiq
+from dramatiq.broker import Broker
 from dramatiq.common import q_name
+from dramatiq.errors import ActorNotFound
 
 from relay.backends import LEASE_BACKENDS
 from relay.errors import ConfigurationError, UnsupportedOption
@@ -70,9 +72,29 @@ def schedulable(actor: A) -> A:
     return actor
 
 
-def schedulable_actors() -> list[dramatiq.Actor[Any, Any]]:
-    """Every actor allowed with :func:`schedulable` in this process, in declaration order."""
-    return list(_registry)
+def schedulable_actors(broker: Broker | None = None) -> list[dramatiq.Actor[Any, Any]]:
+    """Every actor allowed with :func:`schedulable` in this process, in declaration order; with
+    ``broker``, then those its :class:`RelayMiddleware` names in ``schedulable`` (Django:
+    ``RELAY["SCHEDULABLE_TASKS"]``), looked up on it: a name it has no actor of is refused
+    (``ConfigurationError`` naming the fix)."""
+    actors = list(_registry)
+    if broker is None:
+        return actors
+    for middleware in broker.middleware:
+        if not isinstance(middleware, RelayMiddleware):
+            continue
+        for name in middleware.schedulable:
+            try:
+                actor = broker.get_actor(name)
+            except ActorNotFound:
+                raise ConfigurationError(
+                    f"{middleware.schedulable_source} names actor {name!r}, but the broker has "
+                    "no actor of that name: import the module that declares it (from the app "
+                    "module relay-dramatiq imports), or remove it from the list"
+                ) from None
+            if actor not in actors:
+                actors.append(actor)
+    return actors
 
 
 def check_schedulable(actor: dramatiq.Actor[Any, Any]) -> RelayMiddleware[Any]:

@@ -11,7 +11,8 @@
 
 Without ``RELAY["BACKEND"]``, the broker's Redis (``DRAMATIQ_BROKER["OPTIONS"]["url"]`` of a
 ``RedisBroker``) is used, a store every scheduler and worker already shares; with any other
-broker the middleware refuses to start, naming ``RELAY['BACKEND']``.
+broker the middleware refuses to start, naming ``RELAY['BACKEND']``. ``RELAY["SCHEDULABLE_TASKS"]``
+lists the actors (by name) that stored schedules may run.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ log = logging.getLogger("relay.dramatiq")
 
 
 class RelayMiddleware(relay_dramatiq.RelayMiddleware[Any]):
-    """:class:`relay_dramatiq.RelayMiddleware` built from ``settings.RELAY`` (Django)."""
+    """:class:`relay_dramatiq.RelayMiddleware` built from ``settings.RELAY`` (Django).
+
+    ``RELAY["SCHEDULABLE_TASKS"]`` names the actors stored schedules may run (its
+    ``schedulable``): ``relay-dramatiq`` looks each up on the broker and refuses to start on one
+    it does not have.
+    """
+
+    schedulable_source = "RELAY['SCHEDULABLE_TASKS']"
 
     def __init__(self) -> None:
         settings = from_django()
@@ -41,6 +49,7 @@ class RelayMiddleware(relay_dramatiq.RelayMiddleware[Any]):
             heartbeat=settings.heartbeat,
             queue_lease=settings.queue_lease,
             tick=settings.tick,
+            schedulable=settings.schedulable_tasks,
         )
 
 

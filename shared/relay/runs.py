@@ -210,13 +210,16 @@ HEADER = "relay_run"
 def run_to_headers(run: Run, *, max_attempts: int = 0) -> dict[str, str | int]:
     """The run as plain values for a message header, so a worker can start it with its token.
 
-    ``max_attempts`` (the job's, when known) lets the worker report "attempt n of m".
+    ``max_attempts`` (the job's, when known) lets the worker report "attempt n of m". A stored
+    schedule's run also carries its ``schedule_version`` (a code job's header has none).
     """
     values: dict[str, str | int] = {
         "id": run.id, "token": run.token, "attempt": run.attempt, "owner": run.owner,
     }  # fmt: skip
     if max_attempts:
         values["max_attempts"] = max_attempts
+    if run.schedule_version is not None:
+        values["schedule_version"] = run.schedule_version
     return values
 
 
@@ -234,9 +237,10 @@ def run_from_headers(values: object) -> Run | None:
         return None
     try:
         job, slot = parse_run_id(str(values["id"]))
+        version = values.get("schedule_version")
         return Run(
             str(values["id"]), job, slot, int(values["attempt"]), int(values["token"]),
-            str(values["owner"]),
+            str(values["owner"]), schedule_version=None if version is None else int(version),
         )  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return None

@@ -49,7 +49,8 @@ class Settings:
     queue_lease: float | None = None
     """Lease a scheduler takes on a run it enqueues for a worker: it must outlive the queue wait."""
     schedulable_tasks: tuple[str, ...] = ()
-    """Task names stored schedules may run on this host (Celery's ``relay_schedulable_tasks``)."""
+    """Task names stored schedules may run on this host (Celery's ``relay_schedulable_tasks``;
+    Dramatiq's ``RelayMiddleware(schedulable=...)``, actor names)."""
 
 
 def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Settings:

@@ -136,7 +136,7 @@ def stored(self: Any, *args: Any, **kwargs: Any) -> None:
     delivery = self.request.delivery_info or {}
     _write({
         "event": "stored", "run": run.id, "token": run.token, "args": list(args),
-        "kwargs": kwargs, "queue": delivery.get("routing_key"),
+        "kwargs": kwargs, "version": run.schedule_version, "queue": delivery.get("routing_key"),
         "priority": delivery.get("priority"), "t_header": self.request.get("t_header"),
         "at": time.time(), "pid": os.getpid(),
     })  # fmt: skip

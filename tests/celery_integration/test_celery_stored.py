@@ -98,6 +98,7 @@ def test_a_stored_schedule_runs_once_per_slot_with_its_arguments_and_options(
         assert event["queue"] == other_queue  # published on the stored queue
         assert event["t_header"] == "x"
         assert event["run"].startswith("report@")
+        assert event["version"] == added.version  # the run header carries it to the task
 
 
 def test_edits_pause_and_remove_are_seen_without_a_restart(tmp_path: Path, sqlite_url: str) -> None:
@@ -129,8 +130,10 @@ def test_edits_pause_and_remove_are_seen_without_a_restart(tmp_path: Path, sqlit
         at = slot(event)
         if event["kwargs"] == {"v": 1}:
             assert added.updated_at < at <= edited.updated_at + MARGIN
+            assert event["version"] == added.version  # each run sees the version it ran
         else:
             assert event["kwargs"] == {"v": 2}
+            assert event["version"] in (edited.version, resumed.version)
             assert at > edited.updated_at  # the edit never fired at once, nor caught up
             assert at.timestamp() % 2 == 0  # the edited schedule's own slots
             assert not paused.updated_at + MARGIN < at <= resumed.updated_at

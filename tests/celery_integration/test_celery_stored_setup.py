@@ -238,6 +238,7 @@ def test_a_stored_run_is_published_as_its_task_with_its_arguments_and_options(
         scheduler.close()
     run = run_from_headers(message.headers[HEADER])
     assert run is not None and run.job == "nightly"
+    assert run.schedule_version == 1  # the version it was won with, for the worker
     assert message.headers["task"] == "proj.nightly" and message.headers["x"] == "y"
     assert message.payload[0] == [1, "a"] and message.payload[1] == {"k": 2}
     assert message.properties["priority"] == 4

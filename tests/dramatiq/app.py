@@ -100,7 +100,10 @@ def declare_stored() -> None:
     def report(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         run = relay_dramatiq.current_run()
         assert run is not None
-        emit(event="stored", actor=name, run=run.id, token=run.token, args=args, kwargs=kwargs)
+        emit(
+            event="stored", actor=name, run=run.id, token=run.token, args=args, kwargs=kwargs,
+            version=run.schedule_version,
+        )  # fmt: skip
 
     def echo(n: int, word: str = "") -> None:
         report("echo", (n,), {"word": word})

@@ -38,6 +38,8 @@ class Deployment:
     lease: str = "2,0.5,10"
     stored: bool = False
     """Declare the actors of stored schedules (``RELAY_T_STORED``, see ``tests.dramatiq.app``)."""
+    app: str = "tests.dramatiq.app"
+    """The app module workers and schedulers import (``tests.dramatiq.django_app``: Django's)."""
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
     @property
@@ -75,15 +77,15 @@ class Deployment:
         return proc
 
     def worker(self, name: str, threads: int = 2, stop_ms: int = 20000) -> subprocess.Popen[bytes]:
-        """Start ``dramatiq tests.dramatiq.app``: one worker process with ``threads`` threads that
+        """Start ``dramatiq`` on the app module: one worker process with ``threads`` threads that
         waits ``stop_ms`` for running actors when stopped."""
-        argv = [sys.executable, "-m", "dramatiq", "tests.dramatiq.app", "-p", "1"]
+        argv = [sys.executable, "-m", "dramatiq", self.app, "-p", "1"]
         argv += ["-t", str(threads), "--worker-shutdown-timeout", str(stop_ms)]
         return self._start(name, argv)
 
     def scheduler(self, name: str, *options: str) -> subprocess.Popen[bytes]:
-        """Start ``python -m relay_dramatiq tests.dramatiq.app`` with ``options``."""
-        argv = [sys.executable, "-m", "relay_dramatiq", "tests.dramatiq.app", *options]
+        """Start ``python -m relay_dramatiq`` on the app module with ``options``."""
+        argv = [sys.executable, "-m", "relay_dramatiq", self.app, *options]
         return self._start(name, argv)
 
     def logs(self) -> str:

@@ -26,7 +26,14 @@ from relay.events import ScheduleNotRunnable
 from relay.runs import HEADER
 from relay.stored import Schedule
 from relay.testing import FakeClock
-from relay_dramatiq import RelayMiddleware, Scheduler, periodic, periodic_actors, schedulable
+from relay_dramatiq import (
+    RelayMiddleware,
+    Scheduler,
+    periodic,
+    periodic_actors,
+    schedulable,
+    schedulable_actors,
+)
 from relay_dramatiq._stored import stored_message
 from tests.dramatiq.test_cli import cli
 from tests.support.backends import unique
@@ -182,3 +189,23 @@ def test_relay_dramatiq_names_an_unknown_schedulable_actor(tmp_path: Path) -> No
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0, out
     assert "--schedulable nope: the app's broker has no actor of that name" in out
+
+
+def test_a_middleware_names_actors_stored_schedules_may_run(tmp_path: Path) -> None:
+    store = SQLiteLeaseBackend(tmp_path / "named.db")
+    named, missing = unique("named"), unique("missing")
+    with pytest.raises(ConfigurationError, match=r"must be a list of actor names"):
+        RelayMiddleware(store, schedulable=named)
+    with pytest.raises(UnsupportedOption, match="schedulable"):
+        RelayMiddleware(f"sqlite:///{tmp_path}/claim.db?strategy=claim", schedulable=[named])
+    broker = StubBroker()
+    broker.add_middleware(RelayMiddleware(store, schedulable=[named]))
+    actor = dramatiq.actor(broker=broker, actor_name=named, queue_name="q")(lambda n: None)
+    assert actor in schedulable_actors(broker) and actor not in schedulable_actors()
+
+    other = StubBroker()
+    other.add_middleware(RelayMiddleware(store, schedulable=[missing]))
+    with pytest.raises(ConfigurationError) as caught:
+        schedulable_actors(other)
+    assert f"RelayMiddleware(schedulable=...) names actor {missing!r}" in str(caught.value)
+    store.close()

@@ -83,8 +83,11 @@ def test_a_stored_schedule_runs_once_per_slot_and_follows_each_change(deploy: An
     assert [s for s, n in slots.items() if n > 1] == [], d.logs()  # each slot once
     assert max(Counter(d.enqueued()).values()) == 1  # and enqueued once
     assert {e["kwargs"]["word"] for e in d.events("stored")} == {"a"}
-    for slot, args, _ in found:
+    versions = {e["run"]: e["version"] for e in d.events("stored")}  # from the run header
+    for slot, args, run in found:
         assert slot > changed_at(added)  # never at once, never a slot before the add
+        ran = {added.version} if args == [1] else {edited.version, resumed.version}
+        assert versions[run] in ran  # each run sees the version it was won with
         if slot <= changed_at(edited):
             assert args == [1]
         if slot > changed_at(edited) + MARGIN:
@@ -92,6 +95,9 @@ def test_a_stored_schedule_runs_once_per_slot_and_follows_each_change(deploy: An
         assert not changed_at(paused) + MARGIN < slot <= changed_at(resumed)
         assert slot <= removed + MARGIN
     assert all(r.state.final for r in d.runs("tick"))
+    assert [
+        r.id for r in d.runs("tick") if versions.get(r.id, r.schedule_version) != r.schedule_version
+    ] == []
 
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
