@@ -281,6 +281,63 @@ def test_tokens_follow_the_servers_clock_and_outgrow_a_counter_set_back(
     assert len(later) == 3 and min(later) > max(tokens)
 
 
+def _writes(backend: PostgresLeaseBackend, query: str, params: tuple[Any, ...]) -> dict[str, Any]:
+    """Rows ``query`` inserts and updates per table, in one transaction of its own."""
+    with psycopg.connect(SERVICES["postgres"].url) as conn:  # not autocommit: one transaction
+        conn.execute(backend._queries[query], params).fetchall()
+        counts = conn.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables"
+            " WHERE schemaname = %s AND (n_tup_ins > 0 OR n_tup_upd > 0)",
+            (backend.schema,),
+        ).fetchall()
+    return {name: (ins, upd) for name, ins, upd in counts}
+
+
+def test_a_new_run_writes_its_own_row_and_no_other(backend: PostgresLeaseBackend) -> None:
+    backend.acquire_many([AcquireRequest(job, _slot(0), "a", 30) for job in ("one", "x", "y")])
+    one = AcquireRequest("one", _slot(1), "a", 30)
+    params = (one.id, "one", one.slot, "a", 30.0, 1, False, None, False, None)
+    assert _writes(backend, "acquire_one", params) == {"runs": (1, 0)}
+    many = [AcquireRequest(job, _slot(1), "a", 30) for job in ("x", "y")]
+    batch = (
+        [r.id for r in many], [r.job for r in many], [r.slot for r in many], ["a", "a"],
+        [30.0, 30.0], [1, 1], [False, False], [None, None], [False, False], [None, None],
+    )  # fmt: skip
+    assert _writes(backend, "acquire_many", batch) == {"runs": (2, 0)}
+
+
+def test_tokens_outgrow_the_jobs_highest_token_even_ahead_of_the_clock(
+    backend: PostgresLeaseBackend,
+) -> None:
+    first = backend.acquire(AcquireRequest("one", _slot(0), "a", 30)).run
+    batch = backend.acquire_many(
+        [AcquireRequest("many", _slot(0), "a", 30), AcquireRequest("x", _slot(0), "a", 30)]
+    )
+    assert first is not None and all(r.run is not None for r in batch)
+    ahead = int(backend.now().timestamp() * 1_000_000) + 3_600_000_000  # a clock gone back 1 h
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{backend.schema}".runs SET token = %s', (ahead,))
+        conn.execute(f'UPDATE "{backend.schema}".jobs SET token = 5')
+    again = backend.acquire(AcquireRequest("one", _slot(1), "a", 30)).run
+    more = backend.acquire_many(
+        [AcquireRequest("many", _slot(1), "a", 30), AcquireRequest("many", _slot(2), "a", 30)]
+    )
+    tokens = [again.token if again else 0, *(r.run.token for r in more if r.run)]
+    assert len(tokens) == 3 and min(tokens) > ahead and tokens[1] < tokens[2]
+
+
+def test_prune_keeps_the_run_holding_a_jobs_highest_token(backend: PostgresLeaseBackend) -> None:
+    later = backend.acquire(AcquireRequest("job", _slot(2), "a", 30)).run
+    assert later is not None
+    backend.finish(later.id, later.token, succeeded=True)
+    older = backend.acquire(AcquireRequest("job", _slot(1), "a", 30)).run  # acquired last
+    assert older is not None and older.token > later.token
+    backend.finish(older.id, older.token, succeeded=True)
+    assert backend.skip("job", _slot(0), "paused")
+    assert backend.prune(0.0) == 1  # the skipped run (token 0) alone
+    assert {run.id for run in backend.runs("job")} == {later.id, older.id}
+
+
 def test_no_session_state_outlives_a_step(schema: str) -> None:
     backend = PostgresLeaseBackend.from_url(_url(schema) + "&pool_max=1")  # one connection
     for minute in range(10):

@@ -154,7 +154,7 @@ RETURNING run_id
 
 -- name: prune
 -- Per job, its oldest runs through the (job, slot) index; never a live run, nor the job's latest
--- slot run (catch-up reads it).
+-- slot run (catch-up reads it), nor the run holding its highest token (next_token reads it).
 DELETE FROM {schema}.runs WHERE run_id IN (
     SELECT o.run_id
     FROM {schema}.jobs AS j
@@ -166,6 +166,8 @@ DELETE FROM {schema}.runs WHERE run_id IN (
           AND r.state IN ('succeeded', 'failed', 'skipped')
           AND r.slot < (SELECT max(m.slot) FROM {schema}.runs AS m
                         WHERE m.job = j.name AND m.run_id < j.name || '@:')
+          AND (r.token = 0 OR r.token < (SELECT max(t.token) FROM {schema}.runs AS t
+                                         WHERE t.job = j.name))
         ORDER BY r.slot LIMIT %(limit)s
     ) AS o
     LIMIT %(limit)s
