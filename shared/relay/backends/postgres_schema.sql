@@ -128,10 +128,16 @@ FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
 -- highest token). The caller holds the job's row, so draws of one job take turns and each sees the
 -- run the one before it wrote: acquires write the run's row and nothing else.
 CREATE FUNCTION {schema}.next_token(p_job text, p_floor bigint) RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    SELECT greatest(
-        greatest(p_floor, (SELECT max(r.token) FROM {schema}.runs AS r WHERE r.job = p_job)) + 1,
-        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: its plan is kept for the session, a SQL function's is made every call.
+    -- ORDER BY … LIMIT 1, not max(): a plan kept from while the table was small must still read
+    -- one index entry, not all of the job's.
+    RETURN greatest(
+        greatest(p_floor, (SELECT r.token FROM {schema}.runs AS r WHERE r.job = p_job
+                           ORDER BY r.token DESC LIMIT 1)) + 1,
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+END
 $$;
 
 -- acquire_many: decide a batch of runs (parallel arrays, one element per request) in one call.

@@ -11,10 +11,16 @@
 CREATE INDEX IF NOT EXISTS runs_job_token ON {schema}.runs (job, token);
 
 CREATE OR REPLACE FUNCTION {schema}.next_token(p_job text, p_floor bigint) RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    SELECT greatest(
-        greatest(p_floor, (SELECT max(r.token) FROM {schema}.runs AS r WHERE r.job = p_job)) + 1,
-        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: its plan is kept for the session, a SQL function's is made every call.
+    -- ORDER BY … LIMIT 1, not max(): a plan kept from while the table was small must still read
+    -- one index entry, not all of the job's.
+    RETURN greatest(
+        greatest(p_floor, (SELECT r.token FROM {schema}.runs AS r WHERE r.job = p_job
+                           ORDER BY r.token DESC LIMIT 1)) + 1,
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION {schema}.acquire_many(
