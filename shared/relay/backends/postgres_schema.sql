@@ -229,7 +229,7 @@ BEGIN
         ), looked AS (
             SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
                    s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
-                   s.reason AS s_reason,
+                   s.reason AS s_reason, s.schedule_version AS s_version,
                    -- Read only where a rule may use them (CASE evaluates lazily).
                    CASE WHEN q.overlap_skip OR q.buffer_one OR s.reason = 'buffered' THEN EXISTS (
                        SELECT 1 FROM {schema}.runs AS o
@@ -243,6 +243,10 @@ BEGIN
             FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
         ), decided AS (
             SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts, l.schedule_version,
+                -- A won run's version, as leased below writes it (version 8: read here, so that
+                -- the result joins no CTE with another). A run that may be leased is new or was
+                -- locked above; one created since is a triggered or backfilled run, without one.
+                coalesce(l.s_version, l.schedule_version) AS won_version,
                 CASE
                     WHEN l.s_run_id IS NULL THEN
                         CASE
@@ -271,7 +275,7 @@ BEGIN
             -- Drawn without writing the job's row (version 8): see next_token.
             SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
                    d.failures, d.attempt, {schema}.next_token(j.name, j.token) AS token,
-                   d.schedule_version
+                   d.schedule_version, d.won_version
             FROM decided AS d JOIN {schema}.jobs AS j ON j.name = d.job
             WHERE d.outcome = 'won'
         ), leased AS (
@@ -291,7 +295,6 @@ BEGIN
                                     ELSE s.max_attempts END,
                 -- A takeover or a retry keeps the version of the run's first lease.
                 schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
-            RETURNING s.run_id, s.schedule_version
         ), skipped AS (
             INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts,
                                        finished_at, updated_at, schedule_version)
@@ -310,8 +313,7 @@ BEGIN
             FROM decided AS d
             WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
         )
-        SELECT t.idx, 'won', t.attempt, t.token, l.schedule_version
-        FROM tokens AS t JOIN leased AS l ON l.run_id = t.run_id
+        SELECT t.idx, 'won', t.attempt, t.token, t.won_version FROM tokens AS t
         UNION ALL
         SELECT d.idx, d.outcome, NULL, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
     END LOOP;
