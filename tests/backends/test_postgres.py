@@ -18,6 +18,7 @@ from relay import (
     AcquireRequest,
     BackendUnavailable,
     ConfigurationError,
+    LeaseLost,
     Outcome,
     open_backend,
 )
@@ -241,6 +242,52 @@ def test_a_batch_is_decided_in_one_round_trip(
     results = backend.acquire_many(requests)
     assert len(statements) == 1
     assert {r.outcome for r in results} == {Outcome.WON}
+
+
+def _expiry(backend: PostgresLeaseBackend, run_id: str) -> datetime:
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT expires_at FROM "{backend.schema}".runs WHERE run_id = %s', (run_id,)
+        ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_heartbeat_many_renews_held_runs_in_one_round_trip(
+    backend: PostgresLeaseBackend, statements: list[str]
+) -> None:
+    held = [backend.acquire(AcquireRequest(f"job-{n}", _slot(0), "a", 30)).run for n in range(3)]
+    assert all(run is not None for run in held)
+    before = [_expiry(backend, run.id) for run in held if run]
+    statements.clear()
+    items = [(run.id, run.token, 600.0) for run in held if run]
+    assert backend.heartbeat_many(items) == [None, None, None]
+    assert len(statements) == 1
+    after = [_expiry(backend, run.id) for run in held if run]
+    gained = [later - early for early, later in zip(before, after, strict=True)]
+    assert all(step > timedelta(seconds=500) for step in gained)
+    assert backend.heartbeat_many([]) == []
+
+
+def test_heartbeat_many_reports_each_lost_run_as_heartbeat_would(
+    backend: PostgresLeaseBackend,
+) -> None:
+    runs = [backend.acquire(AcquireRequest(f"job-{n}", _slot(0), "a", 30)).run for n in range(3)]
+    kept, stale, done = runs
+    assert kept is not None and stale is not None and done is not None
+    backend.finish(done.id, done.token, succeeded=True)
+    items = [(stale.id, stale.token - 1, 600.0), (kept.id, kept.token, 600.0),
+             (done.id, done.token, 600.0), ("job-9@nowhere", 1, 600.0)]  # fmt: skip
+    unchanged = _expiry(backend, stale.id)
+    results = backend.heartbeat_many(items)
+    assert results[1] is None and _expiry(backend, stale.id) == unchanged
+    for (run_id, token, lease), result in zip(items, results, strict=True):
+        if result is None:
+            continue
+        with pytest.raises(LeaseLost) as single:
+            backend.heartbeat(run_id, token, lease)
+        assert isinstance(result, LeaseLost) and str(result) == str(single.value)
+    assert [r is None for r in results] == [False, True, False, False]
 
 
 def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) -> None:

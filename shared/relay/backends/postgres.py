@@ -257,6 +257,29 @@ class PostgresLeaseBackend(PostgresSchedules):
             if conn.execute(self._queries["heartbeat"], params).rowcount != 1:
                 raise self._lost(conn, run_id, token)
 
+    def heartbeat_many(self, items: Sequence[tuple[str, int, float]]) -> list[LeaseLost | None]:
+        """Renew several leases in one statement, each ``(run_id, token, lease)`` as
+        :meth:`heartbeat` renews one.
+
+        Returns one entry per item, in order: ``None`` where the lease was renewed, else the
+        :class:`~relay.errors.LeaseLost` that :meth:`heartbeat` would have raised (read in a second
+        statement, for lost runs only). Like :meth:`heartbeat`, it commits without waiting for
+        the disk.
+        """
+        if not items:
+            return []
+        ids, tokens, leases = (
+            [i[0] for i in items],
+            [i[1] for i in items],
+            [float(i[2]) for i in items],
+        )
+        with self._connection(len(items)) as conn:
+            renewed = set(conn.execute(self._queries["heartbeat_many"], (ids, tokens, leases)))
+            return [
+                None if (rid, token) in renewed else self._lost(conn, rid, token)
+                for rid, token, _ in items
+            ]
+
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
