@@ -106,6 +106,20 @@ def steps(
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def batched_heartbeat(backend: PostgresLeaseBackend, count: int, size: int = 10) -> float:
+    """Median seconds per run of ``heartbeat_many`` renewing ``size`` runs in one statement."""
+    first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    held = [backend.acquire(AcquireRequest(f"hb-{n}", first, "b", 30)).run for n in range(size)]
+    items = [(run.id, run.token, 30.0) for run in held if run is not None]
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        lost = backend.heartbeat_many(items)
+        samples.append((time.perf_counter() - t0) / size)
+        assert lost == [None] * size
+    return statistics.median(samples)
+
+
 def server_time(count: int, rounds: int = 20) -> tuple[dict[str, float], dict[str, Writes]]:
     """Median over ``rounds`` of the server's execution time per step, in milliseconds, and what
     ``count`` acquires write (:func:`writes`).
@@ -305,6 +319,7 @@ def rows(quick: bool = False) -> list[Row]:
     backend = PostgresLeaseBackend.from_url(url)
     try:
         medians = steps(base, schema, backend, 300 if quick else STEPS)
+        batched = batched_heartbeat(backend, 100 if quick else 300)
         server = server_time(1000 if quick else 4000)
         wall, wins, _ = tick_race(url, 0)
         raw_wall = raw_race(base, schema)
@@ -323,6 +338,10 @@ def rows(quick: bool = False) -> list[Row]:
             s * 1e3, "ms", raw * 1e3, "raw INSERT")
         for step, s in sql_alone.items()
     ]  # fmt: skip
+    out.append(
+        Row("postgres", "heartbeat, 10 runs per statement (heartbeat_many), per run",
+            batched * 1e3, "ms", raw * 1e3, "raw INSERT")
+    )  # fmt: skip
     millis, written = server
     server_raw = millis.pop("raw")
     out += [

@@ -78,7 +78,7 @@ _QUERIES = sections("postgres_queries.sql", "name:")
 
 
 class PostgresLeaseBackend(PostgresSchedules):
-    """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
+    """Leases as rows of ``<schema>.runs``, one row per job in ``<schema>.jobs``.
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
     each), ``pool_max`` (connections per process, default 5), ``timeout`` (seconds, default 2:
