@@ -77,10 +77,13 @@ def steps(
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
     names = ("raw", "acquire", "heartbeat", "finish", "acquire SQL, schema 7", "acquire SQL")
     samples: dict[str, list[float]] = {name: [] for name in names}
-    with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
+    with (
+        psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn,
+        psycopg.connect(base, autocommit=True, prepare_threshold=None) as other,
+    ):
         conn.execute(f'CREATE TABLE "{schema}".raw_claims (run_id text PRIMARY KEY)')
         query = f'INSERT INTO "{schema}".raw_claims (run_id) VALUES (%s) ON CONFLICT DO NOTHING'
-        before = at_version(conn, f"{schema}_v{BEFORE}", BEFORE)
+        before = at_version(other, f"{schema}_v{BEFORE}", BEFORE)
         now = ACQUIRE.replace("{schema}", f'"{schema}"')
         for n in range(count):
             t0 = time.perf_counter()
@@ -93,16 +96,21 @@ def steps(
             t3 = time.perf_counter()
             backend.finish(result.run.id, result.run.token, succeeded=True)
             t4 = time.perf_counter()
-            # The same statement on this connection, on a schema at version 7 and on today's:
-            # the acquire before and after version 8, in the same loop.
-            conn.execute(before, _acquire_params(n, first)).fetchone()
-            t5 = time.perf_counter()
-            conn.execute(now, _acquire_params(n + count, first)).fetchone()
-            t6 = time.perf_counter()
-            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)
+            # The same statement on a connection of its own (each step here starts on another
+            # connection than the step before, as the raw insert and the backend's do), on a
+            # schema at version 7 and on today's: the acquire before and after version 8, in the
+            # same loop, taking turns at going first.
+            pair = [(before, _acquire_params(n, first)), (now, _acquire_params(n + count, first))]
+            spent = []
+            for statement, params in pair if n % 2 else pair[::-1]:
+                t5 = time.perf_counter()
+                other.execute(statement, params).fetchone()
+                spent.append(time.perf_counter() - t5)
+            old, new = spent if n % 2 else spent[::-1]
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, old, new)
             for name, seconds in zip(names, times, strict=True):
                 samples[name].append(seconds)
-        conn.execute(f'DROP SCHEMA "{schema}_v{BEFORE}" CASCADE')
+        other.execute(f'DROP SCHEMA "{schema}_v{BEFORE}" CASCADE')
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -201,14 +209,19 @@ def _counters(conn: psycopg.Connection[Any]) -> tuple[dict[str, int], int]:
 def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
     backend = PostgresLeaseBackend.from_url(_url(base, "bench"))
+    pair = (f"acquire, schema {BEFORE} (fresh table)", "acquire, today's schema (fresh table)")
     figures: dict[str, list[float]] = {
-        "raw": [], "acquire": [], "heartbeat": [], "finish": [], f"acquire, schema {BEFORE}": [],
+        "raw": [], "acquire": [], "heartbeat": [], "finish": [], pair[0]: [], pair[1]: [],
     }  # fmt: skip
     with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
         conn.execute('CREATE TABLE "bench".raw_claims (run_id text PRIMARY KEY)')
         query = 'INSERT INTO "bench".raw_claims (run_id) VALUES (%s) ON CONFLICT DO NOTHING'
+        # Before and after version 8 alike: the statement alone, on a table only acquires wrote
+        # (the backend's table also holds the finishes' row versions).
         before = at_version(conn, f"bench_v{BEFORE}", BEFORE)
+        migrate(conn, "bench_now", "the benchmark's server", allowed=True)
+        now = ACQUIRE.replace("{schema}", '"bench_now"')
         runs: list[Any] = []
         steps: dict[str, Callable[[int], object]] = {
             "raw": lambda n: conn.execute(query, (f"job@{n}",)),
@@ -217,7 +230,8 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
             ),
             "heartbeat": lambda n: backend.heartbeat(runs[n].id, runs[n].token, 30),
             "finish": lambda n: backend.finish(runs[n].id, runs[n].token, succeeded=True),
-            f"acquire, schema {BEFORE}": lambda n: conn.execute(before, _acquire_params(n, first)),
+            pair[0]: lambda n: conn.execute(before, _acquire_params(n, first)),
+            pair[1]: lambda n: conn.execute(now, _acquire_params(n, first)),
         }
         for r in range(rounds):
             for step, call in steps.items():
@@ -233,7 +247,7 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     millis = {step: statistics.median(values) for step, values in figures.items()}
     print(f"server's execution time per step (pg_stat_statements, median of {rounds} rounds):")
     for step, value in millis.items():
-        print(f"  {step:<18} {value * 1e3:7.1f} us   {value / millis['raw']:.2f}x raw INSERT")
+        print(f"  {step:<40} {value * 1e3:7.1f} us   {value / millis['raw']:.2f}x raw INSERT")
     return millis
 
 
