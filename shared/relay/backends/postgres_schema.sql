@@ -323,9 +323,10 @@ $$;
 -- acquire_one: the same decision for one request, written step by step: a few index lookups, so a
 -- single acquire costs little more than the insert it makes. It holds the job's row (locked, not
 -- written) and draws its next token (next_token; a token the decision does not use is skipped:
--- tokens only have to grow). The common case is one insert: a run nobody had recorded, with no rule to check; if
--- another instance recorded it while this one waited for the job's row, the insert does nothing
--- and the full decision reads what that instance wrote. Keep it in step with acquire_many.
+-- tokens only have to grow). The common case is one insert: a run nobody had recorded, with no
+-- rule to check; if another instance recorded it while this one waited for the job's row, the
+-- insert does nothing and the full decision reads what that instance wrote. Keep it in step with
+-- acquire_many.
 CREATE FUNCTION {schema}.acquire_one(
     p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
     p_max_attempts integer, p_overlap boolean, p_stale float8, p_buffer boolean,
