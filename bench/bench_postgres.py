@@ -8,7 +8,9 @@ and a tick of 10,000 due jobs raced by 3 processes within 3x the same race of on
 exactly once.
 It also gives the server's own execution time per step against the raw insert's
 (``pg_stat_statements``, on a PostgreSQL server the benchmark starts with it preloaded, so the
-shared server's configuration is left alone).
+shared server's configuration is left alone), what each acquire writes there (rows inserted and
+updated, ``pg_stat_user_tables``; WAL bytes, ``pg_current_wal_lsn()``), and the same acquire on a
+schema left at version 7 (before an acquire wrote one row) beside today's, in the same run.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
 from bench.table import Row, ratio_at_most  # noqa: E402
+from relay.backends._postgres_schema import _MIGRATIONS, migrate, sections  # noqa: E402
 from relay.backends.postgres import PostgresLeaseBackend  # noqa: E402
 from relay.contract import AcquireRequest, Outcome  # noqa: E402
 
@@ -39,10 +42,27 @@ UTC = timezone.utc
 STEPS = 1000
 JOBS = 10_000
 INSTANCES = 3
+BEFORE = 7
+"""The schema version before an acquire wrote one row per new run (version 8)."""
+ACQUIRE = sections("postgres_queries.sql", "name:")["acquire_one"]
 
 
 def _url(base: str, schema: str) -> str:
     return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def at_version(conn: psycopg.Connection[Any], schema: str, version: int) -> str:
+    """Create ``schema`` as migrations 1 to ``version`` leave it; the acquire statement on it."""
+    conn.execute(f'CREATE SCHEMA "{schema}"')
+    conn.execute(f'CREATE TABLE "{schema}".meta (key text PRIMARY KEY, value text NOT NULL)')
+    for number in range(1, version + 1):
+        conn.execute(_MIGRATIONS[number].replace("{schema}", f'"{schema}"').encode())
+    return ACQUIRE.replace("{schema}", f'"{schema}"')
+
+
+def _acquire_params(n: int, first: datetime) -> tuple[object, ...]:
+    request = AcquireRequest("bench", first + timedelta(seconds=n), "b", 30)
+    return (request.id, "bench", request.slot, "b", 30.0, 1, False, None, False, None)
 
 
 def steps(
@@ -55,10 +75,16 @@ def steps(
     load on the shared machine hits both alike.
     """
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
-    samples: dict[str, list[float]] = {"raw": [], "acquire": [], "heartbeat": [], "finish": []}
-    with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
+    names = ("raw", "acquire", "heartbeat", "finish", "acquire SQL, schema 7", "acquire SQL")
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    with (
+        psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn,
+        psycopg.connect(base, autocommit=True, prepare_threshold=None) as other,
+    ):
         conn.execute(f'CREATE TABLE "{schema}".raw_claims (run_id text PRIMARY KEY)')
         query = f'INSERT INTO "{schema}".raw_claims (run_id) VALUES (%s) ON CONFLICT DO NOTHING'
+        before = at_version(other, f"{schema}_v{BEFORE}", BEFORE)
+        now = ACQUIRE.replace("{schema}", f'"{schema}"')
         for n in range(count):
             t0 = time.perf_counter()
             conn.execute(query, (f"job@{n}",))
@@ -70,13 +96,41 @@ def steps(
             t3 = time.perf_counter()
             backend.finish(result.run.id, result.run.token, succeeded=True)
             t4 = time.perf_counter()
-            for name, seconds in zip(samples, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            # The same statement on a connection of its own (each step here starts on another
+            # connection than the step before, as the raw insert and the backend's do), on a
+            # schema at version 7 and on today's: the acquire before and after version 8, in the
+            # same loop, taking turns at going first.
+            pair = [(before, _acquire_params(n, first)), (now, _acquire_params(n + count, first))]
+            spent = []
+            for statement, params in pair if n % 2 else pair[::-1]:
+                t5 = time.perf_counter()
+                other.execute(statement, params).fetchone()
+                spent.append(time.perf_counter() - t5)
+            old, new = spent if n % 2 else spent[::-1]
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, old, new)
+            for name, seconds in zip(names, times, strict=True):
                 samples[name].append(seconds)
+        other.execute(f'DROP SCHEMA "{schema}_v{BEFORE}" CASCADE')
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def server_time(count: int, rounds: int = 20) -> dict[str, float]:
-    """Median over ``rounds`` of the server's execution time per step, in milliseconds.
+def batched_heartbeat(backend: PostgresLeaseBackend, count: int, size: int = 10) -> float:
+    """Median seconds per run of ``heartbeat_many`` renewing ``size`` runs in one statement."""
+    first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    held = [backend.acquire(AcquireRequest(f"hb-{n}", first, "b", 30)).run for n in range(size)]
+    items = [(run.id, run.token, 30.0) for run in held if run is not None]
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        lost = backend.heartbeat_many(items)
+        samples.append((time.perf_counter() - t0) / size)
+        assert lost == [None] * size
+    return statistics.median(samples)
+
+
+def server_time(count: int, rounds: int = 20) -> tuple[dict[str, float], dict[str, Writes]]:
+    """Median over ``rounds`` of the server's execution time per step, in milliseconds, and what
+    ``count`` acquires write (:func:`writes`).
 
     On a server of the benchmark's own with ``pg_stat_statements`` preloaded: each round runs
     ``count / rounds`` raw inserts, then acquires, heartbeats and finishes as many runs, each
@@ -97,19 +151,77 @@ def server_time(count: int, rounds: int = 20) -> dict[str, float]:
     server = StatsPostgres(bindir)
     server.start()
     try:
-        return _server_rounds(server.url, max(1, count // rounds), rounds)
+        millis = _server_rounds(server.url, max(1, count // rounds), rounds)
+        return millis, writes(server.url, count)
     finally:
         server.stop()
+
+
+Writes = dict[str, float]
+
+
+def writes(base: str, count: int) -> dict[str, Writes]:
+    """Per step, on the benchmark's own server (no other writer): rows inserted, updated and
+    HOT-updated in every table (``pg_stat_user_tables``), and WAL bytes (``pg_current_wal_lsn()``),
+    for the raw insert and the acquire of a new run, on a schema at version 7 and on today's."""
+    first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=2)
+    found: dict[str, Writes] = {}
+    with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute("CREATE TABLE raw_writes (run_id text PRIMARY KEY)")
+        raw = "INSERT INTO raw_writes (run_id) VALUES (%s) ON CONFLICT DO NOTHING"
+        before = at_version(conn, "writes_v7", BEFORE)
+        migrate(conn, "writes_now", "the benchmark's server", allowed=True)  # today's schema
+        now = ACQUIRE.replace("{schema}", '"writes_now"')
+        for statement in (before, now):  # the job's row exists, as once its scheduler started
+            conn.execute(statement, _acquire_params(-1, first))
+        steps: dict[str, Callable[[int], object]] = {
+            "raw INSERT": lambda n: conn.execute(raw, (f"job@{n}",)),
+            f"acquire, schema {BEFORE}": lambda n: conn.execute(before, _acquire_params(n, first)),
+            "acquire": lambda n: conn.execute(now, _acquire_params(n, first)),
+        }
+        for step, call in steps.items():
+            conn.execute("SELECT pg_stat_force_next_flush()")  # this connection's writes so far
+            rows_before, lsn = _counters(conn)
+            for n in range(count):
+                call(n)
+            conn.execute("SELECT pg_stat_force_next_flush()")  # flushed once this one ends
+            rows_after, lsn_after = _counters(conn)
+            found[step] = {
+                key: (rows_after[key] - rows_before[key]) / count for key in rows_before
+            } | {"wal": (lsn_after - lsn) / count}
+    print(f"written per step ({count:,} steps; pg_stat_user_tables, WAL from pg_current_wal_lsn):")
+    for step, figures in found.items():
+        print(f"  {step:<16} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
+    return found
+
+
+def _counters(conn: psycopg.Connection[Any]) -> tuple[dict[str, int], int]:
+    """Rows inserted, updated, HOT-updated in every user table, and the WAL position in bytes."""
+    row = conn.execute(
+        "SELECT sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_hot_upd),"
+        " pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_user_tables"
+    ).fetchone()
+    assert row is not None
+    ins, upd, hot, lsn = (int(value or 0) for value in row)
+    return {"inserted": ins, "updated": upd, "HOT": hot}, lsn
 
 
 def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
     backend = PostgresLeaseBackend.from_url(_url(base, "bench"))
-    figures: dict[str, list[float]] = {"raw": [], "acquire": [], "heartbeat": [], "finish": []}
+    pair = (f"acquire, schema {BEFORE} (fresh table)", "acquire, today's schema (fresh table)")
+    figures: dict[str, list[float]] = {
+        "raw": [], "acquire": [], "heartbeat": [], "finish": [], pair[0]: [], pair[1]: [],
+    }  # fmt: skip
     with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
         conn.execute('CREATE TABLE "bench".raw_claims (run_id text PRIMARY KEY)')
         query = 'INSERT INTO "bench".raw_claims (run_id) VALUES (%s) ON CONFLICT DO NOTHING'
+        # Before and after version 8 alike: the statement alone, on a table only acquires wrote
+        # (the backend's table also holds the finishes' row versions).
+        before = at_version(conn, f"bench_v{BEFORE}", BEFORE)
+        migrate(conn, "bench_now", "the benchmark's server", allowed=True)
+        now = ACQUIRE.replace("{schema}", '"bench_now"')
         runs: list[Any] = []
         steps: dict[str, Callable[[int], object]] = {
             "raw": lambda n: conn.execute(query, (f"job@{n}",)),
@@ -118,6 +230,8 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
             ),
             "heartbeat": lambda n: backend.heartbeat(runs[n].id, runs[n].token, 30),
             "finish": lambda n: backend.finish(runs[n].id, runs[n].token, succeeded=True),
+            pair[0]: lambda n: conn.execute(before, _acquire_params(n, first)),
+            pair[1]: lambda n: conn.execute(now, _acquire_params(n, first)),
         }
         for r in range(rounds):
             for step, call in steps.items():
@@ -133,7 +247,7 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     millis = {step: statistics.median(values) for step, values in figures.items()}
     print(f"server's execution time per step (pg_stat_statements, median of {rounds} rounds):")
     for step, value in millis.items():
-        print(f"  {step:<10} {value * 1e3:7.1f} us   {value / millis['raw']:.2f}x raw INSERT")
+        print(f"  {step:<40} {value * 1e3:7.1f} us   {value / millis['raw']:.2f}x raw INSERT")
     return millis
 
 
@@ -219,6 +333,7 @@ def rows(quick: bool = False) -> list[Row]:
     backend = PostgresLeaseBackend.from_url(url)
     try:
         medians = steps(base, schema, backend, 300 if quick else STEPS)
+        batched = batched_heartbeat(backend, 100 if quick else 300)
         server = server_time(1000 if quick else 4000)
         wall, wins, _ = tick_race(url, 0)
         raw_wall = raw_race(base, schema)
@@ -227,16 +342,41 @@ def rows(quick: bool = False) -> list[Row]:
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     raw = medians.pop("raw")
+    sql_alone = {step: medians.pop(step) for step in ("acquire SQL, schema 7", "acquire SQL")}
     out = [
         Row("postgres", step, s * 1e3, "ms", raw * 1e3, "raw INSERT", "<= 1.5x", ratio_at_most(1.5))
         for step, s in medians.items()
     ]
-    server_raw = server.pop("raw")
+    out += [
+        Row("postgres", f"{step.replace('SQL', 'statement alone')} (before/after version 8)",
+            s * 1e3, "ms", raw * 1e3, "raw INSERT")
+        for step, s in sql_alone.items()
+    ]  # fmt: skip
+    out.append(
+        Row("postgres", "heartbeat, 10 runs per statement (heartbeat_many), per run",
+            batched * 1e3, "ms", raw * 1e3, "raw INSERT")
+    )  # fmt: skip
+    millis, written = server
+    server_raw = millis.pop("raw")
     out += [
         Row("postgres", f"server's time per {step} (pg_stat_statements)", ms * 1e3, "µs",
             server_raw * 1e3, "raw INSERT")
-        for step, ms in server.items()
+        for step, ms in millis.items()
     ]  # fmt: skip
+    raw_writes = written.pop("raw INSERT")
+    for step, figures in written.items():
+        rows_written = figures["inserted"] + figures["updated"]
+        judged = step == "acquire"
+        out.append(
+            Row("postgres", f"rows written per new run, {step} (inserted + updated)",
+                rows_written, "rows", raw_writes["inserted"] + raw_writes["updated"],
+                "raw INSERT", "<= 1 row" if judged else "",
+                (lambda value, _: value <= 1.0) if judged else None)
+        )  # fmt: skip
+        out.append(
+            Row("postgres", f"WAL per new run, {step}", figures["wal"], "B", raw_writes["wal"],
+                "raw INSERT")
+        )  # fmt: skip
     once = sorted(set(wins.values())) == [1] and len(wins) == JOBS
     figure = f"tick, {JOBS:,} due jobs, {INSTANCES} processes (each once: {once})"
     raw_name = f"{JOBS:,} ids, batched INSERT … ON CONFLICT, {INSTANCES} processes"
@@ -250,7 +390,7 @@ def main(base: str) -> None:
     backend = PostgresLeaseBackend.from_url(url)
     try:
         medians = steps(base, schema, backend)
-        server_time(4000)
+        server_time(4000)  # prints its figures
         ticks = [tick_race(url, minute) for minute in (1, 0)]
         raw_race(base, schema)
     finally:

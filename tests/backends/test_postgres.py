@@ -18,6 +18,7 @@ from relay import (
     AcquireRequest,
     BackendUnavailable,
     ConfigurationError,
+    LeaseLost,
     Outcome,
     open_backend,
 )
@@ -243,6 +244,52 @@ def test_a_batch_is_decided_in_one_round_trip(
     assert {r.outcome for r in results} == {Outcome.WON}
 
 
+def _expiry(backend: PostgresLeaseBackend, run_id: str) -> datetime:
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT expires_at FROM "{backend.schema}".runs WHERE run_id = %s', (run_id,)
+        ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_heartbeat_many_renews_held_runs_in_one_round_trip(
+    backend: PostgresLeaseBackend, statements: list[str]
+) -> None:
+    held = [backend.acquire(AcquireRequest(f"job-{n}", _slot(0), "a", 30)).run for n in range(3)]
+    assert all(run is not None for run in held)
+    before = [_expiry(backend, run.id) for run in held if run]
+    statements.clear()
+    items = [(run.id, run.token, 600.0) for run in held if run]
+    assert backend.heartbeat_many(items) == [None, None, None]
+    assert len(statements) == 1
+    after = [_expiry(backend, run.id) for run in held if run]
+    gained = [later - early for early, later in zip(before, after, strict=True)]
+    assert all(step > timedelta(seconds=500) for step in gained)
+    assert backend.heartbeat_many([]) == []
+
+
+def test_heartbeat_many_reports_each_lost_run_as_heartbeat_would(
+    backend: PostgresLeaseBackend,
+) -> None:
+    runs = [backend.acquire(AcquireRequest(f"job-{n}", _slot(0), "a", 30)).run for n in range(3)]
+    kept, stale, done = runs
+    assert kept is not None and stale is not None and done is not None
+    backend.finish(done.id, done.token, succeeded=True)
+    items = [(stale.id, stale.token - 1, 600.0), (kept.id, kept.token, 600.0),
+             (done.id, done.token, 600.0), ("job-9@nowhere", 1, 600.0)]  # fmt: skip
+    unchanged = _expiry(backend, stale.id)
+    results = backend.heartbeat_many(items)
+    assert results[1] is None and _expiry(backend, stale.id) == unchanged
+    for (run_id, token, lease), result in zip(items, results, strict=True):
+        if result is None:
+            continue
+        with pytest.raises(LeaseLost) as single:
+            backend.heartbeat(run_id, token, lease)
+        assert isinstance(result, LeaseLost) and str(result) == str(single.value)
+    assert [r is None for r in results] == [False, True, False, False]
+
+
 def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) -> None:
     results = backend.acquire_many(
         [
@@ -279,6 +326,63 @@ def test_tokens_follow_the_servers_clock_and_outgrow_a_counter_set_back(
     )
     later = [again.token if again else 0, *(r.run.token for r in more if r.run)]
     assert len(later) == 3 and min(later) > max(tokens)
+
+
+def _writes(backend: PostgresLeaseBackend, query: str, params: tuple[Any, ...]) -> dict[str, Any]:
+    """Rows ``query`` inserts and updates per table, in one transaction of its own."""
+    with psycopg.connect(SERVICES["postgres"].url) as conn:  # not autocommit: one transaction
+        conn.execute(backend._queries[query], params).fetchall()
+        counts = conn.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables"
+            " WHERE schemaname = %s AND (n_tup_ins > 0 OR n_tup_upd > 0)",
+            (backend.schema,),
+        ).fetchall()
+    return {name: (ins, upd) for name, ins, upd in counts}
+
+
+def test_a_new_run_writes_its_own_row_and_no_other(backend: PostgresLeaseBackend) -> None:
+    backend.acquire_many([AcquireRequest(job, _slot(0), "a", 30) for job in ("one", "x", "y")])
+    one = AcquireRequest("one", _slot(1), "a", 30)
+    params = (one.id, "one", one.slot, "a", 30.0, 1, False, None, False, None)
+    assert _writes(backend, "acquire_one", params) == {"runs": (1, 0)}
+    many = [AcquireRequest(job, _slot(1), "a", 30) for job in ("x", "y")]
+    batch = (
+        [r.id for r in many], [r.job for r in many], [r.slot for r in many], ["a", "a"],
+        [30.0, 30.0], [1, 1], [False, False], [None, None], [False, False], [None, None],
+    )  # fmt: skip
+    assert _writes(backend, "acquire_many", batch) == {"runs": (2, 0)}
+
+
+def test_tokens_outgrow_the_jobs_highest_token_even_ahead_of_the_clock(
+    backend: PostgresLeaseBackend,
+) -> None:
+    first = backend.acquire(AcquireRequest("one", _slot(0), "a", 30)).run
+    batch = backend.acquire_many(
+        [AcquireRequest("many", _slot(0), "a", 30), AcquireRequest("x", _slot(0), "a", 30)]
+    )
+    assert first is not None and all(r.run is not None for r in batch)
+    ahead = int(backend.now().timestamp() * 1_000_000) + 3_600_000_000  # a clock gone back 1 h
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{backend.schema}".runs SET token = %s', (ahead,))
+        conn.execute(f'UPDATE "{backend.schema}".jobs SET token = 5')
+    again = backend.acquire(AcquireRequest("one", _slot(1), "a", 30)).run
+    more = backend.acquire_many(
+        [AcquireRequest("many", _slot(1), "a", 30), AcquireRequest("many", _slot(2), "a", 30)]
+    )
+    tokens = [again.token if again else 0, *(r.run.token for r in more if r.run)]
+    assert len(tokens) == 3 and min(tokens) > ahead and tokens[1] < tokens[2]
+
+
+def test_prune_keeps_the_run_holding_a_jobs_highest_token(backend: PostgresLeaseBackend) -> None:
+    later = backend.acquire(AcquireRequest("job", _slot(2), "a", 30)).run
+    assert later is not None
+    backend.finish(later.id, later.token, succeeded=True)
+    older = backend.acquire(AcquireRequest("job", _slot(1), "a", 30)).run  # acquired last
+    assert older is not None and older.token > later.token
+    backend.finish(older.id, older.token, succeeded=True)
+    assert backend.skip("job", _slot(0), "paused")
+    assert backend.prune(0.0) == 1  # the skipped run (token 0) alone
+    assert {run.id for run in backend.runs("job")} == {later.id, older.id}
 
 
 def test_no_session_state_outlives_a_step(schema: str) -> None:

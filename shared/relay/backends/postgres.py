@@ -78,7 +78,7 @@ _QUERIES = sections("postgres_queries.sql", "name:")
 
 
 class PostgresLeaseBackend(PostgresSchedules):
-    """Leases as rows of ``<schema>.runs``, one token counter per job in ``<schema>.jobs``.
+    """Leases as rows of ``<schema>.runs``, one row per job in ``<schema>.jobs``.
 
     URL options: ``schema`` (default ``relay``; several apps can share a database with one schema
     each), ``pool_max`` (connections per process, default 5), ``timeout`` (seconds, default 2:
@@ -256,6 +256,29 @@ class PostgresLeaseBackend(PostgresSchedules):
         with self._connection() as conn:
             if conn.execute(self._queries["heartbeat"], params).rowcount != 1:
                 raise self._lost(conn, run_id, token)
+
+    def heartbeat_many(self, items: Sequence[tuple[str, int, float]]) -> list[LeaseLost | None]:
+        """Renew several leases in one statement, each ``(run_id, token, lease)`` as
+        :meth:`heartbeat` renews one.
+
+        Returns one entry per item, in order: ``None`` where the lease was renewed, else the
+        :class:`~relay.errors.LeaseLost` that :meth:`heartbeat` would have raised (read in a second
+        statement, for lost runs only). Like :meth:`heartbeat`, it commits without waiting for
+        the disk.
+        """
+        if not items:
+            return []
+        ids, tokens, leases = (
+            [i[0] for i in items],
+            [i[1] for i in items],
+            [float(i[2]) for i in items],
+        )
+        with self._connection(len(items)) as conn:
+            renewed = set(conn.execute(self._queries["heartbeat_many"], (ids, tokens, leases)))
+            return [
+                None if (rid, token) in renewed else self._lost(conn, rid, token)
+                for rid, token, _ in items
+            ]
 
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None

@@ -33,6 +33,26 @@ UPDATE {schema}.runs SET
 WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
   AND set_config('synchronous_commit', 'off', true) = 'off'
 
+-- name: heartbeat_many
+-- heartbeat for several runs in one statement (parallel arrays: run id, token, lease). The runs
+-- are locked first, in run_id order (the order acquire_many locks runs in); a run whose token or
+-- state no longer matches (checked again once locked) is left out: it was lost.
+UPDATE {schema}.runs AS s SET
+    expires_at = clock_timestamp() + due.lease * interval '1 second',
+    updated_at = clock_timestamp()
+FROM (
+    SELECT r.run_id, h.token, h.lease
+    FROM {schema}.runs AS r
+    JOIN unnest(%s::text[], %s::bigint[], %s::float8[]) AS h (run_id, token, lease)
+      ON r.run_id = h.run_id AND r.token = h.token
+    WHERE r.state = 'running'
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+) AS due
+WHERE s.run_id = due.run_id
+  AND set_config('synchronous_commit', 'off', true) = 'off'
+RETURNING s.run_id, due.token
+
 -- name: finish
 UPDATE {schema}.runs SET
     state = CASE WHEN %(ok)s THEN 'succeeded'
@@ -154,7 +174,7 @@ RETURNING run_id
 
 -- name: prune
 -- Per job, its oldest runs through the (job, slot) index; never a live run, nor the job's latest
--- slot run (catch-up reads it).
+-- slot run (catch-up reads it), nor the run holding its highest token (next_token reads it).
 DELETE FROM {schema}.runs WHERE run_id IN (
     SELECT o.run_id
     FROM {schema}.jobs AS j
@@ -166,6 +186,8 @@ DELETE FROM {schema}.runs WHERE run_id IN (
           AND r.state IN ('succeeded', 'failed', 'skipped')
           AND r.slot < (SELECT max(m.slot) FROM {schema}.runs AS m
                         WHERE m.job = j.name AND m.run_id < j.name || '@:')
+          AND (r.token = 0 OR r.token < (SELECT max(t.token) FROM {schema}.runs AS t
+                                         WHERE t.job = j.name))
         ORDER BY r.slot LIMIT %(limit)s
     ) AS o
     LIMIT %(limit)s

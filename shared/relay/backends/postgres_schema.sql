@@ -14,13 +14,14 @@
 -- bytewise (COLLATE "C"): locale-aware comparisons cost far more, and the order only has to be the
 -- same for everyone (locks are taken in it).
 
--- jobs: one row per job, its fencing-token counter, and what the control plane keeps of it: the
--- definition its schedulers registered (spec) and, while it is paused, when, by whom and why.
--- Every write that creates a run holds its job's row, so acquires of one job take turns; a pause
--- or resume takes the same row, so it lands between two acquires, never inside one.
+-- jobs: one row per job, a floor for its fencing tokens, and what the control plane keeps of it:
+-- the definition its schedulers registered (spec) and, while it is paused, when, by whom and why.
+-- Every write that creates a run holds its job's row (a row lock, not a write), so acquires of one
+-- job take turns; a pause or resume takes the same row, so it lands between two acquires, never
+-- inside one.
 CREATE TABLE {schema}.jobs (
     name          text COLLATE "C" PRIMARY KEY,
-    token         bigint NOT NULL,      -- the last fencing token handed out for this job
+    token         bigint NOT NULL,      -- tokens of this job are above it (see next_token)
     spec          text,
     paused_at     timestamptz,
     paused_by     text,
@@ -50,6 +51,9 @@ CREATE TABLE {schema}.runs (
 );
 
 CREATE INDEX runs_job_slot ON {schema}.runs (job, slot);
+-- The job's last token is its runs' highest (next_token): one index probe, so an acquire writes
+-- the run's row alone. A heartbeat or a finish never changes a token: they stay HOT updates.
+CREATE INDEX runs_job_token ON {schema}.runs (job, token);
 -- Only open runs: the overlap check and the sweep read this small index, however long the history.
 -- expires_at stays out of every index, so a heartbeat is a HOT update.
 CREATE INDEX runs_open ON {schema}.runs (job) WHERE state IN ('running', 'pending');
@@ -102,7 +106,8 @@ ON CONFLICT (key) DO NOTHING;
 -- its last commits (restored from a backup, failed over to a replica that was behind, or run with
 -- synchronous_commit or fsync off) never hands a token out twice: the counter went back with the
 -- lost commits, the clock did not. A clock that goes back only leaves the counter growing by one.
--- One trigger floors every token drawn, whichever function draws it.
+-- Tokens are drawn by next_token, which applies the same floor; this trigger floors what is still
+-- written to jobs.token (a counter set back, a token column written by hand or by version 7).
 CREATE FUNCTION {schema}.floor_token() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -116,6 +121,24 @@ $$;
 
 CREATE TRIGGER floor_token BEFORE INSERT OR UPDATE OF token ON {schema}.jobs
 FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
+
+-- next_token: the job's next fencing token, max(last token of the job + 1, the clock in
+-- microseconds) (relay.contract). The last token is the highest of the job's runs (runs_job_token)
+-- and of jobs.token (a floor kept from before version 8; prune never deletes a job's run with the
+-- highest token). The caller holds the job's row, so draws of one job take turns and each sees the
+-- run the one before it wrote: acquires write the run's row and nothing else.
+CREATE FUNCTION {schema}.next_token(p_job text, p_floor bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: its plan is kept for the session, a SQL function's is made every call.
+    -- ORDER BY … LIMIT 1, not max(): a plan kept from while the table was small must still read
+    -- one index entry, not all of the job's.
+    RETURN greatest(
+        greatest(p_floor, (SELECT r.token FROM {schema}.runs AS r WHERE r.job = p_job
+                           ORDER BY r.token DESC LIMIT 1)) + 1,
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+END
+$$;
 
 -- acquire_many: decide a batch of runs (parallel arrays, one element per request) in one call.
 -- The mirror of relay.lease_rules.decide: keep both in step (one rule table checks both functions
@@ -137,7 +160,7 @@ FOR EACH ROW EXECUTE FUNCTION {schema}.floor_token();
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body, and acquire_one's, stand as migration 0007 wrote them (the catalog test compares bodies
+-- Its body, and acquire_one's, stand as migration 0008 wrote them (the catalog test compares bodies
 -- to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -206,7 +229,7 @@ BEGIN
         ), looked AS (
             SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
                    s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
-                   s.reason AS s_reason,
+                   s.reason AS s_reason, s.schedule_version AS s_version,
                    -- Read only where a rule may use them (CASE evaluates lazily).
                    CASE WHEN q.overlap_skip OR q.buffer_one OR s.reason = 'buffered' THEN EXISTS (
                        SELECT 1 FROM {schema}.runs AS o
@@ -220,6 +243,10 @@ BEGIN
             FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
         ), decided AS (
             SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts, l.schedule_version,
+                -- A won run's version, as leased below writes it (version 8: read here, so that
+                -- the result joins no CTE with another). A run that may be leased is new or was
+                -- locked above; one created since is a triggered or backfilled run, without one.
+                coalesce(l.s_version, l.schedule_version) AS won_version,
                 CASE
                     WHEN l.s_run_id IS NULL THEN
                         CASE
@@ -245,11 +272,12 @@ BEGIN
                 coalesce(l.s_attempt, 0) + 1 AS attempt
             FROM looked AS l
         ), tokens AS (
-            UPDATE {schema}.jobs AS j SET token = j.token + 1
-            FROM decided AS d
-            WHERE d.outcome = 'won' AND j.name = d.job
-            RETURNING d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
-                      d.failures, d.attempt, j.token, d.schedule_version
+            -- Drawn without writing the job's row (version 8): see next_token.
+            SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
+                   d.failures, d.attempt, {schema}.next_token(j.name, j.token) AS token,
+                   d.schedule_version, d.won_version
+            FROM decided AS d JOIN {schema}.jobs AS j ON j.name = d.job
+            WHERE d.outcome = 'won'
         ), leased AS (
             INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
                                             max_attempts, token, owner, expires_at, updated_at,
@@ -267,7 +295,6 @@ BEGIN
                                     ELSE s.max_attempts END,
                 -- A takeover or a retry keeps the version of the run's first lease.
                 schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
-            RETURNING s.run_id, s.schedule_version
         ), skipped AS (
             INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts,
                                        finished_at, updated_at, schedule_version)
@@ -286,8 +313,7 @@ BEGIN
             FROM decided AS d
             WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
         )
-        SELECT t.idx, 'won', t.attempt, t.token, l.schedule_version
-        FROM tokens AS t JOIN leased AS l ON l.run_id = t.run_id
+        SELECT t.idx, 'won', t.attempt, t.token, t.won_version FROM tokens AS t
         UNION ALL
         SELECT d.idx, d.outcome, NULL, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
     END LOOP;
@@ -295,11 +321,12 @@ END
 $$;
 
 -- acquire_one: the same decision for one request, written step by step: a few index lookups, so a
--- single acquire costs little more than the insert it makes. It holds the job's row and draws its
--- next token in one write (a token the decision does not use is skipped: tokens only have to
--- grow). The common case is one insert: a run nobody had recorded, with no rule to check; if
--- another instance recorded it while this one waited for the job's row, the insert does nothing
--- and the full decision reads what that instance wrote. Keep it in step with acquire_many.
+-- single acquire costs little more than the insert it makes. It holds the job's row (locked, not
+-- written) and draws its next token (next_token; a token the decision does not use is skipped:
+-- tokens only have to grow). The common case is one insert: a run nobody had recorded, with no
+-- rule to check; if another instance recorded it while this one waited for the job's row, the
+-- insert does nothing and the full decision reads what that instance wrote. Keep it in step with
+-- acquire_many.
 CREATE FUNCTION {schema}.acquire_one(
     p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
     p_max_attempts integer, p_overlap boolean, p_stale float8, p_buffer boolean,
@@ -325,13 +352,15 @@ BEGIN
     IF o_outcome IS NOT NULL THEN
         RETURN;
     END IF;
-    UPDATE {schema}.jobs SET token = token + 1 WHERE name = p_job
-    RETURNING token, paused_at IS NOT NULL INTO v_token, v_paused;
+    -- The job's row held, not written (version 8): the run's row is the one write.
+    SELECT token, paused_at IS NOT NULL INTO v_token, v_paused
+    FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO {schema}.jobs AS j (name, token) VALUES (p_job, 1)
-        ON CONFLICT (name) DO UPDATE SET token = j.token + 1
-        RETURNING token, paused_at IS NOT NULL INTO v_token, v_paused;
+        INSERT INTO {schema}.jobs (name, token) VALUES (p_job, 0) ON CONFLICT (name) DO NOTHING;
+        SELECT token, paused_at IS NOT NULL INTO v_token, v_paused
+        FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
     END IF;
+    v_token := {schema}.next_token(p_job, v_token);
     v_now := clock_timestamp();
     IF NOT v_recorded AND NOT p_overlap AND NOT p_buffer AND NOT v_paused
        AND (p_stale IS NULL OR extract(epoch FROM v_now - p_slot) <= p_stale) THEN

@@ -1,0 +1,301 @@
+-- Version 8 (from 7): an acquire writes one row per new run, the run's.
+-- A released migration is never edited (see ../postgres_schema.sql to add one).
+
+-- Until version 7 an acquire also updated its job's row (jobs.token + 1, floored at the clock by
+-- a trigger): a second row version, its WAL and a trigger call for every run. Now the job's row is
+-- only locked (FOR UPDATE: acquires of one job still take turns, a pause or resume still lands
+-- between two of them) and the token is drawn by next_token: max(last token of the job + 1, the
+-- clock in microseconds), the last token being the highest of the job's runs (index
+-- runs_job_token) and of jobs.token, which keeps every counter version 7 left. The rule is the
+-- one relay.contract states; prune never deletes the run holding a job's highest token.
+-- acquire_many also stops joining two CTEs for a won run's version (version 7 did: a nested loop,
+-- quadratic in the batch, 4 s for a tick of 10,000 runs): it reads the version where it looks.
+CREATE INDEX IF NOT EXISTS runs_job_token ON {schema}.runs (job, token);
+
+CREATE OR REPLACE FUNCTION {schema}.next_token(p_job text, p_floor bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: its plan is kept for the session, a SQL function's is made every call.
+    -- ORDER BY … LIMIT 1, not max(): a plan kept from while the table was small must still read
+    -- one index entry, not all of the job's.
+    RETURN greatest(
+        greatest(p_floor, (SELECT r.token FROM {schema}.runs AS r WHERE r.job = p_job
+                           ORDER BY r.token DESC LIMIT 1)) + 1,
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.acquire_many(
+    p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
+    p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[],
+    p_versions integer[]
+) RETURNS TABLE (o_index bigint, o_outcome text, o_attempt integer, o_token bigint,
+                o_version integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rounds integer;
+    v_now timestamptz := clock_timestamp();
+    v_settled text[];
+    v_jobs text[];
+    v_paused text[];
+BEGIN
+    -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
+    SELECT array_agg(
+               CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held'
+               END ORDER BY r.idx)
+    INTO v_settled
+    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx)
+    LEFT JOIN {schema}.runs AS s ON s.run_id = r.run_id;
+    RETURN QUERY
+    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+    FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
+    WHERE r.outcome IS NOT NULL;
+    SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
+    FROM unnest(p_jobs, v_settled) AS r (job, settled)
+    WHERE r.settled IS NULL;
+    IF v_jobs IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO {schema}.jobs (name, token)
+        SELECT j, 0 FROM unnest(v_jobs) AS j
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE name = j)
+        ORDER BY j COLLATE "C"
+        ON CONFLICT (name) DO NOTHING;
+    -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
+    -- between two acquires, never inside one.
+    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[])
+    INTO v_paused
+    FROM (SELECT name, paused_at FROM {schema}.jobs WHERE name = ANY (v_jobs)
+          ORDER BY name FOR UPDATE) AS l;
+    v_now := clock_timestamp();
+    PERFORM 1 FROM {schema}.runs
+    WHERE run_id = ANY (p_run_ids)
+      AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
+    ORDER BY run_id FOR UPDATE;
+    SELECT max(n) INTO v_rounds
+    FROM (SELECT count(*) AS n FROM unnest(p_jobs, v_settled) AS r (job, settled)
+          WHERE r.settled IS NULL GROUP BY r.job) AS c;
+    FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
+        RETURN QUERY
+        WITH req AS (
+            SELECT * FROM (
+                SELECT r.*, row_number() OVER (PARTITION BY r.job COLLATE "C" ORDER BY r.idx) AS rnd
+                FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
+                            p_overlap, p_stale, p_buffer, p_versions, v_settled)
+                     WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
+                                           overlap_skip, stale_after, buffer_one,
+                                           schedule_version, settled, idx)
+                WHERE r.settled IS NULL
+            ) AS numbered
+            WHERE rnd = v_round
+        ), looked AS (
+            SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
+                   s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
+                   s.reason AS s_reason, s.schedule_version AS s_version,
+                   -- Read only where a rule may use them (CASE evaluates lazily).
+                   CASE WHEN q.overlap_skip OR q.buffer_one OR s.reason = 'buffered' THEN EXISTS (
+                       SELECT 1 FROM {schema}.runs AS o
+                       WHERE o.job = q.job AND o.state = 'running'
+                         AND o.expires_at > v_now AND o.run_id <> q.run_id
+                   ) ELSE false END AS other_live,
+                   CASE WHEN q.buffer_one THEN EXISTS (
+                       SELECT 1 FROM {schema}.runs AS w
+                       WHERE w.job = q.job AND w.state = 'pending' AND w.reason = 'buffered'
+                   ) ELSE false END AS waiting
+            FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
+        ), decided AS (
+            SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts, l.schedule_version,
+                -- A won run's version, as leased below writes it (version 8: read here, so that
+                -- the result joins no CTE with another). A run that may be leased is new or was
+                -- locked above; one created since is a triggered or backfilled run, without one.
+                coalesce(l.s_version, l.schedule_version) AS won_version,
+                CASE
+                    WHEN l.s_run_id IS NULL THEN
+                        CASE
+                            WHEN l.stale_after IS NOT NULL
+                                 AND extract(epoch FROM v_now - l.slot) > l.stale_after THEN 'stale'
+                            WHEN l.job = ANY (v_paused) THEN 'paused'
+                            WHEN l.other_live AND (l.overlap_skip OR (l.buffer_one AND l.waiting))
+                                THEN 'overlap'
+                            WHEN l.other_live AND l.buffer_one THEN 'buffered'
+                            ELSE 'won'
+                        END
+                    WHEN l.s_state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN l.s_state = 'running' AND l.s_expires > v_now THEN 'held'
+                    WHEN l.s_state = 'pending' AND l.s_reason = 'buffered' AND l.other_live
+                        THEN 'buffered'
+                    WHEN l.s_failures + (l.s_state = 'running')::integer
+                         >= CASE WHEN l.s_attempt = 0 THEN l.max_attempts ELSE l.s_max END
+                        THEN 'exhausted'
+                    ELSE 'won'
+                END AS outcome,
+                l.s_run_id IS NULL AS is_new,
+                coalesce(l.s_failures + (l.s_state = 'running')::integer, 0) AS failures,
+                coalesce(l.s_attempt, 0) + 1 AS attempt
+            FROM looked AS l
+        ), tokens AS (
+            -- Drawn without writing the job's row (version 8): see next_token.
+            SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
+                   d.failures, d.attempt, {schema}.next_token(j.name, j.token) AS token,
+                   d.schedule_version, d.won_version
+            FROM decided AS d JOIN {schema}.jobs AS j ON j.name = d.job
+            WHERE d.outcome = 'won'
+        ), leased AS (
+            INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
+                                            max_attempts, token, owner, expires_at, updated_at,
+                                            schedule_version)
+            SELECT t.run_id, t.job, t.slot, 'running', t.attempt, t.failures, t.max_attempts,
+                   t.token, t.owner, v_now + t.lease * interval '1 second', v_now,
+                   t.schedule_version
+            FROM tokens AS t
+            ON CONFLICT (run_id) DO UPDATE SET
+                state = 'running', attempt = excluded.attempt, failures = excluded.failures,
+                token = excluded.token, owner = excluded.owner, reason = NULL,
+                expires_at = excluded.expires_at, started_at = NULL,
+                updated_at = excluded.updated_at,
+                max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
+                                    ELSE s.max_attempts END,
+                -- A takeover or a retry keeps the version of the run's first lease.
+                schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
+        ), skipped AS (
+            INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts,
+                                       finished_at, updated_at, schedule_version)
+            SELECT d.run_id, d.job, d.slot,
+                   CASE WHEN d.outcome = 'buffered' THEN 'pending' ELSE 'skipped' END,
+                   d.outcome, d.max_attempts,
+                   CASE WHEN d.outcome = 'buffered' THEN NULL ELSE v_now END, v_now,
+                   d.schedule_version
+            FROM decided AS d
+            WHERE d.is_new AND d.outcome IN ('stale', 'overlap', 'paused', 'buffered')
+            ON CONFLICT (run_id) DO NOTHING
+        ), exhausted AS (
+            UPDATE {schema}.runs AS s SET
+                state = 'failed', failures = d.failures, reason = 'max_attempts',
+                expires_at = NULL, finished_at = v_now, updated_at = v_now
+            FROM decided AS d
+            WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
+        )
+        SELECT t.idx, 'won', t.attempt, t.token, t.won_version FROM tokens AS t
+        UNION ALL
+        SELECT d.idx, d.outcome, NULL, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.acquire_one(
+    p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
+    p_max_attempts integer, p_overlap boolean, p_stale float8, p_buffer boolean,
+    p_version integer, OUT o_outcome text, OUT o_attempt integer, OUT o_token bigint,
+    OUT o_version integer
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_run record;
+    v_found boolean;
+    v_failures integer := 0;
+    v_token bigint;
+    v_recorded boolean;
+    v_paused boolean;
+    v_live boolean;
+BEGIN
+    SELECT CASE WHEN state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                WHEN state = 'running' AND expires_at > v_now THEN 'held' END
+    INTO o_outcome
+    FROM {schema}.runs WHERE run_id = p_run_id;
+    v_recorded := FOUND;
+    IF o_outcome IS NOT NULL THEN
+        RETURN;
+    END IF;
+    -- The job's row held, not written (version 8): the run's row is the one write.
+    SELECT token, paused_at IS NOT NULL INTO v_token, v_paused
+    FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.jobs (name, token) VALUES (p_job, 0) ON CONFLICT (name) DO NOTHING;
+        SELECT token, paused_at IS NOT NULL INTO v_token, v_paused
+        FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
+    END IF;
+    v_token := {schema}.next_token(p_job, v_token);
+    v_now := clock_timestamp();
+    IF NOT v_recorded AND NOT p_overlap AND NOT p_buffer AND NOT v_paused
+       AND (p_stale IS NULL OR extract(epoch FROM v_now - p_slot) <= p_stale) THEN
+        INSERT INTO {schema}.runs (run_id, job, slot, state, attempt, failures, max_attempts,
+                                   token, owner, expires_at, updated_at, schedule_version)
+        VALUES (p_run_id, p_job, p_slot, 'running', 1, 0, p_max_attempts, v_token, p_owner,
+                v_now + p_lease * interval '1 second', v_now, p_version)
+        ON CONFLICT (run_id) DO NOTHING;
+        IF FOUND THEN
+            o_outcome := 'won';
+            o_attempt := 1;
+            o_token := v_token;
+            o_version := p_version;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT state, expires_at, failures, max_attempts, attempt, reason INTO v_run
+    FROM {schema}.runs WHERE run_id = p_run_id FOR UPDATE;
+    v_found := FOUND;
+    v_now := clock_timestamp();
+    v_live := (p_overlap OR p_buffer OR coalesce(v_run.reason = 'buffered', false)) AND EXISTS (
+        SELECT 1 FROM {schema}.runs AS o
+        WHERE o.job = p_job AND o.state = 'running' AND o.expires_at > v_now
+          AND o.run_id <> p_run_id
+    );
+    IF NOT v_found THEN
+        IF p_stale IS NOT NULL AND extract(epoch FROM v_now - p_slot) > p_stale THEN
+            o_outcome := 'stale';
+        ELSIF v_paused THEN
+            o_outcome := 'paused';
+        ELSIF v_live AND (p_overlap OR (p_buffer AND EXISTS (
+            SELECT 1 FROM {schema}.runs AS w
+            WHERE w.job = p_job AND w.state = 'pending' AND w.reason = 'buffered'
+        ))) THEN
+            o_outcome := 'overlap';
+        ELSIF v_live AND p_buffer THEN
+            o_outcome := 'buffered';
+        ELSE
+            o_outcome := 'won';
+        END IF;
+    ELSIF v_run.state IN ('succeeded', 'failed', 'skipped') THEN
+        o_outcome := 'finished';
+    ELSIF v_run.state = 'running' AND v_run.expires_at > v_now THEN
+        o_outcome := 'held';
+    ELSIF v_run.state = 'pending' AND v_run.reason = 'buffered' AND v_live THEN
+        o_outcome := 'buffered';
+    ELSE
+        v_failures := v_run.failures + (v_run.state = 'running')::integer;
+        o_outcome := CASE WHEN v_failures >= CASE WHEN v_run.attempt = 0 THEN p_max_attempts
+                                                  ELSE v_run.max_attempts END
+                          THEN 'exhausted' ELSE 'won' END;
+    END IF;
+
+    IF NOT v_found AND o_outcome IN ('stale', 'overlap', 'paused', 'buffered') THEN
+        INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts, finished_at,
+                                   updated_at, schedule_version)
+        VALUES (p_run_id, p_job, p_slot,
+                CASE WHEN o_outcome = 'buffered' THEN 'pending' ELSE 'skipped' END, o_outcome,
+                p_max_attempts, CASE WHEN o_outcome = 'buffered' THEN NULL ELSE v_now END, v_now,
+                p_version);
+    ELSIF o_outcome = 'exhausted' THEN
+        UPDATE {schema}.runs SET
+            state = 'failed', failures = v_failures, reason = 'max_attempts',
+            expires_at = NULL, finished_at = v_now, updated_at = v_now
+        WHERE run_id = p_run_id;
+    ELSIF o_outcome = 'won' THEN
+        o_token := v_token;
+        INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures, max_attempts,
+                                        token, owner, expires_at, updated_at, schedule_version)
+        VALUES (p_run_id, p_job, p_slot, 'running', 1, v_failures, p_max_attempts, o_token,
+                p_owner, v_now + p_lease * interval '1 second', v_now, p_version)
+        ON CONFLICT (run_id) DO UPDATE SET
+            state = 'running', attempt = s.attempt + 1, failures = excluded.failures,
+            token = excluded.token, owner = excluded.owner, reason = NULL,
+            expires_at = excluded.expires_at, started_at = NULL, updated_at = excluded.updated_at,
+            max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
+                                ELSE s.max_attempts END,
+            schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
+        RETURNING s.attempt, s.schedule_version INTO o_attempt, o_version;
+    END IF;
+END
+$$;
