@@ -6,8 +6,13 @@ missing from ``[tool.setuptools] packages`` only breaks real installs; this catc
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip(
+    "tomllib", reason="tomllib is in the standard library from Python 3.11"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
