@@ -219,11 +219,13 @@ class NatsSchedules:
             return []  # the idle tick: one read
         # A reader writes nothing and waits on nobody: every revision below `top` was rolled
         # forward before `top` was committed (a change rolls its predecessor forward first), and
-        # `top`'s own row is in `latest`. One change per tick costs that one read.
-        newest = _row(latest["row"])
+        # `top`'s own row is in `latest` (or, once a prune settled it, rolled forward like the
+        # others). One change per tick costs that one read.
+        newest = _row(latest["row"]) if latest.get("row") is not None else None
         if limit is None and top - since > FULL_READ:
             rows = {r.name: r for r in await self._all_rows()}
-            rows[newest.name] = newest
+            if newest is not None:
+                rows[newest.name] = newest
             # A row changed after `top` waits for the next read: returning it now would make the
             # caller skip the changes between `top` and it.
             found = [r for r in rows.values() if since < r.revision <= top]
@@ -231,7 +233,7 @@ class NatsSchedules:
         return await self._walk(since, top, newest, limit)
 
     async def _walk(
-        self, since: int, top: int, newest: StoredRow, limit: int | None
+        self, since: int, top: int, newest: StoredRow | None, limit: int | None
     ) -> list[StoredRow]:
         """The feed from ``since``: each revision's entry names a row, returned if that revision
         is still its last change (else it comes later, at its own). :data:`FULL_READ` entries and
@@ -242,15 +244,16 @@ class NatsSchedules:
         while at <= top and (limit is None or len(found) < limit):
             revisions = range(at, min(top, at + FULL_READ - 1) + 1)
             logged = await asyncio.gather(
-                *(self._get(f"schedules.log.{r}") for r in revisions if r < top)
+                *(self._get(f"schedules.log.{r}") for r in revisions if newest is None or r < top)
             )
             names = [data.decode() if data else None for data, _ in logged]
-            if revisions[-1] == top:
+            if newest is not None and revisions[-1] == top:
                 names.append(newest.name)
-            wanted = {n for n in names if n is not None and n != newest.name}
+            wanted = {n for n in names if n is not None and (newest is None or n != newest.name)}
             read = await asyncio.gather(*(self._get(_row_key(n)) for n in wanted))
             rows = {r.name: r for r in (_row(json.loads(d)) for d, _ in read if d is not None)}
-            rows[newest.name] = newest
+            if newest is not None:
+                rows[newest.name] = newest
             for revision, name in zip(revisions, names, strict=True):
                 row = rows.get(name) if name is not None else None
                 if row is not None and row.revision == revision:
