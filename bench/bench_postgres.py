@@ -118,11 +118,11 @@ def batched_heartbeat(backend: PostgresLeaseBackend, count: int, size: int = 10)
     """Median seconds per run of ``heartbeat_many`` renewing ``size`` runs in one statement."""
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
     held = [backend.acquire(AcquireRequest(f"hb-{n}", first, "b", 30)).run for n in range(size)]
-    items = [(run.id, run.token, 30.0) for run in held if run is not None]
+    items = [(run.id, run.token) for run in held if run is not None]
     samples = []
     for _ in range(count):
         t0 = time.perf_counter()
-        lost = backend.heartbeat_many(items)
+        lost = backend.heartbeat_many(items, 30.0)
         samples.append((time.perf_counter() - t0) / size)
         assert lost == [None] * size
     return statistics.median(samples)

@@ -260,13 +260,13 @@ def test_heartbeat_many_renews_held_runs_in_one_round_trip(
     assert all(run is not None for run in held)
     before = [_expiry(backend, run.id) for run in held if run]
     statements.clear()
-    items = [(run.id, run.token, 600.0) for run in held if run]
-    assert backend.heartbeat_many(items) == [None, None, None]
+    items = [(run.id, run.token) for run in held if run]
+    assert backend.heartbeat_many(items, 600.0) == [None, None, None]
     assert len(statements) == 1
     after = [_expiry(backend, run.id) for run in held if run]
     gained = [later - early for early, later in zip(before, after, strict=True)]
     assert all(step > timedelta(seconds=500) for step in gained)
-    assert backend.heartbeat_many([]) == []
+    assert backend.heartbeat_many([], 600.0) == []
 
 
 def test_heartbeat_many_reports_each_lost_run_as_heartbeat_would(
@@ -276,16 +276,16 @@ def test_heartbeat_many_reports_each_lost_run_as_heartbeat_would(
     kept, stale, done = runs
     assert kept is not None and stale is not None and done is not None
     backend.finish(done.id, done.token, succeeded=True)
-    items = [(stale.id, stale.token - 1, 600.0), (kept.id, kept.token, 600.0),
-             (done.id, done.token, 600.0), ("job-9@nowhere", 1, 600.0)]  # fmt: skip
+    items = [(stale.id, stale.token - 1), (kept.id, kept.token), (done.id, done.token),
+             ("job-9@nowhere", 1)]  # fmt: skip
     unchanged = _expiry(backend, stale.id)
-    results = backend.heartbeat_many(items)
+    results = backend.heartbeat_many(items, 600.0)
     assert results[1] is None and _expiry(backend, stale.id) == unchanged
-    for (run_id, token, lease), result in zip(items, results, strict=True):
+    for (run_id, token), result in zip(items, results, strict=True):
         if result is None:
             continue
         with pytest.raises(LeaseLost) as single:
-            backend.heartbeat(run_id, token, lease)
+            backend.heartbeat(run_id, token, 600.0)
         assert isinstance(result, LeaseLost) and str(result) == str(single.value)
     assert [r is None for r in results] == [False, True, False, False]
 

@@ -257,27 +257,26 @@ class PostgresLeaseBackend(PostgresSchedules):
             if conn.execute(self._queries["heartbeat"], params).rowcount != 1:
                 raise self._lost(conn, run_id, token)
 
-    def heartbeat_many(self, items: Sequence[tuple[str, int, float]]) -> list[LeaseLost | None]:
-        """Renew several leases in one statement, each ``(run_id, token, lease)`` as
-        :meth:`heartbeat` renews one.
+    def heartbeat_many(
+        self, runs: Sequence[tuple[str, int]], lease: float
+    ) -> list[LeaseLost | None]:
+        """Renew several leases in one statement, each ``(run_id, token)`` as :meth:`heartbeat`
+        renews one (:class:`relay.contract.BatchHeartbeat`).
 
-        Returns one entry per item, in order: ``None`` where the lease was renewed, else the
+        Returns one entry per run, in order: ``None`` where the lease was renewed, else the
         :class:`~relay.errors.LeaseLost` that :meth:`heartbeat` would have raised (read in a second
         statement, for lost runs only). Like :meth:`heartbeat`, it commits without waiting for
         the disk.
         """
-        if not items:
+        if not runs:
             return []
-        ids, tokens, leases = (
-            [i[0] for i in items],
-            [i[1] for i in items],
-            [float(i[2]) for i in items],
-        )
-        with self._connection(len(items)) as conn:
+        ids, tokens = [r[0] for r in runs], [r[1] for r in runs]
+        leases = [float(lease)] * len(runs)
+        with self._connection(len(runs)) as conn:
             renewed = set(conn.execute(self._queries["heartbeat_many"], (ids, tokens, leases)))
             return [
                 None if (rid, token) in renewed else self._lost(conn, rid, token)
-                for rid, token, _ in items
+                for rid, token in runs
             ]
 
     def finish(
