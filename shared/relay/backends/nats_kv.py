@@ -47,6 +47,7 @@ from relay.backends._nats_cluster import (
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_kv_state import from_key_token as _decode
 from relay.backends._nats_kv_state import key_token as _encode
+from relay.backends._nats_listing import list_keys
 from relay.backends._nats_loop import LoopThread
 from relay.backends._nats_schedules import NatsSchedules
 from relay.backends._nats_security import (
@@ -646,18 +647,12 @@ class NatsLeaseBackend(NatsSchedules):
         return await self._retried(lambda: self._watch_once(keys, meta_only=meta_only))
 
     async def _watch_once(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
-        """The keys' entries through an ordered consumer (each wait is one attempt)."""
-        # An ephemeral consumer per listing: let the server drop it soon after we stop reading.
-        watcher = await self._kv.watch(
-            keys, meta_only=meta_only, ignore_deletes=True, inactive_threshold=10.0
-        )
-        entries = []
-        try:
-            while (entry := await watcher.updates(min(ATTEMPT, self._timeout))) is not None:  # type: ignore[no-untyped-call]
-                entries.append(entry)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
-        return entries
+        """The keys' entries through an ordered consumer: all of them, or an error (each wait is
+        one attempt); see :mod:`relay.backends._nats_listing`."""
+        return await list_keys(
+            self._jsa, self._stream, self._prefix, keys,
+            meta_only=meta_only, wait=min(ATTEMPT, self._timeout),
+        )  # fmt: skip
 
     # -- connecting --------------------------------------------------------------------------
 
