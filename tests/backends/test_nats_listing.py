@@ -20,11 +20,12 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import nats
+import nats.js.errors
 import pytest
 from nats.js.kv import KeyValue
 
 from relay import open_backend
-from relay.backends._nats_listing import list_keys
+from relay.backends._nats_listing import list_keys, stream_subjects
 from relay.backends.nats_kv import NatsLeaseBackend
 from relay.errors import BackendUnavailable
 from tests.support.nats_server import NatsServer, find_binary
@@ -78,6 +79,26 @@ def test_a_later_revision_replaces_an_earlier_and_removed_keys_are_left_out(nats
     empty, listed = asyncio.run(scenario())
     assert empty == []
     assert [(e.key, e.value) for e in listed] == [("job.a", b"2")]
+
+
+def test_stream_info_lists_every_key_that_holds_a_message(nats_url: str) -> None:
+    server, bucket = _server_and_bucket(nats_url)
+
+    async def scenario() -> list[str]:
+        nc = await nats.connect(server)
+        try:
+            kv = await nc.jetstream().create_key_value(bucket=bucket, history=5)
+            for i in range(300):
+                await kv.put(f"job.k{i}", b"1")
+            await kv.put("other.k0", b"1")  # outside the filter
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await stream_subjects(nc, "KV_no_such_bucket", ">", 5)
+            return await stream_subjects(nc, f"KV_{bucket}", f"$KV.{bucket}.job.*", 5)
+        finally:
+            await nc.close()
+
+    listed = asyncio.run(scenario())
+    assert sorted(listed) == sorted(f"$KV.{bucket}.job.k{i}" for i in range(300))
 
 
 def test_a_large_bucket_is_listed_whole_while_another_process_writes(nats_url: str) -> None:

@@ -11,18 +11,26 @@ server says alone: it is empty when the consumer's info says that nothing was de
 nothing is pending; otherwise it reads until a message says none is pending after it. A message
 that does not come within ``wait`` seconds raises ``nats.errors.TimeoutError`` (the caller sends
 the listing again, then fails), never a shorter list.
+
+:func:`stream_subjects` lists the keys from stream info instead (no consumer needed): the server
+sends at most 100,000 subjects in one answer, which nats-py would take for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 
-__all__ = ["list_keys"]
+from relay.errors import BackendUnavailable
+
+__all__ = ["list_keys", "stream_subjects"]
 
 INACTIVE = 10.0
 """Seconds after which the server drops a listing's consumer that nobody reads any more."""
@@ -66,6 +74,28 @@ async def list_keys(
     finally:
         await sub.unsubscribe()
     return [entry for entry in latest.values() if entry is not None]
+
+
+async def stream_subjects(nc: Client, stream: str, subjects: str, wait: float) -> list[str]:
+    """The subjects of ``stream`` matching the filter ``subjects`` that hold a message, from
+    stream info (which the stream's leader answers), waiting ``wait`` seconds at most.
+
+    Raises ``nats.js.errors.APIError`` (``NotFoundError``: no such stream) if the server refuses,
+    and ``BackendUnavailable`` if it sends only a page of them.
+    """
+    request = json.dumps({"subjects_filter": subjects}).encode()
+    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", request, timeout=wait)
+    info = json.loads(reply.data)
+    if "error" in info:
+        nats.js.errors.APIError.from_error(info["error"])  # raises
+    found = list(info.get("state", {}).get("subjects") or {})
+    if info.get("total", 0) > len(found):
+        raise BackendUnavailable(
+            f"NATS listed only {len(found)} of the {info['total']} subjects {subjects!r} of "
+            f"stream {stream!r} (one page of stream info), so a listing would be short: are "
+            "there that many jobs or instances? remove those no longer used"
+        )
+    return found
 
 
 def _deleted(msg: Msg) -> bool:
