@@ -42,7 +42,8 @@ async def list_keys(
     """The latest entry of each key matching ``keys`` (a subject filter below ``prefix``), deleted
     or purged keys left out; ``meta_only`` leaves values out (empty).
 
-    Each message, and the consumer's creation and info, waits ``wait`` seconds at most.
+    Each message waits ``wait`` seconds at most (the consumer's creation and info: the timeout
+    of ``js``).
     """
     delivered: asyncio.Queue[Msg] = asyncio.Queue()
     sub = await js.subscribe(
