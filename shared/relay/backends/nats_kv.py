@@ -47,6 +47,7 @@ from relay.backends._nats_cluster import (
 from relay.backends._nats_kv_state import JobState, RunFields, key_id, run_key
 from relay.backends._nats_kv_state import from_key_token as _decode
 from relay.backends._nats_kv_state import key_token as _encode
+from relay.backends._nats_listing import list_keys, stream_subjects
 from relay.backends._nats_loop import LoopThread
 from relay.backends._nats_schedules import NatsSchedules
 from relay.backends._nats_security import (
@@ -560,12 +561,14 @@ class NatsLeaseBackend(NatsSchedules):
     async def _read_instances(self) -> list[InstanceInfo]:
         stream = f"KV_{self._instances}"
         try:
-            info = await self._js.stream_info(stream, subjects_filter=">")
+            subjects = await self._retried(
+                lambda: stream_subjects(self._nc, stream, ">", min(ATTEMPT, self._timeout))
+            )
         except nats.js.errors.NotFoundError:
             return []  # no instance has recorded a heartbeat yet
         now_ms = await self._now_ms()
         found = []
-        for subject in info.state.subjects or {}:
+        for subject in subjects:
             try:
                 msg = await self._js.get_msg(stream, subject=subject, direct=False)
             except nats.js.errors.NotFoundError:
@@ -595,10 +598,12 @@ class NatsLeaseBackend(NatsSchedules):
         """Every job's key read through the stream's leader: the keys from stream info, then a
         request per key. Slower than a consumer, but it needs none, so it does not wait for the
         cluster's meta leader (which creates consumers) while that one is being replaced."""
-        info = await self._retried(
-            lambda: self._jsa.stream_info(self._stream, subjects_filter=f"{self._prefix}job.*")
+        subjects = await self._retried(
+            lambda: stream_subjects(
+                self._nc, self._stream, f"{self._prefix}job.*", min(ATTEMPT, self._timeout)
+            )
         )
-        keys = [subject[len(self._prefix) :] for subject in info.state.subjects or {}]
+        keys = [subject[len(self._prefix) :] for subject in subjects]
         found: list[tuple[bytes | None, int]] = []
         for at in range(0, len(keys), 256):  # a few hundred requests in flight at a time
             found += await asyncio.gather(*(self._get(key) for key in keys[at : at + 256]))
@@ -646,18 +651,12 @@ class NatsLeaseBackend(NatsSchedules):
         return await self._retried(lambda: self._watch_once(keys, meta_only=meta_only))
 
     async def _watch_once(self, keys: str, *, meta_only: bool) -> list[KeyValue.Entry]:
-        """The keys' entries through an ordered consumer (each wait is one attempt)."""
-        # An ephemeral consumer per listing: let the server drop it soon after we stop reading.
-        watcher = await self._kv.watch(
-            keys, meta_only=meta_only, ignore_deletes=True, inactive_threshold=10.0
-        )
-        entries = []
-        try:
-            while (entry := await watcher.updates(min(ATTEMPT, self._timeout))) is not None:  # type: ignore[no-untyped-call]
-                entries.append(entry)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
-        return entries
+        """The keys' entries through an ordered consumer: all of them, or an error (each wait is
+        one attempt); see :mod:`relay.backends._nats_listing`."""
+        return await list_keys(
+            self._jsa, self._stream, self._prefix, keys,
+            meta_only=meta_only, wait=min(ATTEMPT, self._timeout),
+        )  # fmt: skip
 
     # -- connecting --------------------------------------------------------------------------
 
