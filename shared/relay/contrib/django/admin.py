@@ -42,21 +42,15 @@ class JobAdmin(StoreAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        if request.method == "POST":
-            return self.act(request)
-        rows, store, error = [], "", ""
-        try:
-            with read_store() as backend:
-                rows, store = job_rows(backend), backend.name
-        except RelayError as exc:
-            error = str(exc)
-        return self.page(
-            request, "relay/admin/jobs.html", title="Relay jobs", rows=rows, store=store,
-            error=error, actions=control.ACTIONS,
+        return self.store_page(
+            request,
+            "relay/admin/jobs.html",
+            job_rows,
+            self.act,
+            title="Relay jobs",
+            actions=control.ACTIONS,
             can_control=request.user.has_perm(CONTROL_PERMISSION),
-        )  # fmt: skip
+        )
 
     def act(self, request: HttpRequest) -> HttpResponse:
         """Apply the chosen action to the chosen jobs, then show the page again."""

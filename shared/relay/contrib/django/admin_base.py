@@ -3,13 +3,18 @@ change, as the store records it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
+
+from relay.contract import LeaseBackend
+from relay.contrib.django.store import read_store
+from relay.errors import RelayError
 
 __all__ = ["StoreAdmin", "changed_by"]
 
@@ -35,6 +40,29 @@ class StoreAdmin(admin.ModelAdmin):
             raise PermissionDenied
         context = {**self.admin_site.each_context(request), "opts": self.opts, **context}
         return TemplateResponse(request, template, context)
+
+    def store_page(
+        self,
+        request: HttpRequest,
+        template: str,
+        read: Callable[[LeaseBackend], list[Any]],
+        on_post: Callable[[HttpRequest], HttpResponse],
+        **context: Any,
+    ) -> HttpResponse:
+        """A list page: the rows ``read`` finds in the store, opened read-only (or the store's
+        error, shown on the page); a POST goes to ``on_post``, the page's own forms."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            return on_post(request)
+        rows: list[Any] = []
+        store = error = ""
+        try:
+            with read_store() as backend:
+                rows, store = read(backend), backend.name
+        except RelayError as exc:
+            error = str(exc)
+        return self.page(request, template, rows=rows, store=store, error=error, **context)
 
 
 def changed_by(request: HttpRequest) -> str:

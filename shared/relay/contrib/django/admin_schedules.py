@@ -56,20 +56,14 @@ class ScheduleAdmin(StoreAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        if request.method == "POST":
-            return self.toggle(request)
-        rows, store, error = [], "", ""
-        try:
-            with read_store() as backend:
-                rows, store = schedule_rows(backend), backend.name
-        except RelayError as exc:
-            error = str(exc)
-        return self.page(
-            request, "relay/admin/schedules.html", title="Relay stored schedules", rows=rows,
-            store=store, error=error, can_change=self.has_change_permission(request),
-        )  # fmt: skip
+        return self.store_page(
+            request,
+            "relay/admin/schedules.html",
+            schedule_rows,
+            self.toggle,
+            title="Relay stored schedules",
+            can_change=self.has_change_permission(request),
+        )
 
     def toggle(self, request: HttpRequest) -> HttpResponse:
         """Enable or disable one schedule, if it is still at the version the page showed."""
