@@ -29,10 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # relay.runs builds on this module
-    from relay.runs import Run
+from typing import Protocol
 
 __all__ = [
     "BackendError",
@@ -100,6 +97,17 @@ class BackendUnavailable(BackendError):
     """The store cannot be reached, or refused the connection; the message says what to check."""
 
 
+class LeasedRun(Protocol):
+    """What :class:`NotAcknowledged` keeps of a run it won (a :class:`relay.Run`): enough to hand
+    it back. A protocol, so that this module, which :mod:`relay.runs` builds on, imports nothing."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def token(self) -> int: ...
+
+
 class NotAcknowledged(BackendUnavailable):
     """The store's primary did a write, but fewer replicas than asked confirmed it in time.
 
@@ -108,7 +116,7 @@ class NotAcknowledged(BackendUnavailable):
     finish again until one is acknowledged. The message names the replicas asked for and found.
     """
 
-    def __init__(self, message: str, won: Sequence[Run] = ()) -> None:
+    def __init__(self, message: str, won: Sequence[LeasedRun] = ()) -> None:
         super().__init__(message)
         self.won = tuple(won)
         """The runs an acquire won on the primary: leased there, to be handed back, not run."""

@@ -16,17 +16,46 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from relay.contract import BatchHeartbeat, ClaimBackend, LeaseBackend, is_lease, renews_many
 from relay.errors import BackendUnavailable
+from relay.runs import Run
 
-if TYPE_CHECKING:
-    from relay.engine.running import ActiveRun
-
-__all__ = ["Renewals"]
+__all__ = ["Renewable", "Renewals"]
 
 log = logging.getLogger("relay.runner")
+
+
+class _Timing(Protocol):
+    @property
+    def lease(self) -> float: ...
+
+    @property
+    def heartbeat(self) -> float: ...
+
+
+class Renewable(Protocol):
+    """What :class:`Renewals` needs of a run it renews: a
+    :class:`relay.engine.running.ActiveRun`, which builds on this module."""
+
+    renewed: float
+    """When (``time.monotonic()``) the store last renewed its lease."""
+
+    @property
+    def run(self) -> Run: ...
+
+    @property
+    def runner(self) -> _Timing: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def renewal_failed(self, error: str) -> bool: ...
+
+    def next_renewal(self, *, failing: bool) -> float: ...
+
+    def fenced_off(self, operation: str, detail: str, *, lost: bool = True) -> None: ...
 
 
 class Renewals:
@@ -52,7 +81,7 @@ class Renewals:
 
     def _start_empty(self) -> None:
         self._pid = os.getpid()
-        self._due: dict[ActiveRun, float] = {}
+        self._due: dict[Renewable, float] = {}
         """Each run renewed, and when (``time.monotonic()``) its next renewal is due."""
         self._state = threading.Lock()
         self._wake = threading.Condition(self._state)
@@ -65,7 +94,7 @@ class Renewals:
         """Renewals on ``backend``, if it renews several runs in one call (else None)."""
         return cls(backend) if is_lease(backend) and renews_many(backend) else None
 
-    def add(self, active: ActiveRun) -> None:
+    def add(self, active: Renewable) -> None:
         """Renew ``active`` every heartbeat from now on."""
         self._in_this_process()
         with self._state:
@@ -77,7 +106,7 @@ class Renewals:
                 self._thread.start()
             self._wake.notify()
 
-    def remove(self, active: ActiveRun) -> None:
+    def remove(self, active: Renewable) -> None:
         """Renew ``active`` no more; a round renewing it now is waited for (unless this is the
         renewing thread: an event handler of that round)."""
         self._in_this_process()
@@ -95,7 +124,7 @@ class Renewals:
                 if first > now:
                     self._wake.wait(first - now)
                     continue
-                by_lease: dict[float, list[ActiveRun]] = {}
+                by_lease: dict[float, list[Renewable]] = {}
                 for active, at in self._due.items():
                     if at <= now + active.runner.heartbeat / 2:
                         by_lease.setdefault(active.runner.lease, []).append(active)
@@ -103,7 +132,7 @@ class Renewals:
                 for lease, round_ in by_lease.items():
                     self._renew(round_, lease)
 
-    def _renew(self, round_: list[ActiveRun], lease: float) -> None:
+    def _renew(self, round_: list[Renewable], lease: float) -> None:
         with self._state:  # removed since the round was chosen: not renewed
             round_ = [active for active in round_ if active in self._due]
         if not round_:
@@ -131,7 +160,7 @@ class Renewals:
                 self._next(active, None)
                 active.fenced_off("heartbeat", str(why))
 
-    def _next(self, active: ActiveRun, after: float | None) -> None:
+    def _next(self, active: Renewable, after: float | None) -> None:
         """Renew ``active`` again ``after`` seconds from now (None: no more), unless it was
         removed meanwhile."""
         with self._state:

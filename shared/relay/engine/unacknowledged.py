@@ -20,15 +20,14 @@ import logging
 from collections.abc import Sequence
 
 from relay.contract import LeaseBackend
-from relay.errors import RelayError
-from relay.runs import Run
+from relay.errors import LeasedRun, RelayError
 
 __all__ = ["hand_back"]
 
 log = logging.getLogger("relay.engine")
 
 
-def hand_back(backend: LeaseBackend, runs: Sequence[Run], step: str, why: str) -> None:
+def hand_back(backend: LeaseBackend, runs: Sequence[LeasedRun], step: str, why: str) -> None:
     """Release ``runs``, whose ``step`` counts as not done (``why``): they are not run here."""
     for run in runs:
         try:
