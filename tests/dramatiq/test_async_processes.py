@@ -12,12 +12,14 @@ import sqlite3
 import time
 from contextlib import closing
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
 from relay.runs import RunState
 from tests.dramatiq.procs import Deployment
-from tests.dramatiq.test_processes import combos, deploy, settled
+from tests.dramatiq.test_processes import BROKER_MARKS, deploy, settled
+from tests.support.backends import LEASE_BACKENDS
 from tests.support.event_log import read_events
 
 __all__ = ["deploy"]  # the fixture, used through the parametrization below
@@ -29,17 +31,36 @@ SLEEP = 120.0
 
 
 def bump_token(backend: str, run_id: str) -> None:
-    """Move the run's token on in the SQLite store, as a takeover would: the holder's is stale."""
-    path = backend.removeprefix("sqlite:///")
-    with closing(sqlite3.connect(path, timeout=30)) as conn, conn:
-        changed = conn.execute(
-            "UPDATE relay_runs SET token = token + 1 WHERE run_id = ? AND state = 'running'",
-            (run_id,),
-        ).rowcount
+    """Move the run's token on in the store, as a takeover would: the holder's is stale."""
+    if backend.startswith("sqlite:///"):
+        path = backend.removeprefix("sqlite:///")
+        with closing(sqlite3.connect(path, timeout=30)) as conn, conn:
+            changed = conn.execute(
+                "UPDATE relay_runs SET token = token + 1 WHERE run_id = ? AND state = 'running'",
+                (run_id,),
+            ).rowcount
+    else:
+        import psycopg
+
+        parts = urlsplit(backend)
+        options = dict(parse_qsl(parts.query))
+        schema = options.pop("schema")
+        base = urlunsplit(parts._replace(query=urlencode(options)))
+        with psycopg.connect(base, autocommit=True, connect_timeout=10) as pg:
+            changed = pg.execute(
+                f'UPDATE "{schema}".runs SET token = token + 1 '
+                "WHERE run_id = %s AND state = 'running'",
+                (run_id,),
+            ).rowcount
     assert changed == 1
 
 
-@pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
+@pytest.mark.parametrize(
+    "deploy",
+    [pytest.param(("redis", name), marks=[*BROKER_MARKS["redis"], *LEASE_BACKENDS[name][1]],
+                  id=f"redis-{name}") for name in ("sqlite", "postgres")],
+    indirect=True,
+)  # fmt: skip
 def test_an_async_actor_whose_run_is_lost_is_cancelled_and_records_nothing_more(
     deploy: Any,
 ) -> None:
