@@ -133,3 +133,19 @@ def test_the_timeout_bounds_every_connect_unless_the_url_sets_pika_s_own() -> No
         BackendURL("amqp://h/%2F?socket_timeout=5&blocked_connection_timeout=60"), (), 0.7
     )
     assert (own.socket_timeout, own.stack_timeout, own.blocked_connection_timeout) == (5, 0.7, 60)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.parametrize("mode", ["", "&mode=consumer"], ids=["claim", "consumer"])
+def test_connecting_through_vanishing_packets_fails_within_the_timeout(
+    mode: str, tmp_path: Path
+) -> None:
+    with rabbitmq_claim(tmp_path) as url, proxied(url) as (proxy, near):
+        proxy.set("drop")  # the TCP handshake completes; the AMQP handshake hears nothing
+        fails_in_time(partial(open_backend, f"{near}{mode}&timeout={TIMEOUT}"), TIMEOUT)
+        proxy.set("pass")
+        backend: Any = open_backend(f"{near}{mode}&timeout={TIMEOUT}")
+        try:
+            assert backend.claim("deadline", SLOT) is True
+        finally:
+            backend.close()
