@@ -18,6 +18,7 @@ their attempt unchanged (confirmed), then acked, so the next consumer's attempt 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import threading
@@ -70,7 +71,11 @@ class JobConsumers:
         events: EventBus | None = None,
     ) -> None:
         self._backend = backend
-        self._parameters = parameters
+        # A broker short of memory or disk blocks publishing connections: the backend's own
+        # gives up after its timeout (blocked_connection_timeout), but this one only consumes
+        # and settles, and dropping it would hand its runs in flight to another consumer.
+        self._parameters = copy.copy(parameters)
+        self._parameters.blocked_connection_timeout = None
         self._queues = queues
         self._jobs = [job for job in jobs if job.handler is not None]
         self._owner = owner
