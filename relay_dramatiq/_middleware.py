@@ -33,6 +33,7 @@ from relay.scheduler import default_owner
 from relay.settings import check_task_name
 from relay.tracing import read_message
 from relay_dramatiq import _consumer
+from relay_dramatiq._coroutines import supervise_coroutine
 
 __all__ = ["DEFAULT_QUEUE_LEASE", "RelayMiddleware", "current_run"]
 
@@ -190,8 +191,11 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
     # -- Dramatiq hooks ----------------------------------------------------------------------
 
     def before_declare_actor(self, broker: Broker, actor: Any) -> None:
-        """Note the actor: it was declared with this middleware already on its broker."""
+        """Note the actor: it was declared with this middleware already on its broker. An
+        ``async def`` actor's coroutine is cancelled once its run is lost (see
+        :mod:`relay_dramatiq._coroutines`)."""
         self.declared.add(actor.actor_name)
+        supervise_coroutine(actor)
 
     def before_process_message(self, broker: Broker, message: MessageProxy) -> None:
         """Start the message's run, or raise ``SkipMessage`` if it must not run."""

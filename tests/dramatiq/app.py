@@ -6,7 +6,8 @@ and store: ``RELAY_T_BROKER`` (``redis`` or ``rabbitmq``), ``RELAY_T_BROKER_URL`
 (the queue, and the Redis namespace), ``RELAY_T_BACKEND`` (a Relay backend URL), ``RELAY_T_LEASE``
 (``lease,heartbeat,queue_lease`` in seconds), ``RELAY_T_OUT`` (a file each actor call appends JSON
 lines to) and ``RELAY_T_JOBS`` (JSON: actor name -> periodic options plus ``sleep`` and
-``sleep_first``, the seconds attempt 1 sleeps, ``stuck`` and ``fail``). ``RELAY_T_EVENTS``
+``sleep_first``, the seconds attempt 1 sleeps, ``stuck``, ``fail`` and ``async``: an ``async def``
+actor, run by Dramatiq's AsyncIO middleware, that also reports its cancellation). ``RELAY_T_EVENTS``
 (optional) is a file every process logs Relay's events to, as JSON lines. With
 ``RELAY_T_STORED=1`` it also declares ``echo`` (schedulable) and ``other`` (not), actors for
 stored schedules that report their run and arguments.
@@ -14,6 +15,7 @@ stored schedules that report their run and arguments.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -22,6 +24,7 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import AsyncIO
 
 import relay_dramatiq
 from tests.support.event_log import record_events
@@ -35,6 +38,9 @@ if os.environ["RELAY_T_BROKER"] == "redis":
 else:
     broker = RabbitmqBroker(url=os.environ["RELAY_T_BROKER_URL"])
 lease, heartbeat, queue_lease = (float(v) for v in os.environ["RELAY_T_LEASE"].split(","))
+JOBS: dict[str, dict[str, Any]] = json.loads(os.environ["RELAY_T_JOBS"])
+if any(options.get("async") for options in JOBS.values()):
+    broker.add_middleware(AsyncIO())
 broker.add_middleware(
     relay_dramatiq.RelayMiddleware(
         os.environ["RELAY_T_BACKEND"],
@@ -73,6 +79,9 @@ def declare(name: str, options: dict[str, Any]) -> None:
     sleep_first = float(options.pop("sleep_first", sleep))
     fail = bool(options.pop("fail", False))
     stuck = bool(options.pop("stuck", False))
+    if options.pop("async", False):
+        declare_async(name, sleep, sleep_first, options)
+        return
 
     def body() -> None:
         run = relay_dramatiq.current_run()
@@ -89,7 +98,27 @@ def declare(name: str, options: dict[str, Any]) -> None:
     relay_dramatiq.periodic(**options)(actor)
 
 
-for _name, _options in json.loads(os.environ["RELAY_T_JOBS"]).items():
+def declare_async(name: str, sleep: float, sleep_first: float, options: dict[str, Any]) -> None:
+    """Declare one ``async def`` periodic actor that reports its run, awaits a sleep, and
+    reports again, or reports that it was cancelled."""
+
+    async def body() -> None:
+        run = relay_dramatiq.current_run()
+        assert run is not None
+        emit(event="start", run=run.id, token=run.token, attempt=run.attempt)
+        try:
+            await asyncio.sleep(sleep_first if run.attempt == 1 else sleep)
+        except asyncio.CancelledError:
+            emit(event="cancelled", run=run.id, token=run.token, attempt=run.attempt)
+            raise
+        emit(event="done", run=run.id, token=run.token, attempt=run.attempt)
+
+    body.__name__ = name
+    actor = dramatiq.actor(queue_name=QUEUE, actor_name=name)(body)
+    relay_dramatiq.periodic(**options)(actor)
+
+
+for _name, _options in JOBS.items():
     declare(_name, _options)
 
 

@@ -87,3 +87,26 @@ def test_an_async_actor_with_the_asyncio_middleware_runs_its_coroutine(
     backend: Any = item.middleware.backend
     (record,) = backend.runs("async_ok")
     assert record.state is relay.RunState.SUCCEEDED
+
+
+def test_an_async_actor_called_outside_a_run_message_runs_as_dramatiq_runs_it(
+    broker: StubBroker,
+) -> None:
+    async def double(n: int) -> int:
+        await asyncio.sleep(0)
+        assert current_run() is None
+        return 2 * n
+
+    def plain(n: int) -> int:
+        return n
+
+    actor = dramatiq.actor(double, broker=broker, actor_name="async_direct")
+    assert actor.fn is not double and actor.fn.__wrapped__ is not double  # supervised
+    (loop,) = [m for m in broker.middleware if isinstance(m, AsyncIO)]
+    loop.before_worker_boot(broker, None)  # what a worker does: start the event loop thread
+    try:
+        assert actor(21) == 42
+    finally:
+        loop.after_worker_shutdown(broker, None)
+    plain_actor = dramatiq.actor(plain, broker=broker, actor_name="plain_direct")
+    assert plain_actor.fn is plain

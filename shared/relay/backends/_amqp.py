@@ -1,18 +1,29 @@
-"""What the RabbitMQ backends share: the URL, a channel in confirm mode, and driver errors."""
+"""What the RabbitMQ backends share: the URL, a channel in confirm mode, deadlines, driver errors.
+
+``timeout`` (seconds, default 2, :mod:`relay.deadlines`) bounds each connect and each operation:
+pika's ``socket_timeout`` (the TCP connect), ``stack_timeout`` (the whole bring-up: TCP, TLS,
+AMQP handshake) and ``blocked_connection_timeout`` (a broker that blocks publishers) are set to
+it, and each operation on an open connection runs :func:`answered_within` it, publisher
+confirms included. pika's blocking calls wait for the broker's answer for ever otherwise: a
+partition that drops packets would hang them until the AMQP heartbeat (a minute) noticed.
+"""
 
 from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from functools import partial
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from pika.exceptions import AMQPConnectionError, AMQPError
 
 from relay.backends._tls import verified_context
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError
 
 PRECONDITION_FAILED = 406
@@ -44,16 +55,52 @@ def set_permissions(prefix: str, user: str = "relay", vhost: str = "/") -> str:
     return f"rabbitmqctl set_permissions -p {vhost} {user} '{configure}' '{write}' '{read}'"
 
 
-def pika_parameters(parsed: BackendURL, ours: Sequence[str]) -> pika.URLParameters:
-    """pika's connection parameters from a URL, without Relay's own options ``ours``; TLS from
-    :data:`TLS_OPTIONS` on an ``amqps://`` URL."""
+def pika_parameters(
+    parsed: BackendURL, ours: Sequence[str], timeout: float = DEFAULT_TIMEOUT
+) -> pika.URLParameters:
+    """pika's connection parameters from a URL, without Relay's own options ``ours`` (nor
+    ``timeout``); TLS from :data:`TLS_OPTIONS` on an ``amqps://`` URL. Each connect ends within
+    ``timeout`` seconds (the URL's ``socket_timeout`` or ``blocked_connection_timeout``, if
+    given, win over it for their part)."""
     try:
-        parameters = pika.URLParameters(parsed.without_options([*ours, *TLS_OPTIONS]))
+        parameters = pika.URLParameters(parsed.without_options([*ours, "timeout", *TLS_OPTIONS]))
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(f"AMQP URL {parsed.redacted()!r} is malformed: {exc}") from None
     if any(name in parsed.options for name in TLS_OPTIONS):
         parameters.ssl_options = pika.SSLOptions(_tls_context(parsed))
+    parameters.stack_timeout = timeout
+    if "socket_timeout" not in parsed.options:
+        parameters.socket_timeout = timeout
+    if "blocked_connection_timeout" not in parsed.options:
+        parameters.blocked_connection_timeout = timeout
     return parameters
+
+
+def timeout_of(parsed: BackendURL) -> float:
+    """The URL's ``timeout``: seconds, positive and finite (default 2), checked here, once."""
+    return parsed.float_option("timeout", DEFAULT_TIMEOUT)
+
+
+@contextmanager
+def answered_within(connection: pika.BlockingConnection, timeout: float) -> Iterator[None]:
+    """Every wait on ``connection`` in the block ends within ``timeout`` seconds in all: past
+    that the connection is dropped, and the waiting call raises ``AMQPConnectionError``.
+
+    pika's own ``blocked_connection_timeout`` ends a connection the same way: a timer on the
+    connection's I/O loop, which runs (in this thread) while a blocking call waits.
+    """
+    impl = connection._impl
+    error = AMQPConnectionError(f"RabbitMQ did not answer within timeout={timeout:g}s")
+    timer = impl._adapter_call_later(timeout, partial(_drop_stream, impl, error))
+    try:
+        yield
+    finally:
+        impl._adapter_remove_timeout(timer)
+
+
+def _drop_stream(impl: pika.connection.Connection, error: Exception) -> None:
+    if not impl.is_closed:
+        impl._terminate_stream(error)
 
 
 def _tls_context(parsed: BackendURL) -> ssl.SSLContext:
@@ -72,24 +119,30 @@ def confirm_channel(
     connection: pika.BlockingConnection | None,
     channel: BlockingChannel | None,
     parameters: pika.connection.Parameters,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[pika.BlockingConnection, BlockingChannel]:
     """``connection`` and ``channel`` if still open, else new ones; the channel confirms publishes.
 
-    A new connection always comes with a new channel.
+    A new connection always comes with a new channel; opening the channel ends within
+    ``timeout`` seconds (:func:`answered_within`), the connect within the parameters' own.
     """
     if connection is None or not connection.is_open:
         connection, channel = connect(parameters), None
     if channel is None or not channel.is_open:
-        channel = connection.channel()
-        channel.confirm_delivery()
+        with answered_within(connection, timeout):
+            channel = connection.channel()
+            channel.confirm_delivery()
     return connection, channel
 
 
 def connect(parameters: pika.connection.Parameters) -> pika.BlockingConnection:
     """A connection; a failed TLS handshake (pika lets ``ssl`` errors through) becomes an
-    ``AMQPConnectionError`` naming the fix, so that callers translate it as any other."""
+    ``AMQPConnectionError`` naming the fix, so that callers translate it as any other, and so
+    does a bring-up past ``stack_timeout`` (pika raises its connector's own error for that)."""
     try:
         return pika.BlockingConnection(parameters)
+    except AMQPConnectorException as exc:
+        raise AMQPConnectionError(f"could not connect: {exc!r}") from exc
     except ssl.SSLCertVerificationError as exc:
         raise AMQPConnectionError(
             f"TLS refused, certificate verify failed ({exc.verify_message or exc}): the broker's "

@@ -18,6 +18,8 @@ from typing import Any
 
 from pika.adapters.blocking_connection import BlockingChannel
 
+from relay.backends._amqp import answered_within
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.jobs import Job
 from relay.runs import Run, RunRecord, RunState, from_ms, parse_run_id, slot_ms
 
@@ -63,17 +65,23 @@ class OutcomeStream:
         }  # fmt: skip
         return json.dumps(record).encode()
 
-    def read(self, channel: BlockingChannel) -> list[dict[str, Any]]:
-        """Every record still in the stream, oldest first (raises if the stream is missing)."""
-        channel.queue_declare(self.name, passive=True)
-        channel.basic_qos(prefetch_count=_PREFETCH)
+    def read(
+        self, channel: BlockingChannel, timeout: float = DEFAULT_TIMEOUT
+    ) -> list[dict[str, Any]]:
+        """Every record still in the stream, oldest first (raises if the stream is missing).
+
+        Each request waits ``timeout`` seconds at most for the broker's answer; the read then
+        ends once no record came for a while (:func:`answered_within`)."""
         records: list[dict[str, Any]] = []
 
         def on_message(ch: Any, method: Any, properties: Any, body: bytes) -> None:
             records.append(json.loads(body))
             ch.basic_ack(method.delivery_tag)
 
-        channel.basic_consume(self.name, on_message, arguments={"x-stream-offset": "first"})
+        with answered_within(channel.connection, timeout):
+            channel.queue_declare(self.name, passive=True)
+            channel.basic_qos(prefetch_count=_PREFETCH)
+            channel.basic_consume(self.name, on_message, arguments={"x-stream-offset": "first"})
         seen = -1
         while seen != len(records):  # streams never end: read until nothing came for a while
             seen = len(records)

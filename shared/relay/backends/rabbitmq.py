@@ -35,14 +35,18 @@ from pika.exceptions import (
 from relay.backends._amqp import (
     PRECONDITION_FAILED,
     TLS_OPTIONS,
+    answered_within,
     close_quietly,
     confirm_channel,
     pika_parameters,
     refused,
+    timeout_of,
     unreachable,
 )
 from relay.backends._ms import positive_ms
 from relay.backends._url import BackendURL
+from relay.deadlines import DEFAULT_TIMEOUT
+from relay.durations import seconds
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import check_slots, run_id
 
@@ -50,7 +54,7 @@ __all__ = ["DEFAULT_RETENTION", "GateQueues", "RabbitMQClaimBackend", "pika_para
 
 DEFAULT_RETENTION = 600.0
 """Seconds an unused gate queue (and so a claim) lives unless told: queues cost broker memory."""
-_OUR_OPTIONS = ("prefix", "retention")
+_OUR_OPTIONS = ("prefix", "retention", "timeout")
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _DRIVER_OPTIONS = (
     "heartbeat",
@@ -135,9 +139,12 @@ class RabbitMQClaimBackend:
         prefix: str = "relay.claim",
         retention: float = DEFAULT_RETENTION,
         location: str = "RabbitMQ",
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.gates = GateQueues(prefix, retention)
         self.location = location
+        self.timeout = seconds(timeout, "timeout")
+        """Seconds each operation may wait for the broker (connects: the ``parameters``' own)."""
         self._parameters = parameters
         # pika's BlockingConnection is not thread-safe: every use holds this lock.
         self._lock = threading.Lock()
@@ -151,18 +158,21 @@ class RabbitMQClaimBackend:
         """Connect to the broker an ``amqp://user:password@host:port/vhost`` URL names.
 
         Options: ``prefix`` of the gate queues (default ``relay.claim``), ``retention`` in
-        seconds (default 600), and pika's ``heartbeat``, ``socket_timeout``,
+        seconds (default 600), ``timeout`` in seconds for each connect and operation, publisher
+        confirms included (default 2), and pika's ``heartbeat``, ``socket_timeout``,
         ``connection_attempts``, ``retry_delay``, ``blocked_connection_timeout``.
         """
         parsed = BackendURL(url)
         parsed.check_options(
             [*_OUR_OPTIONS, *_DRIVER_OPTIONS, *TLS_OPTIONS], "the RabbitMQ claim backend"
         )
+        timeout = timeout_of(parsed)
         return cls(
-            pika_parameters(parsed, _OUR_OPTIONS),
+            pika_parameters(parsed, _OUR_OPTIONS, timeout),
             prefix=parsed.option("prefix", "relay.claim"),
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             location=parsed.redacted(),
+            timeout=timeout,
             **kwargs,
         )
 
@@ -185,7 +195,9 @@ class RabbitMQClaimBackend:
             while len(won) < len(runs):
                 job, slot = runs[len(won)]
                 try:
-                    won.append(self.gates.try_pass(self._ready_channel(), job, slot))
+                    channel = self._ready_channel()
+                    with answered_within(channel.connection, self.timeout):
+                        won.append(self.gates.try_pass(channel, job, slot))
                 except AMQPConnectionError:
                     # An idle connection may have been dropped (missed heartbeats): reconnect
                     # once. If our publish had reached the queue, the retry is nacked and the
@@ -202,7 +214,7 @@ class RabbitMQClaimBackend:
 
     def _ready_channel(self) -> BlockingChannel:
         self._connection, self._channel = confirm_channel(
-            self._connection, self._channel, self._parameters
+            self._connection, self._channel, self._parameters, self.timeout
         )
         return self._channel
 

@@ -54,6 +54,7 @@ from relay.backends._rabbitmq_queues import (
 )
 from relay.backends._url import BackendURL
 from relay.backends.rabbitmq import DEFAULT_RETENTION, RabbitMQClaimBackend
+from relay.deadlines import DEFAULT_TIMEOUT
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError, StoreNotFound
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
 from relay.runs import HEADER, Run, RunRecord, RunState, parse_run_id, run_to_headers, slot_ms
@@ -64,7 +65,9 @@ __all__ = [
 ]  # fmt: skip
 
 log = logging.getLogger("relay.backends.rabbitmq")
-_OPTIONS = ("mode", "prefix", "retention", "max_attempts", "consumer_timeout", "outcomes_age")
+_OPTIONS = (
+    "mode", "prefix", "retention", "max_attempts", "consumer_timeout", "outcomes_age", "timeout",
+)  # fmt: skip
 _AGE = re.compile(r"^[1-9][0-9]*(Y|M|D|h|m|s)$")
 _DRIVER_OPTIONS = ("heartbeat", "socket_timeout", "connection_attempts", "retry_delay")
 
@@ -99,13 +102,17 @@ class RabbitMQConsumerBackend:
         location: str = "RabbitMQ",
         outcomes_age: str = DEFAULT_MAX_AGE,
         read_only: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.read_only = read_only
         """Opened to read outcomes only (``relay runs``): nothing is declared."""
         self.outcomes = OutcomeStream(RunQueues._name(f"{prefix}.outcomes"), outcomes_age)
         self.gate = RabbitMQClaimBackend(
-            parameters, prefix=f"{prefix}.claim", retention=retention, location=location
-        )
+            parameters, prefix=f"{prefix}.claim", retention=retention, location=location,
+            timeout=timeout,
+        )  # fmt: skip
+        self.timeout = self.gate.timeout
+        """Seconds each operation may wait for the broker (connects: the ``parameters``' own)."""
         self.queues = RunQueues(prefix, max_attempts, consumer_timeout)
         self.location = location
         self._parameters = parameters
@@ -124,7 +131,8 @@ class RabbitMQConsumerBackend:
 
         Options: ``prefix`` of every queue (default ``relay``), ``retention`` of the gate queues
         (seconds, default 600), ``max_attempts`` of every job (default 3), ``consumer_timeout``
-        (seconds; RabbitMQ 3.12+), and pika's ``heartbeat``, ``socket_timeout``,
+        (seconds; RabbitMQ 3.12+), ``timeout`` in seconds for each connect and operation,
+        publisher confirms included (default 2), and pika's ``heartbeat``, ``socket_timeout``,
         ``connection_attempts``, ``retry_delay``.
         """
         parsed = BackendURL(url)
@@ -143,17 +151,19 @@ class RabbitMQConsumerBackend:
             raise ConfigurationError(
                 f"outcomes_age={age!r} must be a number and a unit (Y, M, D, h, m or s), e.g. 7D"
             )
-        timeout = None
+        consumer_timeout = None
         if "consumer_timeout" in parsed.options:
-            timeout = parsed.float_option("consumer_timeout", 0)
+            consumer_timeout = parsed.float_option("consumer_timeout", 0)
+        timeout = amqp.timeout_of(parsed)
         return cls(
-            amqp.pika_parameters(parsed, _OPTIONS),
+            amqp.pika_parameters(parsed, _OPTIONS, timeout),
             prefix=parsed.option("prefix", "relay"),
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
             max_attempts=int(attempts),
-            consumer_timeout=timeout,
+            consumer_timeout=consumer_timeout,
             location=parsed.redacted(),
             outcomes_age=age,
+            timeout=timeout,
             **kwargs,
         )
 
@@ -198,8 +208,8 @@ class RabbitMQConsumerBackend:
                     f"job {job.name!r}: max_attempts={job.max_attempts} is above {MAX_ATTEMPTS}, "
                     "the most RabbitMQ consumer mode can fence; lower it"
                 )
-            with self._lock, self._translated(job):
-                self.queues.declare(self._ready_channel(), job.name, job.max_attempts)
+            with self._lock, self._translated(job), self._answered() as channel:
+                self.queues.declare(channel, job.name, job.max_attempts)
                 self._declared.add(job.name)
 
     def publish(
@@ -220,8 +230,7 @@ class RabbitMQConsumerBackend:
             content_type="application/json",
         )  # fmt: skip
         body = json.dumps({"run": run.id}).encode()
-        with self._lock, self._translated():
-            channel = self._ready_channel()
+        with self._lock, self._translated(), self._answered() as channel:
             if run.job not in self._declared:
                 self.queues.declare(channel, run.job, max_attempts)
                 self._declared.add(run.job)
@@ -249,8 +258,8 @@ class RabbitMQConsumerBackend:
         """The runs of ``job`` dead-lettered so far (read without removing them or declaring
         anything)."""
         dead: list[DeadRun] = []
-        with self._lock, self._translated():
-            channel = self._ready_channel().connection.channel()
+        with self._lock, self._translated(), self._answered() as ready:
+            channel = ready.connection.channel()
             try:
                 channel.queue_declare(self.queues.dead_queue(job), passive=True)
                 while len(dead) < limit:
@@ -276,8 +285,7 @@ class RabbitMQConsumerBackend:
         ``False`` (logged) if the broker could not take it: recording never fails a run."""
         body = self.outcomes.body(run, state, reason, error)
         try:
-            with self._lock, self._translated():
-                channel = self._ready_channel()
+            with self._lock, self._translated(), self._answered() as channel:
                 if self.outcomes.name not in self._declared:
                     self.outcomes.declare(channel)
                     self._declared.add(self.outcomes.name)
@@ -294,7 +302,9 @@ class RabbitMQConsumerBackend:
         with self._translated():
             connection = amqp.connect(self._parameters)
             try:
-                records = self.outcomes.read(connection.channel())
+                with amqp.answered_within(connection, self.timeout):
+                    channel = connection.channel()
+                records = self.outcomes.read(channel, self.timeout)
             except ChannelClosedByBroker as exc:
                 if exc.reply_code != amqp.NOT_FOUND:
                     raise
@@ -322,17 +332,26 @@ class RabbitMQConsumerBackend:
 
     # -- connection --------------------------------------------------------------------------
 
+    @contextmanager
+    def _answered(self) -> Iterator[BlockingChannel]:
+        """The ready channel; every wait on its connection in the block ends within
+        :attr:`timeout` (:func:`relay.backends._amqp.answered_within`)."""
+        channel = self._ready_channel()
+        with amqp.answered_within(channel.connection, self.timeout):
+            yield channel
+
     def _ready_channel(self) -> BlockingChannel:
         if self._connection is not None and self._connection.is_open:
             try:
                 # Between ticks nobody services this connection: the broker may have dropped it
                 # for missed heartbeats. Find out before publishing, not by losing a run.
-                self._connection.process_data_events(time_limit=0)
+                with amqp.answered_within(self._connection, self.timeout):
+                    self._connection.process_data_events(time_limit=0)
             except AMQPError:
                 self._connection = None
         before = self._connection
         self._connection, self._channel = amqp.confirm_channel(
-            self._connection, self._channel, self._parameters
+            self._connection, self._channel, self._parameters, self.timeout
         )
         if self._connection is not before:
             self._declared.clear()  # a new connection: declare the queues again

@@ -18,6 +18,7 @@ their attempt unchanged (confirmed), then acked, so the next consumer's attempt 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import threading
@@ -30,7 +31,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
 
-from relay.backends._amqp import connect
+from relay.backends._amqp import answered_within, connect
 from relay.backends._rabbitmq_outcomes import HANDED_OVER, outcome
 from relay.backends._rabbitmq_queues import RunQueues, delivered
 from relay.backends.rabbitmq_consumer import RabbitMQConsumerBackend
@@ -70,7 +71,11 @@ class JobConsumers:
         events: EventBus | None = None,
     ) -> None:
         self._backend = backend
-        self._parameters = parameters
+        # A broker short of memory or disk blocks publishing connections: the backend's own
+        # gives up after its timeout (blocked_connection_timeout), but this one only consumes
+        # and settles, and dropping it would hand its runs in flight to another consumer.
+        self._parameters = copy.copy(parameters)
+        self._parameters.blocked_connection_timeout = None
         self._queues = queues
         self._jobs = [job for job in jobs if job.handler is not None]
         self._owner = owner
@@ -106,22 +111,21 @@ class JobConsumers:
 
     def _consume(self) -> None:
         session = _Session(connect(self._parameters))
+        # Each request waits for the broker's answer within the backend's timeout; consuming
+        # itself waits in short slices, and a broker gone silent is found by the heartbeats.
+        timeout = self._backend.timeout
         try:
-            channel = session.connection.channel()
-            channel.basic_qos(prefetch_count=1)  # per consumer: one run of each job at a time
-            tags = [
-                channel.basic_consume(
-                    self._queues.declare(channel, job.name, job.max_attempts),
-                    partial(self._deliver, session, job),
-                )
-                for job in self._jobs
-            ]
+            with answered_within(session.connection, timeout):
+                channel = session.connection.channel()
+                channel.basic_qos(prefetch_count=1)  # per consumer: one run of each job at a time
+            tags = [self._subscribe(session, channel, job, timeout) for job in self._jobs]
             self.subscribed.set()
             log.info("consuming the run queues of %d job(s) as %s", len(tags), self._owner)
             while not self._stopping.is_set():
                 session.connection.process_data_events(time_limit=0.2)
             for tag in tags:
-                channel.basic_cancel(tag)
+                with answered_within(session.connection, timeout):
+                    channel.basic_cancel(tag)
             deadline = time.monotonic() + self._stop_timeout
             while session.in_flight and time.monotonic() < deadline:
                 session.connection.process_data_events(time_limit=0.1)
@@ -130,6 +134,15 @@ class JobConsumers:
             self.subscribed.clear()
             if session.connection.is_open:
                 session.connection.close()
+
+    def _subscribe(
+        self, session: _Session, channel: BlockingChannel, job: Job, timeout: float
+    ) -> str:
+        """Declare the job's queues and consume its run queue; the consumer tag."""
+        with answered_within(session.connection, timeout):
+            queue = self._queues.declare(channel, job.name, job.max_attempts)
+            tag: str = channel.basic_consume(queue, partial(self._deliver, session, job))
+        return tag
 
     def _deliver(
         self,
