@@ -44,6 +44,9 @@ JOBS = 10_000
 INSTANCES = 3
 BEFORE = 7
 """The schema version before an acquire wrote one row per new run (version 8)."""
+TICK_BEFORE = 8
+"""The version of ``acquire_many`` before racing instances stopped writing once the first had won
+a tick (version 9); the tick is raced with it too, in the same run."""
 ACQUIRE = sections("postgres_queries.sql", "name:")["acquire_one"]
 
 
@@ -251,12 +254,28 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     return millis
 
 
-def tick_race(url: str, minute: int) -> tuple[float, Counter[str], list[float]]:
-    """3 processes each decide the same 10,000 due runs in one acquire_many; wall time and wins."""
+def install_tick_before(base: str, schema: str) -> None:
+    """Add version 8's ``acquire_many`` to ``schema`` as ``acquire_many_v8`` (the tick before)."""
+    text = _MIGRATIONS[TICK_BEFORE]
+    start = text.index("CREATE OR REPLACE FUNCTION {schema}.acquire_many(")
+    body = text[start : text.index("$$;", start) + 3]
+    body = body.replace(".acquire_many(", ".acquire_many_v8(", 1)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(body.replace("{schema}", f'"{schema}"').encode())
+
+
+def tick_race(
+    url: str, minute: int, before: bool = False
+) -> tuple[float, Counter[str], list[float]]:
+    """3 processes each decide the same 10,000 due runs in one acquire_many; wall time and wins.
+
+    ``before``: with version 8's ``acquire_many`` (:func:`install_tick_before`), each won run's
+    ``lost`` event made at once as it was before it was made on first access."""
     start_at = time.time() + 3
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--instance", url, f"i{n}", str(start_at), str(minute)],
+            [sys.executable, __file__, "--instance", url, f"i{n}", str(start_at), str(minute)]
+            + (["before"] if before else []),
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -304,15 +323,22 @@ def raw_instance(base: str, schema: str, start_at: float) -> None:
     print(json.dumps({"won": won, "done": time.time()}))
 
 
-def instance(url: str, owner: str, start_at: float, minute: int) -> None:
+def instance(url: str, owner: str, start_at: float, minute: int, before: bool = False) -> None:
     """One competing instance: a single tick deciding every due run of 10,000 jobs."""
     backend = PostgresLeaseBackend.from_url(url)
+    if before:
+        queries = backend._queries  # the benchmark's own "before": version 8's function
+        queries["acquire_many"] = queries["acquire_many"].replace(
+            ".acquire_many(", ".acquire_many_v8(", 1
+        )
     slot = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=minute)
     requests = [AcquireRequest(f"job-{n:05d}", slot, owner, 60) for n in range(JOBS)]
     backend.now()  # the pool holds a live connection before the race starts
     time.sleep(max(0.0, start_at - time.time()))
     t0 = time.perf_counter()
     results = backend.acquire_many(requests)
+    if before:
+        [result.run.lost for result in results if result.run is not None]
     took = time.perf_counter() - t0
     done = time.time()
     won = [r.run.id for r in results if r.outcome is Outcome.WON and r.run is not None]
@@ -335,6 +361,9 @@ def rows(quick: bool = False) -> list[Row]:
         medians = steps(base, schema, backend, 300 if quick else STEPS)
         batched = batched_heartbeat(backend, 100 if quick else 300)
         server = server_time(1000 if quick else 4000)
+        install_tick_before(base, schema)
+        tick_race(url, 3)  # the jobs' rows made, so both ticks below find them
+        wall_before, wins_before, _ = tick_race(url, 2, before=True)
         wall, wins, _ = tick_race(url, 0)
         raw_wall = raw_race(base, schema)
     finally:
@@ -381,6 +410,11 @@ def rows(quick: bool = False) -> list[Row]:
     figure = f"tick, {JOBS:,} due jobs, {INSTANCES} processes (each once: {once})"
     raw_name = f"{JOBS:,} ids, batched INSERT … ON CONFLICT, {INSTANCES} processes"
     out.append(Row("postgres", figure, wall, "s", raw_wall, raw_name, "<= 3x", ratio_at_most(3.0)))
+    once = sorted(set(wins_before.values())) == [1] and len(wins_before) == JOBS
+    out.append(
+        Row("postgres", f"{figure.split(' (')[0]}, before version {TICK_BEFORE + 1} (each once: "
+            f"{once})", wall_before, "s", raw_wall, raw_name)
+    )  # fmt: skip
     return out
 
 
@@ -391,7 +425,9 @@ def main(base: str) -> None:
     try:
         medians = steps(base, schema, backend)
         server_time(4000)  # prints its figures
+        install_tick_before(base, schema)
         ticks = [tick_race(url, minute) for minute in (1, 0)]
+        ticks.append(tick_race(url, 2, before=True))
         raw_race(base, schema)
     finally:
         backend.close()
@@ -403,7 +439,7 @@ def main(base: str) -> None:
         print(f"{name:>9}: {seconds * 1e3:.3f} ms  = {seconds / raw:.2f}x raw  (target <= 1.5x)")
     pair = medians["acquire"] + medians["finish"]
     print(f"acquire + finish: {pair * 1e3:.3f} ms = {pair / (2 * raw):.2f}x raw per step")
-    labels = ("first tick (new jobs)", "next tick")
+    labels = ("first tick (new jobs)", "next tick", f"a tick before version {TICK_BEFORE + 1}")
     for label, (wall, wins, took) in zip(labels, ticks, strict=True):
         once = sorted(set(wins.values())) == [1] and len(wins) == JOBS
         print(
@@ -417,6 +453,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--raw":
         raw_instance(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--instance":
-        instance(sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
+        instance(
+            sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]), "before" in sys.argv[6:]
+        )
     else:
         main(sys.argv[1] if len(sys.argv) > 1 else default_url())
