@@ -366,6 +366,52 @@ def tick_rounds(base: str, schema: str, rounds: int) -> Ticks:
     return ticks
 
 
+def history_tick(base: str, history: int, rounds: int) -> tuple[float, float]:
+    """Median seconds of one ``acquire_many`` of 10,000 new runs (one process) on a table that
+    already holds ``history`` finished runs, with version 8's function and with today's, taking
+    turns: how the reads of the settled runs scale with the table."""
+    schema = f"relay_bench_{secrets.token_hex(4)}"
+    backend = PostgresLeaseBackend.from_url(_url(base, schema))
+    try:
+        install_tick_before(base, schema)
+        old = PostgresLeaseBackend.from_url(_url(base, schema))
+        queries = old._queries  # version 8's function, as in instance()
+        queries["acquire_many"] = queries["acquire_many"].replace(
+            ".acquire_many(", ".acquire_many_v8(", 1
+        )
+        first = TICK_SLOTS - timedelta(days=1)
+        backend.acquire_many([AcquireRequest(f"job-{n:05d}", first, "b", 60) for n in range(JOBS)])
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                f"""INSERT INTO "{schema}".runs (run_id, job, slot, state, attempt, token,
+                                                 updated_at, finished_at)
+                SELECT 'job-' || lpad((g %% {JOBS})::text, 5, '0') || '@old' || g,
+                       'job-' || lpad((g %% {JOBS})::text, 5, '0'),
+                       now() - interval '2 days' - g * interval '1 second', 'succeeded', 1, 1,
+                       now(), now()
+                FROM generate_series(1, %s) AS g""".encode(),
+                (history,),
+            )
+            conn.execute(f'ANALYZE "{schema}".runs')
+        took: dict[bool, list[float]] = {True: [], False: []}
+        for k in range(rounds):
+            for before in (True, False) if k % 2 == 0 else (False, True):
+                slot = first + timedelta(minutes=2 * k + 1 + before)
+                requests = [AcquireRequest(f"job-{n:05d}", slot, "b", 60) for n in range(JOBS)]
+                t0 = time.perf_counter()
+                (old if before else backend).acquire_many(requests)
+                took[before].append(time.perf_counter() - t0)
+        old.close()
+    finally:
+        backend.close()
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    print(f"acquire_many of {JOBS:,} new runs, {history:,} runs of history: before "
+          + ", ".join(f"{t:.3f}" for t in took[True]) + " s; today "
+          + ", ".join(f"{t:.3f}" for t in took[False]) + " s")  # fmt: skip
+    return statistics.median(took[True]), statistics.median(took[False])
+
+
 def instance(url: str, owner: str, start_at: float, slot_s: int, before: bool = False) -> None:
     """One competing instance: a single tick deciding every due run of 10,000 jobs."""
     backend = PostgresLeaseBackend.from_url(url)
@@ -405,6 +451,8 @@ def rows(quick: bool = False) -> list[Row]:
         batched = batched_heartbeat(backend, 100 if quick else 300)
         server = server_time(1000 if quick else 4000)
         ticks = tick_rounds(base, schema, 3 if quick else 5)
+        history = 200_000 if quick else 500_000
+        history_before, history_now = history_tick(base, history, 3)
     finally:
         backend.close()
         with psycopg.connect(base, autocommit=True) as conn:
@@ -455,6 +503,11 @@ def rows(quick: bool = False) -> list[Row]:
     out.append(
         Row("postgres", f"{figure}, before version {TICK_BEFORE + 1} (each once: "
             f"{ticks.once_before})", statistics.median(ticks.before), "s", raw_wall, raw_name)
+    )  # fmt: skip
+    out.append(
+        Row("postgres", f"acquire_many of {JOBS:,} new runs, one process, {history:,} runs of "
+            "history (median of 3)", history_now, "s", history_before,
+            f"version {TICK_BEFORE}'s function")
     )  # fmt: skip
     return out
 
