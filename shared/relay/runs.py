@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from relay.errors import ConfigurationError, LeaseLost
 
@@ -139,6 +139,35 @@ class RunState(str, enum.Enum):
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED)
 
 
+class _LostEvent:
+    """:attr:`Run.lost`: the ``threading.Event`` made on first access, not with every ``Run``.
+
+    A tick of 10,000 won runs made 10,000 events (a lock and a condition each) that a runner
+    would mostly never look at. Passed in (``Run(..., lost=event)``, ``dataclasses.replace``),
+    the given event is the run's, as before.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    @overload
+    def __get__(self, run: None, owner: type) -> _LostEvent: ...
+    @overload
+    def __get__(self, run: Run, owner: type) -> threading.Event: ...
+    def __get__(self, run: Run | None, owner: type) -> _LostEvent | threading.Event:
+        if run is None:
+            return self  # the dataclass's default: no event given
+        event: threading.Event | None = run.__dict__.get(self._slot)
+        if event is None:
+            # setdefault is atomic: two threads asking at once get the same event.
+            event = run.__dict__.setdefault(self._slot, threading.Event())
+        return event
+
+    def __set__(self, run: Run, value: threading.Event | _LostEvent) -> None:
+        if isinstance(value, threading.Event):
+            run.__dict__[self._slot] = value  # frozen: set once, by __init__
+
+
 @dataclass(frozen=True)
 class Run:
     """One run a process holds: what a handler receives.
@@ -154,7 +183,7 @@ class Run:
     attempt: int
     token: int
     owner: str
-    lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    lost: _LostEvent = field(default=_LostEvent(), compare=False, repr=False)
     """Set by the runner once this attempt no longer owns the run: its lease could not be
     renewed before it ran out, or the store gave the run to a newer token. A long handler
     checks it (or calls :meth:`check`) and stops: whatever it does after that may be done

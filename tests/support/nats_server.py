@@ -47,10 +47,14 @@ def free_port() -> int:
 class NatsServer:
     """One nats-server process with JetStream on 127.0.0.1, its store and log in ``store_dir``."""
 
-    def __init__(self, binary: Path, store_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, binary: Path, store_dir: Path, port: int | None = None, monitor: bool = False
+    ) -> None:
         self.binary = binary
         self.store_dir = store_dir
         self.port = port or free_port()
+        self.http_port = free_port() if monitor else None
+        """With ``monitor``, the port of the server's monitoring pages (``/varz``, ``/jsz``)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +67,8 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             [str(self.binary), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-             "-sd", str(self.store_dir), "-l", str(self.store_dir / "server.log")],
+             "-sd", str(self.store_dir), "-l", str(self.store_dir / "server.log")]
+            + ([] if self.http_port is None else ["-m", str(self.http_port)]),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -160,8 +160,8 @@ $$;
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body, and acquire_one's, stand as migration 0008 wrote them (the catalog test compares bodies
--- to the letter): their notes "see version 1" point at the steps above.
+-- Its body stands as migration 0009 wrote it, acquire_one's as 0008 did (the catalog test compares
+-- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
     p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[],
@@ -173,17 +173,19 @@ DECLARE
     v_rounds integer;
     v_now timestamptz := clock_timestamp();
     v_settled text[];
+    v_again text[];
     v_jobs text[];
     v_paused text[];
 BEGIN
     -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
+    -- One index probe per request (version 9): a join could hash the whole table of runs, whose
+    -- history only grows.
     SELECT array_agg(
-               CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
-                    WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held'
-               END ORDER BY r.idx)
+               (SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                            WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                FROM {schema}.runs AS s WHERE s.run_id = r.run_id) ORDER BY r.idx)
     INTO v_settled
-    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx)
-    LEFT JOIN {schema}.runs AS s ON s.run_id = r.run_id;
+    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx);
     RETURN QUERY
     SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
     FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
@@ -206,6 +208,21 @@ BEGIN
     FROM (SELECT name, paused_at FROM {schema}.jobs WHERE name = ANY (v_jobs)
           ORDER BY name FOR UPDATE) AS l;
     v_now := clock_timestamp();
+    -- Settled again (version 9): an instance that waited above for another's locks finds what that
+    -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
+    -- racing instances each write nothing once the first has won the tick.
+    SELECT array_agg(
+               coalesce(r.settled, (
+                   SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                               WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                   FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
+    INTO v_again
+    FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+    RETURN QUERY
+    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+    FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
+    WHERE r.outcome IS NOT NULL AND r.before IS NULL;
+    v_settled := v_again;
     PERFORM 1 FROM {schema}.runs
     WHERE run_id = ANY (p_run_ids)
       AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
@@ -272,9 +289,14 @@ BEGIN
                 coalesce(l.s_attempt, 0) + 1 AS attempt
             FROM looked AS l
         ), tokens AS (
-            -- Drawn without writing the job's row (version 8): see next_token.
+            -- Drawn without writing the job's row (version 8), as next_token draws it; written
+            -- out here (version 9): a PL/pgSQL call per run cost more than the index probe.
             SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
-                   d.failures, d.attempt, {schema}.next_token(j.name, j.token) AS token,
+                   d.failures, d.attempt,
+                   greatest(
+                       greatest(j.token, (SELECT r.token FROM {schema}.runs AS r
+                                          WHERE r.job = d.job ORDER BY r.token DESC LIMIT 1)) + 1,
+                       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AS token,
                    d.schedule_version, d.won_version
             FROM decided AS d JOIN {schema}.jobs AS j ON j.name = d.job
             WHERE d.outcome = 'won'
