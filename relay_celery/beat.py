@@ -19,7 +19,7 @@ from relay import clock as relay_clock
 from relay.backends import LEASE_BACKENDS, Backend
 from relay.engine import Decider, Loop, Won
 from relay.engine.stored import ScheduleFeed
-from relay.errors import BackendUnavailable, ConfigurationError, UnsupportedOption
+from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import Job, make_job
 from relay.runs import HEADER
 from relay.schedule_store import stores_schedules
@@ -128,12 +128,8 @@ class RelayScheduler(Scheduler):
         )  # fmt: skip
 
     def _start_feed(self, feed: ScheduleFeed | None) -> None:
-        if feed is None:
-            return
-        try:
-            feed.start()
-        except BackendUnavailable as exc:  # the loop applies them once the store answers
-            log.warning("relay: could not read the stored schedules yet: %s", exc)
+        if feed is not None:
+            feed.start_when_reachable()
 
     def _stored_task(self, schedule: StoredSchedule) -> StoredTask | None:
         """What a stored schedule's run publishes, if its task is allowed here."""

@@ -22,7 +22,7 @@ from relay import clock as relay_clock
 from relay.durations import Duration
 from relay.engine import Decider, Loop, Step, Won
 from relay.engine.stored import ScheduleFeed
-from relay.errors import BackendUnavailable, ConfigurationError
+from relay.errors import ConfigurationError
 from relay.jobs import check_tick
 from relay.runs import HEADER
 from relay.schedule_store import stores_schedules
@@ -87,12 +87,8 @@ class _Group:
 
     def start(self) -> None:
         """Apply the stored schedules; refuse a periodic actor that has a stored schedule's name."""
-        if self.feed is None:
-            return
-        try:
-            self.feed.start()
-        except BackendUnavailable as exc:  # the loop applies them once the store answers
-            log.warning("could not read the stored schedules yet: %s", exc)
+        if self.feed is not None:
+            self.feed.start_when_reachable()
 
     def step(self) -> Step:
         """One step of the loop; each won run is enqueued."""

@@ -398,12 +398,8 @@ class Scheduler(Generic[BackendT]):
             await self._serve_task
 
     def _start_feed(self) -> None:
-        if self.feed is None:
-            return
-        try:
-            self.feed.start()
-        except BackendUnavailable as exc:  # the loop applies them once the store answers
-            log.warning("could not read the stored schedules yet: %s", exc)
+        if self.feed is not None:
+            self.feed.start_when_reachable()
 
     def stop(self) -> None:
         """Ask :meth:`run` or :meth:`serve` to return; safe from any thread or signal handler."""

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from relay.engine.deciding import Decider
-from relay.errors import ConfigurationError
+from relay.errors import BackendUnavailable, ConfigurationError
 from relay.events import ScheduleApplied, ScheduleNotRunnable
 from relay.jobs import Job
 from relay.schedule_store import ScheduleStore
@@ -75,6 +75,14 @@ class ScheduleFeed:
         self._code: set[str] | None = None
         decider.schedule_versions = self.stored
         decider.job_at_version = self.job_at
+
+    def start_when_reachable(self) -> None:
+        """:meth:`start`, or a warning while the store cannot be reached: the loop's steps apply
+        the stored schedules once it answers. What every host calls before its loop."""
+        try:
+            self.start()
+        except BackendUnavailable as exc:
+            log.warning("could not read the stored schedules yet: %s", exc)
 
     def start(self) -> None:
         """Apply every stored schedule now; refuse a code job that has a stored schedule's name.
