@@ -97,13 +97,28 @@ def text(element: Any) -> str:
 
 def after_click(driver: Any, selector: str, then: str) -> Any:
     """Click ``selector``, then wait for ``then`` on the page that follows; return it."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
+
+    def left(_: Any) -> bool:
+        """The page clicked on is gone. Mid-navigation Chromium may answer "does not belong to
+        the document" (a WebDriverException) instead of a stale element: the same fact."""
+        try:
+            old.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" not in str(exc):
+                raise
+            return True
+        return False
+
     driver.find_element(By.CSS_SELECTOR, selector).click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 20).until(left)
     return WebDriverWait(driver, 20).until(
         expected_conditions.presence_of_element_located((By.CSS_SELECTOR, then))
     )
