@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 
 from relay import Control, RunState
 from relay.runs import parse_run_id
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, stop_all
 from tests.test_scheduler_processes import start, wait_for
 
 
@@ -32,14 +31,7 @@ def instances(url: str, log: Path, count: int, **options: Any) -> Iterator[None]
     try:
         yield
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(procs)
 
 
 @pytest.mark.slow

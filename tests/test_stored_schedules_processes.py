@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 
 from relay import Control
 from relay.runs import parse_run_id
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, stop_all
 
 MARGIN = timedelta(seconds=2)
 """Slots this close after a change may still be decided by the definition before it: the change
@@ -50,18 +49,6 @@ def wait_for(predicate: Any, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.slow
 def test_three_instances_apply_each_change_and_run_each_slot_once(
     lease_url: str, tmp_path: Path
@@ -85,7 +72,7 @@ def test_three_instances_apply_each_change_and_run_each_slot_once(
             removed = control.schedule_history("tick")[-1].at
             time.sleep(3)
     finally:
-        stop(procs)
+        stop_all(procs)
     found = runs(log)
     assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
     slots = Counter(slot for slot, *_ in found)
@@ -111,6 +98,6 @@ def test_a_code_job_with_a_stored_schedules_name_refuses_to_start(
     try:
         assert proc.wait(timeout=60) == 3
     finally:
-        stop([proc])
+        stop_all([proc])
     assert "code job(s) 'nightly'" in log.read_text()
     assert "stored schedule" in log.read_text()

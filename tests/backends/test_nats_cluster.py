@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from relay.backends.nats_kv import NatsLeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError
 from relay.runs import parse_run_id
 from tests.support.nats_cluster import NatsCluster, NatsNode, nats_cluster
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, stop_all
 
 pytestmark = [pytest.mark.nats_kv, pytest.mark.slow]
 
@@ -261,18 +260,6 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_instances_starting_together_on_a_new_replicated_bucket_all_start(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 from relay import open_backend
 from relay.backends._redis import job_base
 from relay.runs import run_id
+from tests.support.procs import stop_all
 from tests.support.redis_cluster import Failover, own_redis_cluster_with_replicas
 
 __all__ = ["FINISH_TRIES", "JOB", "Race", "race"]
@@ -121,7 +121,7 @@ def race(folder: Path, query: str, *, failovers: int, lag: float, pause: float =
             procs.append(_spawn(folder, url, "late"))
             time.sleep(SETTLE)
         finally:
-            _stop(procs)  # a run in flight finishes first: a SIGTERM waits for it
+            stop_all(procs)  # a run in flight finishes first: a SIGTERM waits for it
         backend = open_backend(url)
         records = {r.id: r.state.value for r in backend.runs(JOB, limit=10_000)}
         backend.close()
@@ -156,15 +156,3 @@ def _wait_ready(folder: Path, procs: list[subprocess.Popen[bytes]]) -> None:
 def _read(folder: Path) -> list[dict[str, Any]]:
     path = folder / "runs.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

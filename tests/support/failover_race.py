@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 from relay.runs import parse_run_id, run_id
 from tests.support.event_log import read_events
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, stop_all
 
 __all__ = ["RaceResult", "judge", "race"]
 
@@ -89,15 +88,7 @@ def _instances(url: str, folder: Path, count: int) -> Iterator[list[subprocess.P
                 )
         yield procs
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(procs)
 
 
 def race(

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,18 @@ def close(proc: subprocess.Popen[str]) -> str:
     if proc.stdout is not None:
         proc.stdout.close()
     return stderr
+
+
+def stop_all(procs: Iterable[subprocess.Popen[Any]], timeout: float = 30) -> None:
+    """SIGTERM every process still running (all at once: they hand over in parallel), then wait
+    for each; one that outlives ``timeout`` is killed."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
