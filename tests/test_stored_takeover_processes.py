@@ -13,7 +13,8 @@ import pytest
 
 from relay import Control
 from relay.runs import run_id
-from tests.test_stored_schedules_processes import runs, start, stop, wait_for
+from tests.support.procs import stop_all
+from tests.test_stored_schedules_processes import runs, start, wait_for
 
 
 @pytest.mark.slow
@@ -39,7 +40,7 @@ def test_a_run_taken_over_after_an_edit_runs_the_version_it_was_leased_with(
             wait_for(lambda: any(r[0] > first for r in runs(log)), 60)
             records = {r.id: r for r in control.runs("job")}
     finally:
-        stop(procs)
+        stop_all(procs)
     found = runs(log)
     # B took the run over and ran it as it was leased: version 1, its arguments.
     assert [r for r in found if r[0] == first] == [(first, [1], 1, "a"), (first, [1], 1, "b")]
