@@ -51,7 +51,10 @@ def read_events(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
     """The events logged so far (of type ``kind``), in the order they were written."""
     if not path.exists():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    # Other processes append as this one reads: a last line without its newline is half-written.
+    complete = text[: text.rfind("\n") + 1]
+    lines = [json.loads(line) for line in complete.splitlines() if line.strip()]
     events = [e for e in lines if "relay_event" in e]
     return [e for e in events if kind is None or e["relay_event"] == kind]
 
