@@ -44,10 +44,10 @@ wal_retrieve_retry_interval = 1s
 class PgNode:
     """One server of the pair, on a port it keeps through every failover."""
 
-    def __init__(self, pair: PgPair, name: str) -> None:
+    def __init__(self, pair: PgPair, name: str, *, not_port: int = 0) -> None:
         self.pair = pair
         self.name = name
-        self.port = _pick_port()
+        self.port = _pick_port(not_port)
         self.data = pair.root / name
 
     @property
@@ -109,7 +109,7 @@ class PgPair:
         if self._as_postgres:
             shutil.chown(self.root, "postgres", "postgres")
         self.primary = PgNode(self, "a")
-        self.standby = PgNode(self, "b")
+        self.standby = PgNode(self, "b", not_port=self.primary.port)
         self.url = (
             f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
             "/postgres"
@@ -222,11 +222,14 @@ def pg_pair(*, synchronous: bool) -> Iterator[PgPair]:
         pair.stop()
 
 
-def _pick_port() -> int:
+def _pick_port(not_port: int = 0) -> int:
     """A free loopback port below the ephemeral range: no outgoing connection takes it while a
-    node is down between a kill and its rebuild (the URL names it for good)."""
+    node is down between a kill and its rebuild (the URL names it for good). ``not_port``: the
+    other node's, picked but not bound yet (both nodes once drew the same one)."""
     while True:
         port = random.randint(15000, 30000)
+        if port == not_port:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
