@@ -54,18 +54,9 @@ WHERE s.run_id = due.run_id
 RETURNING s.run_id, due.token
 
 -- name: finish
-UPDATE {schema}.runs SET
-    state = CASE WHEN %(ok)s THEN 'succeeded'
-                 WHEN failures + 1 >= max_attempts THEN 'failed'
-                 ELSE 'pending' END,
-    failures = failures + CASE WHEN %(ok)s THEN 0 ELSE 1 END,
-    error = %(error)s,
-    expires_at = NULL,
-    finished_at = CASE WHEN %(ok)s OR failures + 1 >= max_attempts THEN clock_timestamp() END,
-    reason = CASE WHEN %(ok)s THEN NULL ELSE 'failed' END,
-    updated_at = clock_timestamp()
-WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
-RETURNING state
+-- No row when the lease was lost (see finished_again).
+SELECT o_state
+FROM {schema}.finish(%(run_id)s, %(token)s::bigint, %(ok)s::boolean, %(error)s::text)
 
 -- name: finished_again
 -- What a finish by this token recorded, if one did: the same finish sent again changes nothing.

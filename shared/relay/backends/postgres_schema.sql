@@ -466,6 +466,30 @@ BEGIN
 END
 $$;
 
+-- finish: a run's outcome, as the statement it replaces (version 10) wrote it: a top-level UPDATE
+-- was planned at every call (the backend prepares nothing, for transaction-mode poolers), which
+-- cost the server more than the update itself; PL/pgSQL keeps the plan for the session. No row when
+-- the lease was lost (the caller reads the run to say how).
+CREATE FUNCTION {schema}.finish(p_run_id text, p_token bigint, p_ok boolean, p_error text)
+RETURNS TABLE (o_state text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE {schema}.runs SET
+        state = CASE WHEN p_ok THEN 'succeeded'
+                     WHEN failures + 1 >= max_attempts THEN 'failed'
+                     ELSE 'pending' END,
+        failures = failures + CASE WHEN p_ok THEN 0 ELSE 1 END,
+        error = p_error,
+        expires_at = NULL,
+        finished_at = CASE WHEN p_ok OR failures + 1 >= max_attempts THEN clock_timestamp() END,
+        reason = CASE WHEN p_ok THEN NULL ELSE 'failed' END,
+        updated_at = clock_timestamp()
+    WHERE run_id = p_run_id AND token = p_token AND state = 'running'
+    RETURNING state;
+END
+$$;
+
 -- skip: record a run skipped unless it has a record. Holds the job's row like acquire_many, so a
 -- skip never lands between an acquire's read and its write.
 CREATE FUNCTION {schema}.skip(p_run_id text, p_job text, p_slot timestamptz, p_reason text)
