@@ -6,7 +6,7 @@ at the end. It prints figures and ratios; targets: each lease step within 1.5x o
 and a tick of 10,000 due jobs raced by 3 processes within 3x the same race of one batched raw
 ``INSERT … ON CONFLICT DO NOTHING`` per process (the absolute time beside it), every run claimed
 exactly once.
-It also gives the server's own execution time per step against the raw insert's
+It also gives the server's own planning and execution time per step against the raw insert's
 (``pg_stat_statements``, on a PostgreSQL server the benchmark starts with it preloaded, so the
 shared server's configuration is left alone), what each acquire writes there (rows inserted and
 updated, ``pg_stat_user_tables``; WAL bytes, ``pg_current_wal_lsn()``), and the same acquire on a
@@ -141,7 +141,9 @@ def server_time(count: int, rounds: int = 20) -> tuple[dict[str, float], dict[st
     On a server of the benchmark's own with ``pg_stat_statements`` preloaded: each round runs
     ``count / rounds`` raw inserts, then acquires, heartbeats and finishes as many runs, each
     batch between ``pg_stat_statements_reset()`` and the sum of its top-level statements'
-    ``total_exec_time`` (the time in the executor, not the commit's flush), divided by the steps.
+    ``total_plan_time`` and ``total_exec_time`` (planning and the executor, not the commit's
+    flush), divided by the steps. Planning counts: the backend prepares nothing, so a top-level
+    statement is planned at every call, while a PL/pgSQL function's statements keep their plans.
     """
     from tests.backends.pg_server import OwnPostgres, find_bin
 
@@ -149,7 +151,8 @@ def server_time(count: int, rounds: int = 20) -> tuple[dict[str, float], dict[st
         def start(self) -> None:
             self._pg_ctl("start", "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 "
                          f"-c unix_socket_directories={self.root} -c fsync=off "
-                         "-c shared_preload_libraries=pg_stat_statements")  # fmt: skip
+                         "-c shared_preload_libraries=pg_stat_statements "
+                         "-c pg_stat_statements.track_planning=on")  # fmt: skip
 
     bindir = find_bin()
     if bindir is None:
@@ -245,13 +248,16 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
                 for n in range(r * per_round, (r + 1) * per_round):
                     call(n)
                 row = conn.execute(
-                    "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements"
-                    " WHERE query NOT LIKE '%pg_stat_statements%'"
+                    "SELECT coalesce(sum(total_plan_time + total_exec_time), 0)"
+                    " FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'"
                 ).fetchone()
                 figures[step].append(float(row[0] if row else 0) / per_round)
     backend.close()
     millis = {step: statistics.median(values) for step, values in figures.items()}
-    print(f"server's execution time per step (pg_stat_statements, median of {rounds} rounds):")
+    print(
+        f"server's planning + execution time per step (pg_stat_statements, median of {rounds}"
+        " rounds):"
+    )
     for step, value in millis.items():
         print(f"  {step:<40} {value * 1e3:7.1f} us   {value / millis['raw']:.2f}x raw INSERT")
     return millis
