@@ -106,8 +106,9 @@ ON CONFLICT (key) DO NOTHING;
 -- its last commits (restored from a backup, failed over to a replica that was behind, or run with
 -- synchronous_commit or fsync off) never hands a token out twice: the counter went back with the
 -- lost commits, the clock did not. A clock that goes back only leaves the counter growing by one.
--- Tokens are drawn by next_token, which applies the same floor; this trigger floors what is still
--- written to jobs.token (a counter set back, a token column written by hand or by version 7).
+-- Tokens are drawn by next_token's formula, which applies the same floor; this trigger floors
+-- what is still written to jobs.token (a counter set back, a token column written by hand or by
+-- version 7).
 CREATE FUNCTION {schema}.floor_token() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -160,7 +161,7 @@ $$;
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body stands as migration 0009 wrote it, acquire_one's as 0008 did (the catalog test compares
+-- Its body stands as migration 0009 wrote it, acquire_one's as 0010 did (the catalog test compares
 -- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -344,11 +345,11 @@ $$;
 
 -- acquire_one: the same decision for one request, written step by step: a few index lookups, so a
 -- single acquire costs little more than the insert it makes. It holds the job's row (locked, not
--- written) and draws its next token (next_token; a token the decision does not use is skipped:
--- tokens only have to grow). The common case is one insert: a run nobody had recorded, with no
--- rule to check; if another instance recorded it while this one waited for the job's row, the
--- insert does nothing and the full decision reads what that instance wrote. Keep it in step with
--- acquire_many.
+-- written) and draws its next token (as next_token does; a token the decision does not use is
+-- skipped: tokens only have to grow). The common case is one insert: a run nobody had recorded,
+-- with no rule to check; if another instance recorded it while this one waited for the job's row,
+-- the insert does nothing and the full decision reads what that instance wrote. Keep it in step
+-- with acquire_many.
 CREATE FUNCTION {schema}.acquire_one(
     p_run_id text, p_job text, p_slot timestamptz, p_owner text, p_lease float8,
     p_max_attempts integer, p_overlap boolean, p_stale float8, p_buffer boolean,
@@ -382,7 +383,12 @@ BEGIN
         SELECT token, paused_at IS NOT NULL INTO v_token, v_paused
         FROM {schema}.jobs WHERE name = p_job FOR UPDATE;
     END IF;
-    v_token := {schema}.next_token(p_job, v_token);
+    -- next_token's formula, written out (version 10): the nested PL/pgSQL call cost more than
+    -- its index probe.
+    v_token := greatest(
+        greatest(v_token, (SELECT r.token FROM {schema}.runs AS r WHERE r.job = p_job
+                           ORDER BY r.token DESC LIMIT 1)) + 1,
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     v_now := clock_timestamp();
     IF NOT v_recorded AND NOT p_overlap AND NOT p_buffer AND NOT v_paused
        AND (p_stale IS NULL OR extract(epoch FROM v_now - p_slot) <= p_stale) THEN
