@@ -94,6 +94,9 @@ Was 256: a tick that leased more jobs than that renewed and finished each one wi
 (an LRU cycled by more keys than it holds keeps none of them)."""
 KNOWN_BYTES = 8 * 2**20
 """At most this many bytes of remembered values (a job's key is 0.5 to 3 KB)."""
+KNOWN_DECODED = 256
+"""Of the remembered keys, the most recently written keep their value decoded too, so the next
+step skips decoding it (a decoded value takes about four times its JSON's size)."""
 NO_CONSUMERS_FOR = 5.0
 """Seconds a listing of the jobs reads every key through the stream's leader, without trying a
 consumer, after a consumer could not be made (the cluster's meta leader is being replaced)."""
@@ -397,11 +400,12 @@ class NatsLeaseBackend(NatsSchedules):
             known = self._known.take(key)
             data: bytes | None
             if known is not None:
-                now_ms, (data, revision) = await self._clock.now_ms(), known
+                now_ms, (data, revision, decoded) = await self._clock.now_ms(), known
+                state = JobState.decode(job, data) if decoded is None else decoded
             else:
                 clock, read = self._clock.now_ms(), self._get(key)
                 now_ms, (data, revision) = await asyncio.gather(clock, read)
-            state = JobState.decode(job, data)
+                state = JobState.decode(job, data)
             archived = await self._archived(state, probe)
             # A decision that writes nothing (or refuses the step) must rest on a fresh read: only
             # a won swap shows the remembered value was still current.
@@ -422,7 +426,8 @@ class NatsLeaseBackend(NatsSchedules):
             value = state.encode()
             written = await self._swap(key, value, revision)
             if written:
-                self._known.keep(key, value, written)
+                state.changed = False
+                self._known.keep(key, value, written, state)
                 return result
             if known is None:
                 await asyncio.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
@@ -825,30 +830,40 @@ class NatsLeaseBackend(NatsSchedules):
 
 class _Known:
     """The values this process wrote last to job keys, with their revisions: at most
-    :data:`KNOWN_KEYS` keys and :data:`KNOWN_BYTES` bytes, the least recently written dropped."""
+    :data:`KNOWN_KEYS` keys and :data:`KNOWN_BYTES` bytes, the least recently written dropped;
+    the :data:`KNOWN_DECODED` most recent also decoded."""
 
     def __init__(self) -> None:
         self._values: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._decoded: OrderedDict[str, JobState] = OrderedDict()
         self._bytes = 0
 
-    def take(self, key: str) -> tuple[bytes, int] | None:
-        """The key's remembered value and revision, forgotten (a won swap keeps the new ones)."""
+    def take(self, key: str) -> tuple[bytes, int, JobState | None] | None:
+        """The key's remembered value, revision and decoded value (if kept), forgotten: the
+        caller may change the decoded value, and a won swap keeps the new one."""
         known = self._values.pop(key, None)
-        if known is not None:
-            self._bytes -= len(known[0])
-        return known
+        if known is None:
+            return None
+        self._bytes -= len(known[0])
+        return known[0], known[1], self._decoded.pop(key, None)
 
-    def keep(self, key: str, value: bytes, revision: int) -> None:
-        """Remember what this process just wrote to ``key``."""
+    def keep(self, key: str, value: bytes, revision: int, decoded: JobState) -> None:
+        """Remember what this process just wrote to ``key`` (``decoded``: ``value`` decoded)."""
         self.take(key)
         self._values[key] = (value, revision)
+        self._decoded[key] = decoded
         self._bytes += len(value)
         while len(self._values) > KNOWN_KEYS or self._bytes > KNOWN_BYTES:
-            self._bytes -= len(self._values.popitem(last=False)[1][0])
+            old, (dropped, _) = self._values.popitem(last=False)
+            self._bytes -= len(dropped)
+            self._decoded.pop(old, None)
+        while len(self._decoded) > KNOWN_DECODED:
+            self._decoded.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every key."""
         self._values.clear()
+        self._decoded.clear()
         self._bytes = 0
 
 
