@@ -141,6 +141,11 @@ class JobState:
     spec: str | None = None
     paused: dict[str, Any] | None = None
     """While the job is paused: ``at`` (server ms), ``by`` and ``reason``."""
+    _encoded: dict[int, tuple[tuple[tuple[str, Any], ...], str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """Each run's JSON as :meth:`encode` last wrote it, with the fields it was made from: a state
+    kept between steps (``relay.backends.nats_kv``) re-encodes only the runs that changed."""
 
     @classmethod
     def decode(cls, job: str, data: bytes | None) -> JobState:
@@ -157,15 +162,26 @@ class JobState:
         )  # fmt: skip
 
     def encode(self) -> bytes:
-        """JSON for the job's key."""
+        """JSON for the job's key (the same bytes as ``json.dumps`` of it would be)."""
         value = {
             "format": FORMAT, "job": self.job, "token": self.token, "last_slot": self.last_slot,
-            "runs": {str(slot): fields.values() for slot, fields in self.runs.items()},
+            "runs": {},
         }  # fmt: skip
         for name in ("spec", "paused"):  # only when set: keys written before stay the same
             if getattr(self, name) is not None:
                 value[name] = getattr(self, name)
-        return _JSON.encode(value).encode()
+        # A JSON string escapes every '"' in it: the first "runs":{} is this dict's key.
+        head, _, tail = _JSON.encode(value).partition('"runs":{}')
+        encoded, parts = {}, []
+        for slot, fields in self.runs.items():
+            stored = fields.values()
+            made = tuple(stored.items())
+            last = self._encoded.get(slot)
+            text = last[1] if last is not None and last[0] == made else _JSON.encode(stored)
+            encoded[slot] = (made, text)
+            parts.append(f'"{slot}":{text}')
+        self._encoded = encoded
+        return f'{head}"runs":{{{",".join(parts)}}}{tail}'.encode()
 
     def may_be_archived(self, slot: int) -> bool:
         """Whether a run not in this key may still have a record in its archive key."""
