@@ -228,6 +228,8 @@ class NatsLeaseBackend(NatsSchedules):
             return await self._step(job, [_key(r) for r in mine], change)
 
         async def decide_all() -> list[list[AcquireResult]]:
+            if len(by_job) == 1:  # one job (every acquire): no task to gather
+                return [await decide_job(*next(iter(by_job.items())))]
             return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
 
         results: list[AcquireResult | None] = [None] * len(requests)
