@@ -191,11 +191,10 @@ class JobState:
         """Finished runs beyond the newest ``KEEP_FINISHED``, once there are ``KEEP_FINISHED``
         more (so they move in batches, written at once): write them to their own keys first, then
         drop them from this key (:meth:`drop`)."""
-        finished = sorted(
-            (s for s, f in self.runs.items() if f.state in _FINAL), key=abs, reverse=True
-        )
-        if len(finished) < 2 * KEEP_FINISHED:
+        finished = [s for s, f in self.runs.items() if f.state in _FINAL]
+        if len(finished) < 2 * KEEP_FINISHED:  # most steps: nothing to sort
             return {}
+        finished.sort(key=abs, reverse=True)
         return {slot: self.runs[slot] for slot in finished[KEEP_FINISHED:]}
 
     def drop(self, slots: list[int]) -> None:
