@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any
 
@@ -58,6 +59,8 @@ lease step decodes and re-encodes the whole key, so it stays small (was 32: a th
 time went to JSON; see docs/performance.md)."""
 _FINAL = frozenset(state.value for state in RunState if state.final)
 FORMAT = 1
+_JSON = json.JSONEncoder(separators=(",", ":"))
+"""What ``json.dumps(value, separators=(",", ":"))`` uses, made once rather than per call."""
 
 
 @dataclass
@@ -87,18 +90,30 @@ class RunFields:
     def values(self) -> dict[str, Any]:
         """The fields as stored in JSON."""
         value = vars(self)
-        if self.schedule_version is None:
-            value = {k: v for k, v in value.items() if k != "schedule_version"}
+        if self.schedule_version is None and "schedule_version" in value:
+            value = value.copy()
+            del value["schedule_version"]
         return value
 
     def encode(self) -> bytes:
         """JSON for a run's own (archive) key."""
-        return json.dumps(self.values(), separators=(",", ":")).encode()
+        return _JSON.encode(self.values()).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> RunFields:
         """Read what :meth:`encode` wrote."""
-        return cls(**json.loads(data))
+        return cls.from_values(json.loads(data))
+
+    @classmethod
+    def from_values(cls, value: dict[str, Any]) -> RunFields:
+        """The run whose stored fields :meth:`values` gave: ``value`` (parsed JSON, owned by the
+        caller no longer) becomes the instance's own attributes, without a copy; a field left out
+        (``schedule_version``) reads as its default, as through the constructor."""
+        if "state" not in value or not value.keys() <= _RUN_FIELDS:
+            return cls(**value)  # refuses it, naming the field
+        run = object.__new__(cls)
+        run.__dict__ = value
+        return run
 
     def record(self, job: str, slot: int) -> RunRecord:
         """The run as the contract reports it."""
@@ -109,6 +124,9 @@ class RunFields:
             started_at=_time(self.started_ms), finished_at=_time(self.finished_ms),
             error=self.error, schedule_version=self.schedule_version,
         )  # fmt: skip
+
+
+_RUN_FIELDS = frozenset(f.name for f in dataclass_fields(RunFields))
 
 
 @dataclass
@@ -123,6 +141,11 @@ class JobState:
     spec: str | None = None
     paused: dict[str, Any] | None = None
     """While the job is paused: ``at`` (server ms), ``by`` and ``reason``."""
+    _encoded: dict[int, tuple[tuple[tuple[str, Any], ...], str]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """Each run's JSON as :meth:`encode` last wrote it, with the fields it was made from: a state
+    kept between steps (``relay.backends.nats_kv``) re-encodes only the runs that changed."""
 
     @classmethod
     def decode(cls, job: str, data: bytes | None) -> JobState:
@@ -132,22 +155,33 @@ class JobState:
         value: dict[str, Any] = json.loads(data)
         if value.get("format") != FORMAT:
             raise ValueError(f"unknown format {value.get('format')!r} for job {job!r}")
-        runs = {int(slot): RunFields(**fields) for slot, fields in value["runs"].items()}
+        runs = {int(slot): RunFields.from_values(run) for slot, run in value["runs"].items()}
         return cls(
             job, value["token"], value["last_slot"], runs,
             spec=value.get("spec"), paused=value.get("paused"),
         )  # fmt: skip
 
     def encode(self) -> bytes:
-        """JSON for the job's key."""
+        """JSON for the job's key (the same bytes as ``json.dumps`` of it would be)."""
         value = {
             "format": FORMAT, "job": self.job, "token": self.token, "last_slot": self.last_slot,
-            "runs": {str(slot): fields.values() for slot, fields in self.runs.items()},
+            "runs": {},
         }  # fmt: skip
         for name in ("spec", "paused"):  # only when set: keys written before stay the same
             if getattr(self, name) is not None:
                 value[name] = getattr(self, name)
-        return json.dumps(value, separators=(",", ":")).encode()
+        # A JSON string escapes every '"' in it: the first "runs":{} is this dict's key.
+        head, _, tail = _JSON.encode(value).partition('"runs":{}')
+        encoded, parts = {}, []
+        for slot, fields in self.runs.items():
+            stored = fields.values()
+            made = tuple(stored.items())
+            last = self._encoded.get(slot)
+            text = last[1] if last is not None and last[0] == made else _JSON.encode(stored)
+            encoded[slot] = (made, text)
+            parts.append(f'"{slot}":{text}')
+        self._encoded = encoded
+        return f'{head}"runs":{{{",".join(parts)}}}{tail}'.encode()
 
     def may_be_archived(self, slot: int) -> bool:
         """Whether a run not in this key may still have a record in its archive key."""
@@ -157,11 +191,10 @@ class JobState:
         """Finished runs beyond the newest ``KEEP_FINISHED``, once there are ``KEEP_FINISHED``
         more (so they move in batches, written at once): write them to their own keys first, then
         drop them from this key (:meth:`drop`)."""
-        finished = sorted(
-            (s for s, f in self.runs.items() if f.state in _FINAL), key=abs, reverse=True
-        )
-        if len(finished) < 2 * KEEP_FINISHED:
+        finished = [s for s, f in self.runs.items() if f.state in _FINAL]
+        if len(finished) < 2 * KEEP_FINISHED:  # most steps: nothing to sort
             return {}
+        finished.sort(key=abs, reverse=True)
         return {slot: self.runs[slot] for slot in finished[KEEP_FINISHED:]}
 
     def drop(self, slots: list[int]) -> None:

@@ -87,9 +87,16 @@ T = TypeVar("T")
 MIN_SERVER_VERSION = (2, 10, 0)
 """The oldest server whose stream info reports its clock (``ts``)."""
 CAS_TRIES = 64
-KNOWN_KEYS = 256
+KNOWN_KEYS = 10_000
 """Job keys whose last value this process wrote are remembered (most recent first), so the next
-step on the job swaps on that revision without reading it first; a lost swap reads it again."""
+step on the job swaps on that revision without reading it first; a lost swap reads it again.
+Was 256: a tick that leased more jobs than that renewed and finished each one with a read first
+(an LRU cycled by more keys than it holds keeps none of them)."""
+KNOWN_BYTES = 8 * 2**20
+"""At most this many bytes of remembered values (a job's key is 0.5 to 3 KB)."""
+KNOWN_DECODED = 256
+"""Of the remembered keys, the most recently written keep their value decoded too, so the next
+step skips decoding it (a decoded value takes about four times its JSON's size)."""
 NO_CONSUMERS_FOR = 5.0
 """Seconds a listing of the jobs reads every key through the stream's leader, without trying a
 consumer, after a consumer could not be made (the cluster's meta leader is being replaced)."""
@@ -151,7 +158,7 @@ class NatsLeaseBackend(NatsSchedules):
         self._jobs_read = 0
         self._loop = LoopThread(f"relay-nats-{bucket}")
         self._clock = ServerClock(self._read_clock)
-        self._known: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._known = _Known()
         self._no_consumers_until = 0.0
         try:
             self._nc, self._js = self._call(
@@ -221,6 +228,8 @@ class NatsLeaseBackend(NatsSchedules):
             return await self._step(job, [_key(r) for r in mine], change)
 
         async def decide_all() -> list[list[AcquireResult]]:
+            if len(by_job) == 1:  # one job (every acquire): no task to gather
+                return [await decide_job(*next(iter(by_job.items())))]
             return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
 
         results: list[AcquireResult | None] = [None] * len(requests)
@@ -390,14 +399,15 @@ class NatsLeaseBackend(NatsSchedules):
             # The clock is read before the write, so a lease seen expired then is still expired
             # when the swap lands. The key: the value this process last wrote, if it remembers
             # one, else read at once with the clock.
-            known = self._known.pop(key, None)
+            known = self._known.take(key)
             data: bytes | None
             if known is not None:
-                now_ms, (data, revision) = await self._clock.now_ms(), known
+                now_ms, (data, revision, decoded) = await self._clock.now_ms(), known
+                state = JobState.decode(job, data) if decoded is None else decoded
             else:
                 clock, read = self._clock.now_ms(), self._get(key)
                 now_ms, (data, revision) = await asyncio.gather(clock, read)
-            state = JobState.decode(job, data)
+                state = JobState.decode(job, data)
             archived = await self._archived(state, probe)
             # A decision that writes nothing (or refuses the step) must rest on a fresh read: only
             # a won swap shows the remembered value was still current.
@@ -418,7 +428,8 @@ class NatsLeaseBackend(NatsSchedules):
             value = state.encode()
             written = await self._swap(key, value, revision)
             if written:
-                self._remember(key, value, written)
+                state.changed = False
+                self._known.keep(key, value, written, state)
                 return result
             if known is None:
                 await asyncio.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
@@ -431,12 +442,6 @@ class NatsLeaseBackend(NatsSchedules):
         same)."""
         subject = self._prefix + _run_key(job, slot)
         await self._retried(lambda: self._jsa.publish(subject, fields.encode()))
-
-    def _remember(self, key: str, value: bytes, revision: int) -> None:
-        """Keep the value this process wrote to ``key`` and its revision, for the next step."""
-        self._known[key] = (value, revision)
-        if len(self._known) > KNOWN_KEYS:
-            self._known.popitem(last=False)
 
     async def _archived(self, state: JobState, probe: Sequence[int]) -> dict[int, RunFields]:
         found = {}
@@ -823,6 +828,45 @@ class NatsLeaseBackend(NatsSchedules):
                 f"JetStream is not available on NATS at {self._where}: start the server with -js"
             )
         return BackendUnavailable(f"NATS at {self._where} failed: {_describe(exc)}")
+
+
+class _Known:
+    """The values this process wrote last to job keys, with their revisions: at most
+    :data:`KNOWN_KEYS` keys and :data:`KNOWN_BYTES` bytes, the least recently written dropped;
+    the :data:`KNOWN_DECODED` most recent also decoded."""
+
+    def __init__(self) -> None:
+        self._values: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._decoded: OrderedDict[str, JobState] = OrderedDict()
+        self._bytes = 0
+
+    def take(self, key: str) -> tuple[bytes, int, JobState | None] | None:
+        """The key's remembered value, revision and decoded value (if kept), forgotten: the
+        caller may change the decoded value, and a won swap keeps the new one."""
+        known = self._values.pop(key, None)
+        if known is None:
+            return None
+        self._bytes -= len(known[0])
+        return known[0], known[1], self._decoded.pop(key, None)
+
+    def keep(self, key: str, value: bytes, revision: int, decoded: JobState) -> None:
+        """Remember what this process just wrote to ``key`` (``decoded``: ``value`` decoded)."""
+        self.take(key)
+        self._values[key] = (value, revision)
+        self._decoded[key] = decoded
+        self._bytes += len(value)
+        while len(self._values) > KNOWN_KEYS or self._bytes > KNOWN_BYTES:
+            old, (dropped, _) = self._values.popitem(last=False)
+            self._bytes -= len(dropped)
+            self._decoded.pop(old, None)
+        while len(self._decoded) > KNOWN_DECODED:
+            self._decoded.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every key."""
+        self._values.clear()
+        self._decoded.clear()
+        self._bytes = 0
 
 
 _OLD = "the NATS lease backend needs 2.10 or newer (it reads the server's clock from stream info)"
