@@ -231,7 +231,7 @@ class PostgresLeaseBackend(PostgresSchedules):
         args, params = _many_arguments(requests, ids)
         query = self._many_queries.get(args)
         if query is None:
-            query = self._queries["acquire_many"].replace("{args}", ", ".join(args))
+            query = self._queries["acquire_many_as"].replace("{args}", ", ".join(args))
             self._many_queries[args] = query
         with self._connection(len(requests)) as conn:
             rows = conn.execute(query, params).fetchall()

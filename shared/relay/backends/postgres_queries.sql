@@ -3,9 +3,15 @@
 -- autocommit: no session state survives a statement, so a transaction-mode pooler is fine.
 
 -- name: acquire_many
--- The arguments (filled in by relay.backends.postgres._many_arguments): the ten arrays, each
--- passed as an array, as one value repeated for every request (array_fill), or as one text split
--- at chr(31) (string_to_array), whichever costs the client least to encode.
+SELECT o_index, o_outcome, o_attempt, o_token, o_version
+FROM {schema}.acquire_many(%b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::float8[],
+                           %b::integer[], %b::boolean[], %b::float8[], %b::boolean[],
+                           %b::integer[])
+
+-- name: acquire_many_as
+-- acquire_many with each argument as relay.backends.postgres._many_arguments passes it: an array
+-- as above, one value repeated for every request (array_fill), or one text split at chr(31)
+-- (string_to_array), whichever costs the client least to encode.
 SELECT o_index, o_outcome, o_attempt, o_token, o_version
 FROM {schema}.acquire_many({args})
 
