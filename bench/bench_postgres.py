@@ -382,9 +382,8 @@ def history_tick(base: str, history: int, rounds: int) -> tuple[float, float]:
         install_tick_before(base, schema)
         old = PostgresLeaseBackend.from_url(_url(base, schema))
         queries = old._queries  # version 8's function, as in instance()
-        queries["acquire_many"] = queries["acquire_many"].replace(
-            ".acquire_many(", ".acquire_many_v8(", 1
-        )
+        for key in ("acquire_many", "acquire_many_as"):
+            queries[key] = queries[key].replace(".acquire_many(", ".acquire_many_v8(", 1)
         first = TICK_SLOTS - timedelta(days=1)
         backend.acquire_many([AcquireRequest(f"job-{n:05d}", first, "b", 60) for n in range(JOBS)])
         with psycopg.connect(base, autocommit=True) as conn:
@@ -423,9 +422,8 @@ def instance(url: str, owner: str, start_at: float, slot_s: int, before: bool = 
     backend = PostgresLeaseBackend.from_url(url)
     if before:
         queries = backend._queries  # the benchmark's own "before": version 8's function
-        queries["acquire_many"] = queries["acquire_many"].replace(
-            ".acquire_many(", ".acquire_many_v8(", 1
-        )
+        for key in ("acquire_many", "acquire_many_as"):
+            queries[key] = queries[key].replace(".acquire_many(", ".acquire_many_v8(", 1)
     slot = datetime.fromtimestamp(slot_s, UTC)
     requests = [AcquireRequest(f"job-{n:05d}", slot, owner, 60) for n in range(JOBS)]
     backend.now()  # the pool holds a live connection before the race starts

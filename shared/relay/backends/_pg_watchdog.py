@@ -12,19 +12,26 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 
 __all__ = ["Watch", "Watchdog"]
 
 
 class Watch:
-    """One connection being watched; :attr:`cut` says whether its deadline cut it."""
+    """One connection being watched, while its ``with`` block runs; :attr:`cut` says whether its
+    deadline cut it."""
 
-    __slots__ = ("cut", "deadline", "fd")
+    __slots__ = ("cut", "deadline", "fd", "watchdog")
 
-    def __init__(self, fd: int, deadline: float) -> None:
-        self.fd, self.deadline, self.cut = fd, deadline, False
+    def __init__(self, watchdog: Watchdog, fd: int, deadline: float) -> None:
+        self.watchdog, self.fd, self.deadline, self.cut = watchdog, fd, deadline, False
+
+    def __enter__(self) -> Watch:
+        self.watchdog._add(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watchdog._discard(self)
 
 
 class Watchdog:
@@ -42,20 +49,21 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
 
-    @contextmanager
-    def watch(self, fd: int, extra: float = 0.0) -> Iterator[Watch]:
-        """Watch the socket ``fd`` while the block runs, for ``timeout`` + ``extra`` seconds."""
-        entry = Watch(fd, time.monotonic() + self.timeout + extra)
+    def watch(self, fd: int, extra: float = 0.0) -> Watch:
+        """Watch the socket ``fd`` while a ``with`` block runs, for ``timeout`` + ``extra``
+        seconds. (A class, not a generator: it runs around every statement.)"""
+        return Watch(self, fd, time.monotonic() + self.timeout + extra)
+
+    def _add(self, entry: Watch) -> None:
         with self._lock:
             self._watched.add(entry)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-        try:
-            yield entry
-        finally:
-            with self._lock:  # never cut after this: the descriptor may be reused
-                self._watched.discard(entry)
+
+    def _discard(self, entry: Watch) -> None:
+        with self._lock:  # never cut after this: the descriptor may be reused
+            self._watched.discard(entry)
 
     def close(self) -> None:
         """Stop the thread (idempotent)."""

@@ -16,10 +16,11 @@ import math
 import re
 import select
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import cache
+from operator import attrgetter
 from typing import Any, Literal
 from urllib.parse import urlunsplit
 
@@ -132,6 +133,8 @@ class PostgresLeaseBackend(PostgresSchedules):
                 key: text.replace("error, schedule_version", "error, NULL::integer")
                 for key, text in self._queries.items()
             }
+        self._many_queries: dict[tuple[str, ...], str] = {}
+        """``acquire_many``'s statement for each way of passing its arguments."""
         self._closed = threading.Event()
         self._unreplicated = threading.local()  # a step's notices arrive in its own thread
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -224,21 +227,30 @@ class PostgresLeaseBackend(PostgresSchedules):
     def acquire_many(self, requests: Sequence[AcquireRequest]) -> list[AcquireResult]:
         if len(requests) < 2:
             return [self.acquire(request) for request in requests]
-        ids = [r.id for r in requests]
-        params = (
-            ids, [r.job for r in requests], [r.slot for r in requests],
-            [r.owner for r in requests], [float(r.lease) for r in requests],
-            [r.max_attempts for r in requests], [r.overlap_skip for r in requests],
-            [None if r.stale_after is None else float(r.stale_after) for r in requests],
-            [r.buffer_one for r in requests], [r.schedule_version for r in requests],
-        )  # fmt: skip
+        ids = _run_ids(requests)
+        args, params = _many_arguments(requests, ids)
+        query = self._many_queries.get(args)
+        if query is None:
+            query = self._queries["acquire_many_as"].replace("{args}", ", ".join(args))
+            self._many_queries[args] = query
         with self._connection(len(requests)) as conn:
-            rows = conn.execute(self._queries["acquire_many"], params).fetchall()
-        decided = {index: tuple(rest) for index, *rest in rows}
-        return [
-            _result(request, rid, *decided[index])
-            for index, (request, rid) in enumerate(zip(requests, ids, strict=True), start=1)
-        ]
+            rows = conn.execute(query, params).fetchall()
+        decided: list[Any] = [None] * len(requests)
+        for row in rows:
+            decided[row[0] - 1] = row
+        results = []
+        for request, rid, (_, outcome, attempt, token, version) in zip(
+            requests, ids, decided, strict=True
+        ):
+            unwon = _UNWON.get(outcome)
+            if unwon is None:
+                run = Run(
+                    rid, request.job, request.slot, attempt, token, request.owner,
+                    schedule_version=version,
+                )  # fmt: skip
+                unwon = AcquireResult(Outcome.WON, run)
+            results.append(unwon)
+        return results
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
         params = {"run_id": run_id, "token": token, "owner": owner, "lease": lease}
@@ -444,19 +456,23 @@ class PostgresLeaseBackend(PostgresSchedules):
         deadline, plus :data:`~relay.deadlines.PER_JOB` per job it decides."""
         self._unreplicated.detail = None
         try:
-            with (
-                self._pool.connection() as conn,
-                self._watchdog.watch(conn.pgconn.socket, jobs * PER_JOB) as w,
-            ):
-                try:
-                    yield conn
-                except psycopg.errors.ReadOnlySqlTransaction:
-                    conn.close()  # a standby's: the pool discards it and connects anew
-                    raise
-                except psycopg.OperationalError as exc:
-                    if w.cut:
-                        raise self._no_answer() from exc
-                    raise
+            # getconn and putconn, not the pool's connection(): its block commits (nothing to
+            # commit in autocommit, but a call into the driver) and keeps statistics, a few µs a
+            # step; putconn rolls back a connection left in a transaction all the same.
+            conn = self._pool.getconn()
+            try:
+                with self._watchdog.watch(conn.pgconn.socket, jobs * PER_JOB) as w:
+                    try:
+                        yield conn
+                    except psycopg.errors.ReadOnlySqlTransaction:
+                        conn.close()  # a standby's: the pool discards it and connects anew
+                        raise
+                    except psycopg.OperationalError as exc:
+                        if w.cut:
+                            raise self._no_answer() from exc
+                        raise
+            finally:
+                self._pool.putconn(conn)
         except _MISSING as exc:
             raise BackendUnavailable(
                 f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
@@ -544,7 +560,9 @@ def _ensure_schema(
                     found = migrate(conn, schema, display, allowed=may_migrate)
                     version = SCHEMA_VERSION
             queries = {
-                key: sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(conn)
+                key: sql.SQL(text)
+                .format(schema=sql.Identifier(schema), args=sql.SQL("{args}"))
+                .as_string(conn)
                 for key, text in _QUERIES.items()
             }
             return queries, version, found
@@ -675,6 +693,67 @@ def _checked_schema(schema: str) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+_SEPARATOR = "\x1f"
+"""Joins the texts of a batch into one parameter: a control character, which no job name holds."""
+# acquire_many's arguments after the run ids and jobs: the type and each request's value.
+_MANY_COLUMNS: tuple[tuple[str, Callable[[AcquireRequest], object]], ...] = (
+    ("timestamptz", attrgetter("slot")),
+    ("text", attrgetter("owner")),
+    ("float8", lambda r: float(r.lease)),
+    ("integer", attrgetter("max_attempts")),
+    ("boolean", attrgetter("overlap_skip")),
+    ("float8", lambda r: None if r.stale_after is None else float(r.stale_after)),
+    ("boolean", attrgetter("buffer_one")),
+    ("integer", attrgetter("schedule_version")),
+)
+
+
+def _run_ids(requests: Sequence[AcquireRequest]) -> list[str]:
+    """Each request's :attr:`~relay.contract.AcquireRequest.id`, each slot formatted once: the
+    requests of one tick share a few slots."""
+    stamps: dict[tuple[datetime, bool], str] = {}
+    ids = []
+    for request in requests:
+        key = (request.slot, request.manual)
+        stamp = stamps.get(key)
+        if stamp is None:
+            stamp = stamps[key] = run_id("", request.slot, manual=request.manual)  # "@…"
+        ids.append(request.job + stamp)
+    return ids
+
+
+def _many_arguments(
+    requests: Sequence[AcquireRequest], ids: list[str]
+) -> tuple[tuple[str, ...], list[object]]:
+    """``acquire_many``'s ten arguments as SQL, and their parameters, cheap to encode.
+
+    psycopg encodes an array element by element in Python (about 2 µs each), so a column that
+    holds one value for every request passes that value once (``array_fill``), and a column of
+    texts passes one text joined at :data:`_SEPARATOR`, split by the server; a text that holds
+    the separator itself (no job name or run id can) falls back to an array.
+    """
+    count = len(requests)
+    args: list[str] = []
+    params: list[object] = []
+
+    def column(kind: str, values: list[Any]) -> None:
+        if values.count(values[0]) == count:
+            args.append(f"array_fill(%b::{kind}, ARRAY[%b::integer])")
+            params.extend((values[0], count))
+        elif kind == "text" and (joined := _SEPARATOR.join(values)).count(_SEPARATOR) == count - 1:
+            args.append("string_to_array(%s::text, chr(31))")
+            params.append(joined)
+        else:
+            args.append(f"%b::{kind}[]")
+            params.append(values)
+
+    column("text", ids)
+    column("text", [r.job for r in requests])
+    for kind, value in _MANY_COLUMNS:
+        column(kind, [value(r) for r in requests])
+    return tuple(args), params
 
 
 _UNWON = {

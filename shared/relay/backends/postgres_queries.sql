@@ -8,6 +8,13 @@ FROM {schema}.acquire_many(%b::text[], %b::text[], %b::timestamptz[], %b::text[]
                            %b::integer[], %b::boolean[], %b::float8[], %b::boolean[],
                            %b::integer[])
 
+-- name: acquire_many_as
+-- acquire_many with each argument as relay.backends.postgres._many_arguments passes it: an array
+-- as above, one value repeated for every request (array_fill), or one text split at chr(31)
+-- (string_to_array), whichever costs the client least to encode.
+SELECT o_index, o_outcome, o_attempt, o_token, o_version
+FROM {schema}.acquire_many({args})
+
 -- name: acquire_one
 SELECT o_outcome, o_attempt, o_token, o_version
 FROM {schema}.acquire_one(%s, %s, %s, %s, %s::float8, %s::integer, %s::boolean, %s::float8,

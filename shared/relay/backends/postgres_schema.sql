@@ -150,7 +150,9 @@ $$;
 --    so steps are ordered by it. Heartbeats, finishes and hand-overs change runs without a job
 --    lock: the runs a decision may overwrite (pending, or expired at v_now) are held too. Any other
 --    run can then only stay live at v_now, finish, or turn pending, which nobody but a holder of
---    the job's row can change again.
+--    the job's row can change again. An instance that finds the first row taken (another is
+--    deciding the same tick) waits for that row alone and reads the runs again first, so one that
+--    lost the tick takes no more locks (version 11).
 -- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
 --    most one request per job and is decided by one set-based statement; later rounds see earlier
 --    ones. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
@@ -161,7 +163,7 @@ $$;
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body stands as migration 0009 wrote it, acquire_one's as 0010 did (the catalog test compares
+-- Its body stands as migration 0011 wrote it, acquire_one's as 0010 did (the catalog test compares
 -- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -202,6 +204,32 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE name = j)
         ORDER BY j COLLATE "C"
         ON CONFLICT (name) DO NOTHING;
+    -- Version 11: another instance holding the first of these jobs' rows is deciding the same
+    -- tick. Wait for it on that one row, then read the runs again before taking the others: an
+    -- instance that lost the tick finds every run settled and takes no more locks.
+    PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+        v_now := clock_timestamp();
+        SELECT array_agg(
+                   coalesce(r.settled, (
+                       SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                                   WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                       FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
+        INTO v_again
+        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+        RETURN QUERY
+        SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+        FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
+        WHERE r.outcome IS NOT NULL AND r.before IS NULL;
+        v_settled := v_again;
+        SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
+        FROM unnest(p_jobs, v_settled) AS r (job, settled)
+        WHERE r.settled IS NULL;
+        IF v_jobs IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
     -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
     -- between two acquires, never inside one.
     SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[])
