@@ -1,13 +1,14 @@
 -- acquire: decide runs in order, one step per call (the rules of relay.lease_rules).
 -- KEYS: one base key per job (one job on Redis Cluster, where a script stays in one slot), then
 -- <prefix>live unless on Redis Cluster.
--- ARGV: retention_ms, the owner, then per job one block of lines, one line per request:
+-- ARGV: retention_ms, the owner, then one string: per job one block of lines, one line per
+-- request, the blocks separated by '|':
 -- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap> <stale_after_ms or -> <version or ->",
 -- where overlap is 0 (allow), 1 (skip) or 2 (buffer_one), version the stored schedule's (written
 -- on a record it creates, or on a record leased for the first time that has none: a takeover or
 -- a retry keeps the first); a manual run's member is 'manual:<time>'.
--- (One string per job, not one argument per field: packing arguments is most of a client's work
--- in a tick of thousands of jobs.)
+-- (One string, not one argument per job or per field: packing arguments is most of a client's
+-- work in a tick of thousands of jobs.)
 -- Returns one string (cheaper for the client to read than nested arrays): per job new_job, then
 -- per request outcome, attempt, token and the run's schedule version ('-': none), all separated
 -- by spaces. new_job is 1 if the job had no token when one of its runs was leased (a new job, or
@@ -15,10 +16,46 @@
 -- Old runs are trimmed from the indexes by the other steps (finish, skip, read), not here.
 
 local retention, owner = tonumber(ARGV[1]), ARGV[2]
-local jobs = #ARGV - 2
+local blocks = {}
+for block in string.gmatch(ARGV[3], '[^|]+') do
+  table.insert(blocks, block)
+end
+local jobs = #blocks
 local live = KEYS[jobs + 1]
 local now, now_us = clock()
 local results = {}
+
+-- The index of live runs is written once, at the end of the call: one ZADD (and a ZREM if a run
+-- ended) for all its runs costs the server less than one call per run. `indexed` holds each run's
+-- last score (false: not live), in the order first seen, so the end state is the same.
+local indexed, indexed_order = {}, {}
+local function index_later(run, score)
+  if live then
+    if indexed[run] == nil then
+      table.insert(indexed_order, run)
+    end
+    indexed[run] = score or false
+  end
+end
+
+local function write_index()
+  local adds, removes = {}, {}
+  for _, run in ipairs(indexed_order) do
+    local score = indexed[run]
+    if score then
+      table.insert(adds, score)
+      table.insert(adds, run)
+    else
+      table.insert(removes, run)
+    end
+  end
+  if #adds > 0 then
+    redis.call('ZADD', live, unpack(adds))
+  end
+  if #removes > 0 then
+    redis.call('ZREM', live, unpack(removes))
+  end
+end
 
 -- Another run of the job holds a live lease.
 local function other_live(base, member)
@@ -55,7 +92,7 @@ local function buffer(job, run, member, slot, max_attempts, version)
   redis.call('PEXPIRE', run, retention)
   redis.call('ZADD', job.base .. 'active', slot, member)
   redis.call('ZADD', job.base .. 'slots', slot, member)
-  index(live, run, 0)
+  index_later(run, 0)
 end
 
 local function skip(base, run, member, slot, reason)
@@ -69,16 +106,24 @@ end
 local function lease(job, run, member, slot, lease_ms, failures, attempt, max_attempts, recorded,
                      version)
   job.wrote = true
+  -- A new token grows strictly, and stays above every token handed out before a restart that
+  -- lost the counter: it is at least the server's time in microseconds.
   if not job.last_token then
-    local stored = redis.call('GET', job.base .. 'token')
+    -- The first lease of the job in this call writes the counter as it reads it (one call, not
+    -- a GET and a SET): usually the stored token is older than now_us, which is then the token.
+    local token_key = job.base .. 'token'
+    local stored = redis.call('SET', token_key, string.format('%.0f', now_us), 'KEEPTTL', 'GET')
     if not stored then
       results[job.flag_at] = '1' -- a new job, or one whose keys the server lost
     end
-    job.last_token = tonumber(stored or '0')
+    job.last_token = math.max(tonumber(stored or '0') + 1, now_us)
+    if job.last_token ~= now_us then -- at once, so the counter never goes back
+      redis.call('SET', token_key, string.format('%.0f', job.last_token), 'KEEPTTL')
+    end
+    job.stored_token = job.last_token
+  else
+    job.last_token = math.max(job.last_token + 1, now_us)
   end
-  -- A new token grows strictly, and stays above every token handed out before a restart that
-  -- lost the counter: it is at least the server's time in microseconds.
-  job.last_token = math.max(job.last_token + 1, now_us)
   local token = string.format('%.0f', job.last_token)
   if version then -- the record's own, if it has one (see acquire)
     redis.call('HSET', run, 'schedule_version', version)
@@ -95,7 +140,7 @@ local function lease(job, run, member, slot, lease_ms, failures, attempt, max_at
       'max_attempts', max_attempts, 'kept_ms', now + retention + lease_ms)
   end
   redis.call('PEXPIRE', run, retention + lease_ms)
-  index(live, run, now + lease_ms)
+  index_later(run, now + lease_ms)
   return 'won ' .. (attempt + 1) .. ' ' .. token .. ' ' .. (version or '-')
 end
 
@@ -147,7 +192,7 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
       'finished_ms', now, 'expires_ms', '')
     redis.call('PEXPIRE', run, retention)
     redis.call('ZREM', base .. 'active', member)
-    index(live, run, nil)
+    index_later(run, nil)
     return 'exhausted 0 0 -'
   end
   -- A takeover or a retry keeps the version of the record's first lease.
@@ -171,7 +216,7 @@ local function decide_job(base, block)
     return -- most likely another instance was first, and did what follows
   end
   local token_key = base .. 'token'
-  if job.last_token then
+  if job.last_token and job.last_token ~= job.stored_token then -- several leases of the job
     redis.call('SET', token_key, string.format('%.0f', job.last_token), 'KEEPTTL')
   end
   -- The job's keys outlive its records (give or take the minute renew() allows); they are
@@ -185,6 +230,7 @@ local function decide_job(base, block)
 end
 
 for i = 1, jobs do
-  decide_job(KEYS[i], ARGV[i + 2])
+  decide_job(KEYS[i], blocks[i])
 end
+write_index()
 return table.concat(results, ' ')
