@@ -25,38 +25,6 @@ local live = KEYS[jobs + 1]
 local now, now_us = clock()
 local results = {}
 
--- The index of live runs is written once, at the end of the call: one ZADD (and a ZREM if a run
--- ended) for all its runs costs the server less than one call per run. `indexed` holds each run's
--- last score (false: not live), in the order first seen, so the end state is the same.
-local indexed, indexed_order = {}, {}
-local function index_later(run, score)
-  if live then
-    if indexed[run] == nil then
-      table.insert(indexed_order, run)
-    end
-    indexed[run] = score or false
-  end
-end
-
-local function write_index()
-  local adds, removes = {}, {}
-  for _, run in ipairs(indexed_order) do
-    local score = indexed[run]
-    if score then
-      table.insert(adds, score)
-      table.insert(adds, run)
-    else
-      table.insert(removes, run)
-    end
-  end
-  if #adds > 0 then
-    redis.call('ZADD', live, unpack(adds))
-  end
-  if #removes > 0 then
-    redis.call('ZREM', live, unpack(removes))
-  end
-end
-
 -- Another run of the job holds a live lease.
 local function other_live(base, member)
   return live_other(base, member, now)
@@ -92,7 +60,7 @@ local function buffer(job, run, member, slot, max_attempts, version)
   redis.call('PEXPIRE', run, retention)
   redis.call('ZADD', job.base .. 'active', slot, member)
   redis.call('ZADD', job.base .. 'slots', slot, member)
-  index_later(run, 0)
+  index(live, run, 0)
 end
 
 local function skip(base, run, member, slot, reason)
@@ -106,24 +74,16 @@ end
 local function lease(job, run, member, slot, lease_ms, failures, attempt, max_attempts, recorded,
                      version)
   job.wrote = true
-  -- A new token grows strictly, and stays above every token handed out before a restart that
-  -- lost the counter: it is at least the server's time in microseconds.
   if not job.last_token then
-    -- The first lease of the job in this call writes the counter as it reads it (one call, not
-    -- a GET and a SET): usually the stored token is older than now_us, which is then the token.
-    local token_key = job.base .. 'token'
-    local stored = redis.call('SET', token_key, string.format('%.0f', now_us), 'KEEPTTL', 'GET')
+    local stored = redis.call('GET', job.base .. 'token')
     if not stored then
       results[job.flag_at] = '1' -- a new job, or one whose keys the server lost
     end
-    job.last_token = math.max(tonumber(stored or '0') + 1, now_us)
-    if job.last_token ~= now_us then -- at once, so the counter never goes back
-      redis.call('SET', token_key, string.format('%.0f', job.last_token), 'KEEPTTL')
-    end
-    job.stored_token = job.last_token
-  else
-    job.last_token = math.max(job.last_token + 1, now_us)
+    job.last_token = tonumber(stored or '0')
   end
+  -- A new token grows strictly, and stays above every token handed out before a restart that
+  -- lost the counter: it is at least the server's time in microseconds.
+  job.last_token = math.max(job.last_token + 1, now_us)
   local token = string.format('%.0f', job.last_token)
   if version then -- the record's own, if it has one (see acquire)
     redis.call('HSET', run, 'schedule_version', version)
@@ -140,7 +100,7 @@ local function lease(job, run, member, slot, lease_ms, failures, attempt, max_at
       'max_attempts', max_attempts, 'kept_ms', now + retention + lease_ms)
   end
   redis.call('PEXPIRE', run, retention + lease_ms)
-  index_later(run, now + lease_ms)
+  index(live, run, now + lease_ms)
   return 'won ' .. (attempt + 1) .. ' ' .. token .. ' ' .. (version or '-')
 end
 
@@ -192,7 +152,7 @@ local function acquire(job, member, slot, lease_ms, max_attempts, overlap, stale
       'finished_ms', now, 'expires_ms', '')
     redis.call('PEXPIRE', run, retention)
     redis.call('ZREM', base .. 'active', member)
-    index_later(run, nil)
+    index(live, run, nil)
     return 'exhausted 0 0 -'
   end
   -- A takeover or a retry keeps the version of the record's first lease.
@@ -216,7 +176,7 @@ local function decide_job(base, block)
     return -- most likely another instance was first, and did what follows
   end
   local token_key = base .. 'token'
-  if job.last_token and job.last_token ~= job.stored_token then -- several leases of the job
+  if job.last_token then
     redis.call('SET', token_key, string.format('%.0f', job.last_token), 'KEEPTTL')
   end
   -- The job's keys outlive its records (give or take the minute renew() allows); they are
@@ -232,5 +192,4 @@ end
 for i = 1, jobs do
   decide_job(KEYS[i], blocks[i])
 end
-write_index()
 return table.concat(results, ' ')
