@@ -67,6 +67,7 @@ from relay.errors import (
 )
 from relay.instances import InstanceInfo
 from relay.runs import (
+    MANUAL,
     Run,
     RunRecord,
     RunState,
@@ -230,7 +231,10 @@ class RedisLeaseBackend(RedisSchedules):
             return self.acquire_many([request])[0]
         member = _member(request)
         args = [self.retention_ms, request.owner, _request_line(request, member)]
-        (reply,), confirmed = self._send("acquire", [(self._keys(job), args)])
+        if self.wait_replicas:
+            (reply,), confirmed = self._send("acquire", [(self._keys(job), args)])
+        else:
+            reply, confirmed = self._evalsha("acquire", self._keys(job), args), None
         words = reply.split(" ")
         if words[0] == "1":
             self._list_again([job])
@@ -244,7 +248,7 @@ class RedisLeaseBackend(RedisSchedules):
         groups: dict[tuple[str, str], list[int]] = {}
         for index, request in enumerate(requests):
             groups.setdefault((request.owner, request.job), []).append(index)
-        members = [_member(request) for request in requests]
+        members, lines = _request_lines(requests)
         by_owner: dict[str, list[tuple[str, str]]] = {}
         for group in groups:
             by_owner.setdefault(group[0], []).append(group)
@@ -252,7 +256,7 @@ class RedisLeaseBackend(RedisSchedules):
         for owned in by_owner.values():
             for at in range(0, len(owned), size):
                 chunk = owned[at : at + size]
-                calls.append(self._acquire_call(requests, members, chunk, groups))
+                calls.append(self._acquire_call(lines, chunk, groups))
                 order += chunk
         jobs = list(dict.fromkeys(job for _, job in order))
         listed = self._listed.intersection(jobs)
@@ -508,20 +512,15 @@ class RedisLeaseBackend(RedisSchedules):
 
     def _acquire_call(
         self,
-        requests: Sequence[AcquireRequest],
-        members: list[str],
+        lines: list[str],
         groups: list[tuple[str, str]],
         indexes: dict[tuple[str, str], list[int]],
     ) -> tuple[list[str], list[Any]]:
-        """One acquire script call for ``groups`` (owner, job), all of one owner."""
-        keys: list[str] = []
-        args: list[Any] = [self.retention_ms, groups[0][0]]
-        for group in groups:
-            keys.append(self._base(group[1]))
-            lines = [_request_line(requests[i], members[i]) for i in indexes[group]]
-            args.append("\n".join(lines))
-        keys += self._live
-        return keys, args
+        """One acquire script call for ``groups`` (owner, job), all of one owner; ``lines``: each
+        request's line (:func:`_request_line`)."""
+        keys = [self._base(job) for _, job in groups] + self._live
+        blocks = "|".join(["\n".join([lines[i] for i in indexes[group]]) for group in groups])
+        return keys, [self.retention_ms, groups[0][0], blocks]
 
     def _read_live(self, limit: int) -> list[RunRecord] | None:
         """Reclaimable runs found through the index of live runs; None if it is not kept or built.
@@ -575,8 +574,25 @@ class RedisLeaseBackend(RedisSchedules):
         keys, args = self._keys(job), [*args, self.retention_ms]
         if self.wait_replicas and step in _WAITED:
             return self._call_many(step, [(keys, args)])[0]
-        with self._errors():
-            return self._scripts[step](keys, args)
+        return self._evalsha(step, keys, args)
+
+    def _evalsha(self, step: str, keys: list[str], args: list[Any]) -> Any:
+        """One script call, not waited for; the scripts are loaded again if the server forgot
+        them (a restart).
+
+        The path of every single step, so it goes around redis-py's ``Script`` wrapper and enters
+        the error translation's context manager only on an error: both cost microseconds a call.
+        """
+        sha = self._scripts[step].sha
+        try:
+            try:
+                return self._redis.evalsha(sha, len(keys), *keys, *args)
+            except NoScriptError:
+                self._load_scripts()
+                return self._redis.evalsha(self._scripts[step].sha, len(keys), *keys, *args)
+        except (RedisError, RedisClusterException):
+            with self._errors():
+                raise
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
@@ -637,11 +653,11 @@ class RedisLeaseBackend(RedisSchedules):
         """The replies of the script calls, and how many replicas confirmed them (None: the step
         is not waited for). The calls and WAIT go in one round trip on one connection."""
         wait = wait and bool(self.wait_replicas) and step in _WAITED
+        if not wait and len(calls) == 1 and before is None:
+            keys, args = calls[0]
+            return [self._evalsha(step, keys, args)], None
         with self._errors():
             if not wait:
-                if len(calls) == 1 and before is None:
-                    keys, args = calls[0]
-                    return [self._scripts[step](keys, args)], None
                 return self._pipelined(self._redis, step, calls, before, wait=False)
             if isinstance(self._redis, RedisCluster):
                 return self._send_by_node(self._redis, step, calls, before)
@@ -831,7 +847,7 @@ def _refresh(cluster: RedisCluster) -> None:
 def _held_reply(args: list[Any]) -> str:
     """The acquire script's reply for a call that was not answered: every request held."""
     words = []
-    for block in args[2:]:
+    for block in args[2].split("|"):
         words += ["0"] + ["held", "0", "0", "-"] * len(block.split("\n"))
     return " ".join(words)
 
@@ -872,14 +888,35 @@ def _request_line(request: AcquireRequest, member: str) -> str:
     overlap = 2 if request.buffer_one else int(request.overlap_skip)
     version = "-" if request.schedule_version is None else int(request.schedule_version)
     return (
-        f"{member} {slot_ms(request.slot)} {ms(request.lease)} {request.max_attempts} "
+        f"{member} {slot_ms(request.slot)} {ms(request.lease)} {int(request.max_attempts)} "
         f"{overlap} {stale} {version}"
     )
 
 
+def _request_lines(requests: Sequence[AcquireRequest]) -> tuple[list[str], list[str]]:
+    """Each request's member (:func:`_member`) and line (:func:`_request_line`), each made once
+    per distinct slot and settings: a tick's requests mostly share them."""
+    members, lines = [], []
+    made: dict[tuple[Any, ...], tuple[str, str]] = {}
+    for request in requests:
+        key = (
+            request.slot, request.manual, request.lease, request.max_attempts,
+            request.overlap_skip, request.buffer_one, request.stale_after,
+            request.schedule_version,
+        )  # fmt: skip
+        pair = made.get(key)
+        if pair is None:
+            member = _member(request)
+            pair = made[key] = (member, _request_line(request, member))
+        members.append(pair[0])
+        lines.append(pair[1])
+    return members, lines
+
+
 def _member(request: AcquireRequest) -> str:
-    """The run's name among its job's keys: its slot, or ``manual:<time>`` for a manual run."""
-    return request.id[len(request.job) + 1 :]
+    """The run's name among its job's keys: its slot, or ``manual:<time>`` for a manual run
+    (the part of ``request.id`` after ``job@``)."""
+    return (MANUAL if request.manual else "") + format_slot(request.slot)
 
 
 def _acquire_result(

@@ -1,13 +1,14 @@
 -- acquire: decide runs in order, one step per call (the rules of relay.lease_rules).
 -- KEYS: one base key per job (one job on Redis Cluster, where a script stays in one slot), then
 -- <prefix>live unless on Redis Cluster.
--- ARGV: retention_ms, the owner, then per job one block of lines, one line per request:
+-- ARGV: retention_ms, the owner, then one string: per job one block of lines, one line per
+-- request, the blocks separated by '|':
 -- "<member> <slot_ms> <lease_ms> <max_attempts> <overlap> <stale_after_ms or -> <version or ->",
 -- where overlap is 0 (allow), 1 (skip) or 2 (buffer_one), version the stored schedule's (written
 -- on a record it creates, or on a record leased for the first time that has none: a takeover or
 -- a retry keeps the first); a manual run's member is 'manual:<time>'.
--- (One string per job, not one argument per field: packing arguments is most of a client's work
--- in a tick of thousands of jobs.)
+-- (One string, not one argument per job or per field: packing arguments is most of a client's
+-- work in a tick of thousands of jobs.)
 -- Returns one string (cheaper for the client to read than nested arrays): per job new_job, then
 -- per request outcome, attempt, token and the run's schedule version ('-': none), all separated
 -- by spaces. new_job is 1 if the job had no token when one of its runs was leased (a new job, or
@@ -15,7 +16,11 @@
 -- Old runs are trimmed from the indexes by the other steps (finish, skip, read), not here.
 
 local retention, owner = tonumber(ARGV[1]), ARGV[2]
-local jobs = #ARGV - 2
+local blocks = {}
+for block in string.gmatch(ARGV[3], '[^|]+') do
+  table.insert(blocks, block)
+end
+local jobs = #blocks
 local live = KEYS[jobs + 1]
 local now, now_us = clock()
 local results = {}
@@ -185,6 +190,6 @@ local function decide_job(base, block)
 end
 
 for i = 1, jobs do
-  decide_job(KEYS[i], ARGV[i + 2])
+  decide_job(KEYS[i], blocks[i])
 end
 return table.concat(results, ' ')
