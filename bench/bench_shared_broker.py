@@ -209,6 +209,9 @@ class Drain:
     seconds: float
     relay_runs: int
     """Runs Relay finished meanwhile."""
+    round_trip_ms: float
+    """The median round trip of a ``GET`` to the queue's Redis meanwhile, from the publisher's
+    process: the server's (and the machine's) answer time as the worker sees it."""
 
 
 def drain(url: str, tasks: int, limit: float, relay: Relay | None = None) -> Drain:
@@ -223,14 +226,18 @@ def drain(url: str, tasks: int, limit: float, relay: Relay | None = None) -> Dra
     began = time.perf_counter()
     for _ in range(tasks):
         noop.delay()
+    trips: list[float] = []
     while True:  # publishing may itself outlast the limit on a loaded machine
+        sent = time.perf_counter()
         done = int(client.get("bench:done") or 0)
-        if done >= tasks or time.perf_counter() - began >= limit:
+        trips.append(time.perf_counter() - sent)
+        if done >= tasks or sent - began >= limit:
             break
         time.sleep(0.01)
     seconds = time.perf_counter() - began
     busy = (_server_cpu(client) - cpu) / seconds
-    result = Drain(done / seconds, busy, seconds, (relay.finished() - runs) if relay else 0)
+    relay_runs = (relay.finished() - runs) if relay else 0
+    result = Drain(done / seconds, busy, seconds, relay_runs, statistics.median(trips) * 1000)
     if done < tasks:
         print(f"  {done} of {tasks} tasks done in {limit:.0f} s: the rest purged", flush=True)
         app.control.purge()
@@ -362,7 +369,9 @@ def measure(
                         f"at {beside.kept:,.0f} runs/min "
                         f"{beside.drain.tasks_per_second:.0f} tasks/s "
                         f"({beside.drain.tasks_per_second / alone.tasks_per_second:.2f}x), "
-                        f"queue's Redis {beside.drain.server_busy:.0%}, Relay's clients "
+                        f"queue's Redis {beside.drain.server_busy:.0%}, GET "
+                        f"{alone.round_trip_ms:.2f} ms alone, {beside.drain.round_trip_ms:.2f} "
+                        f"beside, Relay's clients "
                         f"{beside.client_busy:.0%} of a core; Relay alone "
                         f"{beside.alone_kept:,.0f} runs/min, its Redis "
                         f"{beside.server_us_per_run:.0f} µs a run; load average "
@@ -404,6 +413,11 @@ def rows(quick: bool = False) -> list[Row]:
                 "shared broker", f"queue's Redis server CPU during the drains ({where})",
                 pairs.median(lambda b: b.drain.server_busy) * 100, "% of a core",
                 statistics.median(d.server_busy for d in pairs.alone) * 100, "queue alone",
+            ),
+            Row(
+                "shared broker", f"a GET's round trip to the queue's Redis, median ({where})",
+                pairs.median(lambda b: b.drain.round_trip_ms), "ms",
+                statistics.median(d.round_trip_ms for d in pairs.alone), "queue alone",
             ),
             Row(
                 "shared broker", f"Redis server CPU per Relay run, Relay alone ({where})",
