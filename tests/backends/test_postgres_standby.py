@@ -27,7 +27,7 @@ from relay import (
     open_backend,
 )
 from relay.backends.postgres import PostgresLeaseBackend
-from relay.errors import NotAcknowledged
+from relay.errors import NotAcknowledged, StoreNotFound
 from tests.backends.pg_server import find_bin
 from tests.support.backends import unique
 from tests.support.pg_standby import PgPair, pg_pair
@@ -219,6 +219,7 @@ def test_a_standby_serves_reads_and_refuses_writes_as_unavailable(pair: PgPair) 
     won = writer.acquire(AcquireRequest("job", slot, "writer", 60))
     writer.close()
     assert won.run is not None
+    pair.wait_replayed()  # the schema too: a read-only open of a missing one is StoreNotFound
     standby = f"postgresql://postgres@127.0.0.1:{pair.standby.port}/postgres?schema={schema}"
     reader = open_backend(standby, read_only=True)  # what relay runs does
     assert reader.capability == "lease"
@@ -238,6 +239,17 @@ def test_a_standby_serves_reads_and_refuses_writes_as_unavailable(pair: PgPair) 
     with pytest.raises(BackendUnavailable) as caught:
         open_backend(f"{standbys_only}/postgres?schema={schema}")
     assert "no server in the URL takes writes now" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_standby_without_the_schema_says_it_may_not_have_replayed_it(pair: PgPair) -> None:
+    standby = f"postgresql://postgres@127.0.0.1:{pair.standby.port}/postgres?schema={unique()}"
+    with pytest.raises(StoreNotFound) as caught:
+        open_backend(standby, read_only=True)
+    assert "yet: this server is a standby" in str(caught.value)
+    with pytest.raises(StoreNotFound) as caught:  # the primary: no such hint
+        open_backend(f"{pair.url}?schema={unique()}", read_only=True)
+    assert "standby" not in str(caught.value)
 
 
 def _eventually(step: Callable[[], T], timeout: float = 30) -> T:

@@ -130,9 +130,24 @@ class NatsCluster:
             meta = self._jsz(self.meta_leader(timeout)).get("meta_cluster", {})
             peers = meta.get("replicas") or []
             if len(peers) == len(self.nodes) - 1 and all(p.get("current") for p in peers):
+                self._wait_placement(deadline)
                 return
             time.sleep(0.1)
         raise RuntimeError(f"the NATS cluster at {self.url} did not form in {timeout}s")
+
+    def _wait_placement(self, deadline: float) -> None:
+        """Create (then delete) a stream with a replica on every node, until the meta leader
+        places it: its view of the peers may still call one offline on a loaded machine ("no
+        suitable peers for placement, peer offline") while the Raft group is current."""
+        config = {"name": "PROBE", "subjects": ["relay-probe"], "num_replicas": len(self.nodes)}
+        payload = json.dumps({**config, "storage": "memory"}).encode()
+        while time.monotonic() < deadline:
+            answer = self.request("$JS.API.STREAM.CREATE.PROBE", payload=payload)
+            if answer is not None and "error" not in answer:
+                self.request("$JS.API.STREAM.DELETE.PROBE")
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the NATS cluster at {self.url} placed no stream on every node")
 
     def restart(self, node: NatsNode) -> None:
         """Start a node that was killed again, on its ports and store."""
@@ -188,10 +203,12 @@ class NatsCluster:
             time.sleep(0.1)
         raise AssertionError(f"the replicas of stream {stream} are not current after {timeout}s")
 
-    def request(self, subject: str, timeout: float = 2) -> dict[str, Any] | None:
+    def request(
+        self, subject: str, timeout: float = 2, payload: bytes = b""
+    ) -> dict[str, Any] | None:
         """A JetStream API request through any live node: its JSON answer, or ``None``."""
         urls = [node.url for node in self.nodes if node.running]
-        return asyncio.run(_request(urls, subject, timeout)) if urls else None
+        return asyncio.run(_request(urls, subject, timeout, payload)) if urls else None
 
     def stop(self) -> None:
         """SIGKILL every node (their stores are deleted next)."""
@@ -199,7 +216,9 @@ class NatsCluster:
             node.kill()
 
 
-async def _request(urls: list[str], subject: str, timeout: float) -> dict[str, Any] | None:
+async def _request(
+    urls: list[str], subject: str, timeout: float, payload: bytes
+) -> dict[str, Any] | None:
     import nats
     import nats.errors
 
@@ -208,7 +227,7 @@ async def _request(urls: list[str], subject: str, timeout: float) -> dict[str, A
     except (nats.errors.Error, OSError):
         return None
     try:
-        reply = await nc.request(subject, b"", timeout=timeout)
+        reply = await nc.request(subject, payload, timeout=timeout)
         answer: dict[str, Any] = json.loads(reply.data)
         return answer
     except (nats.errors.Error, OSError):

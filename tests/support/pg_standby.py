@@ -180,6 +180,18 @@ class PgPair:
             time.sleep(0.1)
         raise RuntimeError(f"no standby streamed ({wanted}) within {timeout}s:\n{self.logs()}")
 
+    def wait_replayed(self, timeout: float = 30) -> None:
+        """Wait until the standby has replayed all the primary wrote before this call.
+
+        A synchronous commit waits for the standby to flush its WAL, not to replay it: a read
+        on the standby right after may not see it yet."""
+        written = self.primary.query("SELECT pg_current_wal_lsn()")[0][0]
+        deadline = time.monotonic() + timeout
+        while not self.standby.query(f"SELECT pg_last_wal_replay_lsn() >= '{written}'")[0][0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the standby did not replay {written} in {timeout}s")
+            time.sleep(0.02)
+
     def logs(self) -> str:
         """The end of both servers' logs, for a failure's message."""
         tails = []

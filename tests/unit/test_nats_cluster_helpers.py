@@ -93,3 +93,37 @@ def test_dedup_replicas_out_of_range_are_refused_before_connecting(replicas: str
 
     with pytest.raises(ConfigurationError, match=f"replicas={replicas!r} must be"):
         open_backend(f"nats://127.0.0.1:1,127.0.0.1:2?strategy=dedup&replicas={replicas}")
+
+
+@pytest.mark.parametrize(
+    ("error", "sent_again"),
+    [
+        (nats.errors.ConnectionClosedError(), True),  # refused by nats-py before sending
+        (nats.js.errors.APIError(err_code=10158), True),  # "in process": not stored by it
+        (nats.errors.TimeoutError(), False),  # may have been stored: never sent again
+        (nats.js.errors.APIError(err_code=10058), False),
+    ],
+)
+def test_a_claim_is_sent_again_only_when_no_server_stored_it(
+    error: Exception, sent_again: bool
+) -> None:
+    from relay.backends.nats_dedup import _unsent
+
+    assert _unsent(error) is sent_again
+
+
+def test_a_claim_whose_connection_closed_is_sent_again_but_a_timed_out_one_is_not() -> None:
+    from relay.backends.nats_dedup import _unsent
+
+    answers: list[Exception | str] = [nats.errors.ConnectionClosedError(), "stored"]
+
+    async def attempt() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert asyncio.run(retried(attempt, 5, also=_unsent, unanswered=False)) == "stored"
+    answers[:] = [nats.errors.TimeoutError(), "stored"]
+    with pytest.raises(nats.errors.TimeoutError):
+        asyncio.run(retried(attempt, 5, also=_unsent, unanswered=False))

@@ -81,6 +81,7 @@ class NatsClaimBackend:
         self._refusals = PermissionWatch(location, dedup_permissions(stream))
         self._loop = LoopThread()
         self._client: Client | None = None
+        self._connecting = asyncio.Lock()  # one new connection for a batch's parallel publishes
         try:
             with self._translated():
                 self._loop.run(self._connected(), timeout + 5)
@@ -142,8 +143,14 @@ class NatsClaimBackend:
 
     async def _connected(self) -> Client:
         """The client, connected again (with the stream checked) if the connection was lost."""
-        if self._client is not None and not self._client.is_closed:
+        async with self._connecting:
+            if self._client is not None and not self._client.is_closed:
+                return self._client
+            self._client = await self._connect()
             return self._client
+
+    async def _connect(self) -> Client:
+        """A new connection to one of the servers, with the stream checked."""
         client = Client()
         try:
             await client.connect(
@@ -164,7 +171,6 @@ class NatsClaimBackend:
             with suppress(Exception):
                 await client.close()
             raise
-        self._client = client
         return client
 
     async def _ensure_stream(self, client: Client) -> None:
@@ -189,12 +195,14 @@ class NatsClaimBackend:
             ) from exc
 
     async def _publish_all(self, runs: Sequence[tuple[str, datetime]]) -> list[bool]:
-        js = (await self._connected()).jetstream(timeout=self.timeout)
+        await self._connected()
 
         async def publish(job: str, slot: datetime) -> bool:
             rid = run_id(job, slot)
 
             async def attempt() -> bool:
+                # Connected again if the server died since the last attempt (see _unsent).
+                js = (await self._connected()).jetstream(timeout=self.timeout)
                 ack = await js.publish(
                     self.subject, rid.encode(), headers={"Nats-Msg-Id": rid}, stream=self.stream
                 )
@@ -204,7 +212,7 @@ class NatsClaimBackend:
             # another instance's message with this id is being replicated the leader answers "in
             # process": send it again. Never one that timed out: it may have been stored, and
             # would come back a duplicate, so lost by everyone.
-            return await retried(attempt, self.timeout, also=_in_process, unanswered=False)
+            return await retried(attempt, self.timeout, also=_unsent, unanswered=False)
 
         return list(await asyncio.gather(*(publish(job, slot) for job, slot in runs)))
 
@@ -263,9 +271,17 @@ class NatsClaimBackend:
             ) from exc
 
 
-def _in_process(exc: Exception) -> bool:
-    """Whether ``exc`` is "duplicate message id is in process": another publish of the same id
-    is being replicated; the next attempt finds it stored (a duplicate) or gone."""
+def _unsent(exc: Exception) -> bool:
+    """Whether ``exc`` says no server stored this attempt's message, so it may be sent again.
+
+    "Duplicate message id is in process": another publish of the same id is being replicated;
+    the next attempt finds it stored (a duplicate) or gone. A closed connection: nats-py refuses
+    to send on it (a message it sent before the close is unanswered, so timed out, instead);
+    the server died, maybe the leader just after answering "in process", and the next attempt
+    connects to another.
+    """
+    if isinstance(exc, nats.errors.ConnectionClosedError):
+        return True
     return isinstance(exc, nats.js.errors.APIError) and exc.err_code == _IN_PROCESS
 
 

@@ -582,8 +582,15 @@ def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, ve
     if version == 0:
         found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
         what = "holds no Relay tables" if found.fetchone() else "does not exist"
+        standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        lag = (
+            " yet: this server is a standby, which may not have replayed a schema just created "
+            "on its primary (try again, or read the primary)"
+            if standby is not None and standby[0]
+            else ""
+        )
         raise StoreNotFound(
-            f"schema {schema!r} {what} on {display}; check ?schema= in the URL "
+            f"schema {schema!r} {what} on {display}{lag}; check ?schema= in the URL "
             "(read-only commands never create it)"
         )
     check_newer(schema, version)
