@@ -7,6 +7,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -306,6 +307,37 @@ def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) ->
     ]  # fmt: skip
     tokens = [r.run.token for r in results[3:] if r.run is not None]
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
+
+
+def test_a_batch_that_waited_for_a_jobs_row_still_takes_a_jobs_requests_in_turn(
+    backend: PostgresLeaseBackend,
+) -> None:
+    # Version 13 numbers the rounds without a sort only when it did not wait: after a wait the
+    # runs are read again, and the jobs left undecided are counted afresh.
+    backend.acquire_many([AcquireRequest(job, _slot(9), "a", 30) for job in ("first", "many")])
+    requests = [
+        AcquireRequest("first", _slot(0), "a", 30),
+        AcquireRequest("many", _slot(0), "a", 30),
+        AcquireRequest("many", _slot(1), "a", 30),
+    ]
+    with psycopg.connect(SERVICES["postgres"].url) as conn:
+        conn.execute(f"SELECT 1 FROM \"{backend.schema}\".jobs WHERE name = 'first' FOR UPDATE")
+        waiting = ThreadPoolExecutor(1)
+        decided = waiting.submit(backend.acquire_many, requests)
+        time.sleep(0.5)  # the batch waits for the row this transaction holds
+        assert not decided.done()
+        conn.execute(  # and this one leases the first run meanwhile, as an acquire would
+            f"""INSERT INTO "{backend.schema}".runs (run_id, job, slot, state, attempt, token,
+                                                    owner, expires_at, updated_at)
+            VALUES (%s, 'first', %s, 'running', 1, 1, 'x', now() + interval '10 minutes', now())""",
+            (requests[0].id, requests[0].slot),
+        )
+        conn.commit()
+    results = decided.result(timeout=10)
+    waiting.shutdown()
+    assert [r.outcome for r in results] == [Outcome.HELD, Outcome.WON, Outcome.WON]
+    tokens = [r.run.token for r in results[1:] if r.run is not None]
+    assert len(tokens) == 2 and tokens[0] < tokens[1]
 
 
 def test_tokens_follow_the_servers_clock_and_outgrow_a_counter_set_back(
