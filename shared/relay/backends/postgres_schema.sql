@@ -182,6 +182,7 @@ DECLARE
     v_again text[];
     v_jobs text[];
     v_paused text[];
+    v_floorless boolean;
 BEGIN
     -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
     -- One index probe per request (version 9): a join could hash the whole table of runs, whose
@@ -236,9 +237,11 @@ BEGIN
     END IF;
     -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
     -- between two acquires, never inside one.
-    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[])
-    INTO v_paused
-    FROM (SELECT name, paused_at FROM {schema}.jobs WHERE name = ANY (v_jobs)
+    -- Version 13: and whether any of them keeps a token floor (a job from before version 8).
+    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[]),
+           bool_and(l.token = 0)
+    INTO v_paused, v_floorless
+    FROM (SELECT name, paused_at, token FROM {schema}.jobs WHERE name = ANY (v_jobs)
           ORDER BY name FOR UPDATE) AS l;
     v_now := clock_timestamp();
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
@@ -332,15 +335,19 @@ BEGIN
             FROM looked AS l
         ), tokens AS (
             -- Drawn without writing the job's row (version 8), as next_token draws it; written
-            -- out here (version 9): a PL/pgSQL call per run cost more than the index probe.
+            -- out here (version 9): a PL/pgSQL call per run cost more than the index probe. The
+            -- job's row is read only when a job of the batch keeps a floor (version 13).
             SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
                    d.failures, d.attempt,
                    greatest(
-                       greatest(j.token, (SELECT r.token FROM {schema}.runs AS r
-                                          WHERE r.job = d.job ORDER BY r.token DESC LIMIT 1)) + 1,
+                       greatest(CASE WHEN v_floorless THEN 0 ELSE (
+                                    SELECT j.token FROM {schema}.jobs AS j WHERE j.name = d.job)
+                                END,
+                                (SELECT r.token FROM {schema}.runs AS r
+                                 WHERE r.job = d.job ORDER BY r.token DESC LIMIT 1)) + 1,
                        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AS token,
                    d.schedule_version, d.won_version
-            FROM decided AS d JOIN {schema}.jobs AS j ON j.name = d.job
+            FROM decided AS d
             WHERE d.outcome = 'won'
         ), leased AS (
             INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
