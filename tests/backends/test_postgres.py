@@ -405,6 +405,23 @@ def test_tokens_outgrow_the_jobs_highest_token_even_ahead_of_the_clock(
     assert len(tokens) == 3 and min(tokens) > ahead and tokens[1] < tokens[2]
 
 
+def test_a_batch_keeps_a_jobs_token_floor_from_before_version_8(
+    backend: PostgresLeaseBackend,
+) -> None:
+    # Version 13 reads the jobs' rows for their floors only when one of the batch keeps one.
+    backend.acquire_many([AcquireRequest(job, _slot(0), "a", 30) for job in ("kept", "plain")])
+    ahead = int(backend.now().timestamp() * 1_000_000) + 3_600_000_000
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE \"{backend.schema}\".jobs SET token = %s WHERE name = 'kept'", (ahead,)
+        )
+    batch = backend.acquire_many(
+        [AcquireRequest("kept", _slot(1), "a", 30), AcquireRequest("plain", _slot(1), "a", 30)]
+    )
+    kept, plain = (r.run.token if r.run else 0 for r in batch)
+    assert kept == ahead + 1 and 0 < plain < ahead
+
+
 def test_prune_keeps_the_run_holding_a_jobs_highest_token(backend: PostgresLeaseBackend) -> None:
     later = backend.acquire(AcquireRequest("job", _slot(2), "a", 30)).run
     assert later is not None
