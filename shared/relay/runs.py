@@ -30,6 +30,7 @@ __all__ = [
     "run_id",
     "run_to_headers",
     "slot_ms",
+    "won_run",
 ]
 
 UTC = timezone.utc
@@ -207,6 +208,39 @@ class Run:
                 f"run {self.id} (token {self.token}) is no longer owned by this attempt: its "
                 "lease could not be renewed, or another instance took the run over"
             )
+
+
+def won_run(
+    run_id: str,
+    job: str,
+    scheduled_for: datetime,
+    attempt: int,
+    token: int,
+    owner: str,
+    schedule_version: int | None = None,
+) -> Run:
+    """``Run(run_id, job, scheduled_for, attempt, token, owner, schedule_version=…)``, made
+    without the dataclass's ``__init__``: a backend deciding a tick builds thousands at once.
+
+    The run is equal to the one ``Run(...)`` makes, with no ``args`` or ``kwargs`` and its
+    ``lost`` event made on first access.
+    """
+    run = _new(Run)
+    _set(run, "id", run_id)
+    _set(run, "job", job)
+    _set(run, "scheduled_for", scheduled_for)
+    _set(run, "attempt", attempt)
+    _set(run, "token", token)
+    _set(run, "owner", owner)
+    _set(run, "args", ())
+    _set(run, "kwargs", {})
+    _set(run, "schedule_version", schedule_version)
+    return run
+
+
+# Attributes set one by one keep the instance's compact layout; a dict given at once does not.
+_new = object.__new__
+_set = object.__setattr__
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -308,6 +309,37 @@ def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) ->
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
 
 
+def test_a_batch_that_waited_for_a_jobs_row_still_takes_a_jobs_requests_in_turn(
+    backend: PostgresLeaseBackend,
+) -> None:
+    # Version 13 numbers the rounds without a sort only when it did not wait: after a wait the
+    # runs are read again, and the jobs left undecided are counted afresh.
+    backend.acquire_many([AcquireRequest(job, _slot(9), "a", 30) for job in ("first", "many")])
+    requests = [
+        AcquireRequest("first", _slot(0), "a", 30),
+        AcquireRequest("many", _slot(0), "a", 30),
+        AcquireRequest("many", _slot(1), "a", 30),
+    ]
+    with psycopg.connect(SERVICES["postgres"].url) as conn:
+        conn.execute(f"SELECT 1 FROM \"{backend.schema}\".jobs WHERE name = 'first' FOR UPDATE")
+        waiting = ThreadPoolExecutor(1)
+        decided = waiting.submit(backend.acquire_many, requests)
+        time.sleep(0.5)  # the batch waits for the row this transaction holds
+        assert not decided.done()
+        conn.execute(  # and this one leases the first run meanwhile, as an acquire would
+            f"""INSERT INTO "{backend.schema}".runs (run_id, job, slot, state, attempt, token,
+                                                    owner, expires_at, updated_at)
+            VALUES (%s, 'first', %s, 'running', 1, 1, 'x', now() + interval '10 minutes', now())""",
+            (requests[0].id, requests[0].slot),
+        )
+        conn.commit()
+    results = decided.result(timeout=10)
+    waiting.shutdown()
+    assert [r.outcome for r in results] == [Outcome.HELD, Outcome.WON, Outcome.WON]
+    tokens = [r.run.token for r in results[1:] if r.run is not None]
+    assert len(tokens) == 2 and tokens[0] < tokens[1]
+
+
 def test_tokens_follow_the_servers_clock_and_outgrow_a_counter_set_back(
     backend: PostgresLeaseBackend,
 ) -> None:
@@ -371,6 +403,23 @@ def test_tokens_outgrow_the_jobs_highest_token_even_ahead_of_the_clock(
     )
     tokens = [again.token if again else 0, *(r.run.token for r in more if r.run)]
     assert len(tokens) == 3 and min(tokens) > ahead and tokens[1] < tokens[2]
+
+
+def test_a_batch_keeps_a_jobs_token_floor_from_before_version_8(
+    backend: PostgresLeaseBackend,
+) -> None:
+    # Version 13 reads the jobs' rows for their floors only when one of the batch keeps one.
+    backend.acquire_many([AcquireRequest(job, _slot(0), "a", 30) for job in ("kept", "plain")])
+    ahead = int(backend.now().timestamp() * 1_000_000) + 3_600_000_000
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE \"{backend.schema}\".jobs SET token = %s WHERE name = 'kept'", (ahead,)
+        )
+    batch = backend.acquire_many(
+        [AcquireRequest("kept", _slot(1), "a", 30), AcquireRequest("plain", _slot(1), "a", 30)]
+    )
+    kept, plain = (r.run.token if r.run else 0 for r in batch)
+    assert kept == ahead + 1 and 0 < plain < ahead
 
 
 def test_prune_keeps_the_run_holding_a_jobs_highest_token(backend: PostgresLeaseBackend) -> None:

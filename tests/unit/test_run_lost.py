@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from relay.errors import LeaseLost
-from relay.runs import Run
+from relay.runs import Run, won_run
 
 SLOT = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -68,3 +68,20 @@ def test_check_raises_once_lost_is_set() -> None:
     run.lost.set()
     with pytest.raises(LeaseLost, match="no longer owned"):
         run.check()
+
+
+def test_won_run_is_the_run_that_run_makes() -> None:
+    made = won_run("nightly@2026-11-30T08:00:00Z", "nightly", SLOT, 1, 7, "beat@host", 3)
+    given = a_run(schedule_version=3)
+    assert made == given and repr(made) == repr(given)
+    assert vars(made) == {k: v for k, v in vars(given).items() if k != "_lost"}
+    assert {f.name for f in dataclasses.fields(Run)} - {"lost"} <= set(vars(made))
+    assert not any(isinstance(v, threading.Event) for v in vars(made).values())
+    assert made.lost is made.lost and not made.lost.is_set()
+    later = dataclasses.replace(made, token=8)
+    assert later.lost is made.lost and later.token == 8 and later.job == "nightly"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.token = 9  # type: ignore[misc]
+    made.lost.set()
+    with pytest.raises(LeaseLost):
+        made.check()

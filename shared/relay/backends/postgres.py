@@ -56,7 +56,16 @@ from relay.errors import (
     StoreNotFound,
 )
 from relay.instances import InstanceInfo
-from relay.runs import Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
+from relay.runs import (
+    Run,
+    RunRecord,
+    RunState,
+    check_slots,
+    from_ms,
+    run_id,
+    slot_ms,
+    won_run,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresLeaseBackend"]
 
@@ -244,10 +253,9 @@ class PostgresLeaseBackend(PostgresSchedules):
         ):
             unwon = _UNWON.get(outcome)
             if unwon is None:
-                run = Run(
-                    rid, request.job, request.slot, attempt, token, request.owner,
-                    schedule_version=version,
-                )  # fmt: skip
+                run = won_run(
+                    rid, request.job, request.slot, attempt, token, request.owner, version
+                )
                 unwon = AcquireResult(Outcome.WON, run)
             results.append(unwon)
         return results

@@ -152,10 +152,11 @@ $$;
 --    run can then only stay live at v_now, finish, or turn pending, which nobody but a holder of
 --    the job's row can change again. An instance that finds the first row taken (another is
 --    deciding the same tick) waits for that row alone and reads the runs again first, so one that
---    lost the tick takes no more locks (version 11).
+--    lost the tick takes no more locks (version 11); only one that waited reads them again once it
+--    holds every row (version 13).
 -- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
 --    most one request per job and is decided by one set-based statement; later rounds see earlier
---    ones. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
+--    ones. A batch with one request per job (a tick) is one round. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
 --    over two of them would make a large batch quadratic.
 -- The rules: a paused job's new runs are skipped ('paused'); with buffer_one (p_buffer), a run
 -- overlapping a live one waits pending ('buffered') unless one already waits, and a waiting run is
@@ -163,7 +164,7 @@ $$;
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body stands as migration 0011 wrote it, acquire_one's as 0010 did (the catalog test compares
+-- Its body stands as migration 0013 wrote it, acquire_one's as 0010 did (the catalog test compares
 -- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -174,11 +175,14 @@ CREATE FUNCTION {schema}.acquire_many(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_rounds integer;
+    v_rnd bigint[];
+    v_waited boolean := false;
     v_now timestamptz := clock_timestamp();
     v_settled text[];
     v_again text[];
     v_jobs text[];
     v_paused text[];
+    v_floorless boolean;
 BEGIN
     -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
     -- One index probe per request (version 9): a join could hash the whole table of runs, whose
@@ -210,6 +214,7 @@ BEGIN
     PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+        v_waited := true;
         v_now := clock_timestamp();
         SELECT array_agg(
                    coalesce(r.settled, (
@@ -232,46 +237,57 @@ BEGIN
     END IF;
     -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
     -- between two acquires, never inside one.
-    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[])
-    INTO v_paused
-    FROM (SELECT name, paused_at FROM {schema}.jobs WHERE name = ANY (v_jobs)
+    -- Version 13: and whether any of them keeps a token floor (a job from before version 8).
+    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[]),
+           bool_and(l.token = 0)
+    INTO v_paused, v_floorless
+    FROM (SELECT name, paused_at, token FROM {schema}.jobs WHERE name = ANY (v_jobs)
           ORDER BY name FOR UPDATE) AS l;
     v_now := clock_timestamp();
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
     -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
-    -- racing instances each write nothing once the first has won the tick.
-    SELECT array_agg(
-               coalesce(r.settled, (
-                   SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
-                               WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
-                   FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
-    INTO v_again
-    FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
-    RETURN QUERY
-    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
-    FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
-    WHERE r.outcome IS NOT NULL AND r.before IS NULL;
-    v_settled := v_again;
+    -- racing instances each write nothing once the first has won the tick. Version 13: only after
+    -- a wait; the rounds read every run afresh and decide it by the same rules anyway.
+    IF v_waited THEN
+        SELECT array_agg(
+                   coalesce(r.settled, (
+                       SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                                   WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                       FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
+        INTO v_again
+        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+        RETURN QUERY
+        SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+        FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
+        WHERE r.outcome IS NOT NULL AND r.before IS NULL;
+        v_settled := v_again;
+    END IF;
     PERFORM 1 FROM {schema}.runs
     WHERE run_id = ANY (p_run_ids)
       AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
     ORDER BY run_id FOR UPDATE;
-    SELECT max(n) INTO v_rounds
-    FROM (SELECT count(*) AS n FROM unnest(p_jobs, v_settled) AS r (job, settled)
-          WHERE r.settled IS NULL GROUP BY r.job) AS c;
+    -- Version 13: a batch with one request per job (a tick) is one round, numbered without a
+    -- sort; v_jobs holds the jobs of exactly the undecided requests unless the runs were read
+    -- again after a wait.
+    SELECT count(*) INTO v_rounds FROM unnest(v_settled) AS r (settled) WHERE r.settled IS NULL;
+    IF v_waited OR v_rounds > cardinality(v_jobs) THEN
+        SELECT max(n.rnd), array_agg(n.rnd ORDER BY n.idx) INTO v_rounds, v_rnd
+        FROM (SELECT r.idx, CASE WHEN r.settled IS NULL THEN row_number() OVER (
+                        PARTITION BY r.job COLLATE "C", r.settled IS NULL ORDER BY r.idx) END AS rnd
+              FROM unnest(p_jobs, v_settled) WITH ORDINALITY AS r (job, settled, idx)) AS n;
+    ELSIF v_rounds > 0 THEN
+        v_rounds := 1;
+    END IF;
     FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
         RETURN QUERY
         WITH req AS (
-            SELECT * FROM (
-                SELECT r.*, row_number() OVER (PARTITION BY r.job COLLATE "C" ORDER BY r.idx) AS rnd
-                FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
-                            p_overlap, p_stale, p_buffer, p_versions, v_settled)
-                     WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
-                                           overlap_skip, stale_after, buffer_one,
-                                           schedule_version, settled, idx)
-                WHERE r.settled IS NULL
-            ) AS numbered
-            WHERE rnd = v_round
+            SELECT r.*
+            FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
+                        p_overlap, p_stale, p_buffer, p_versions, v_settled, v_rnd)
+                 WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
+                                       overlap_skip, stale_after, buffer_one,
+                                       schedule_version, settled, rnd, idx)
+            WHERE r.settled IS NULL AND coalesce(r.rnd, 1) = v_round
         ), looked AS (
             SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
                    s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
@@ -319,15 +335,19 @@ BEGIN
             FROM looked AS l
         ), tokens AS (
             -- Drawn without writing the job's row (version 8), as next_token draws it; written
-            -- out here (version 9): a PL/pgSQL call per run cost more than the index probe.
+            -- out here (version 9): a PL/pgSQL call per run cost more than the index probe. The
+            -- job's row is read only when a job of the batch keeps a floor (version 13).
             SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
                    d.failures, d.attempt,
                    greatest(
-                       greatest(j.token, (SELECT r.token FROM {schema}.runs AS r
-                                          WHERE r.job = d.job ORDER BY r.token DESC LIMIT 1)) + 1,
+                       greatest(CASE WHEN v_floorless THEN 0 ELSE (
+                                    SELECT j.token FROM {schema}.jobs AS j WHERE j.name = d.job)
+                                END,
+                                (SELECT r.token FROM {schema}.runs AS r
+                                 WHERE r.job = d.job ORDER BY r.token DESC LIMIT 1)) + 1,
                        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AS token,
                    d.schedule_version, d.won_version
-            FROM decided AS d JOIN {schema}.jobs AS j ON j.name = d.job
+            FROM decided AS d
             WHERE d.outcome = 'won'
         ), leased AS (
             INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,

@@ -1,0 +1,235 @@
+-- Version 13 (from 11; version 12 changes acquire_one alone): acquire_many does less for a tick.
+-- A released migration is never edited (see ../postgres_schema.sql to add one).
+
+-- Measured on one acquire_many of 10,000 new runs (docs/performance.md, "PostgreSQL client side
+-- and the tick"): an instance that took the first of its jobs' rows without waiting read every
+-- run again once it held them all, a read only an instance that waited needs (the rounds read
+-- each run afresh and decide it by the same rules); it numbered its requests per job by a sort
+-- even when every job had one request; and it read each job's row again for a token floor that
+-- only jobs from before version 8 keep. Now the runs are read again only after a wait, a batch
+-- with one request per job is one round without the sort, and the jobs' rows are read again only
+-- when one of them keeps a floor. The rules are unchanged.
+CREATE OR REPLACE FUNCTION {schema}.acquire_many(
+    p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
+    p_max_attempts integer[], p_overlap boolean[], p_stale float8[], p_buffer boolean[],
+    p_versions integer[]
+) RETURNS TABLE (o_index bigint, o_outcome text, o_attempt integer, o_token bigint,
+                o_version integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rounds integer;
+    v_rnd bigint[];
+    v_waited boolean := false;
+    v_now timestamptz := clock_timestamp();
+    v_settled text[];
+    v_again text[];
+    v_jobs text[];
+    v_paused text[];
+    v_floorless boolean;
+BEGIN
+    -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
+    -- One index probe per request (version 9): a join could hash the whole table of runs, whose
+    -- history only grows.
+    SELECT array_agg(
+               (SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                            WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                FROM {schema}.runs AS s WHERE s.run_id = r.run_id) ORDER BY r.idx)
+    INTO v_settled
+    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx);
+    RETURN QUERY
+    SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+    FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
+    WHERE r.outcome IS NOT NULL;
+    SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
+    FROM unnest(p_jobs, v_settled) AS r (job, settled)
+    WHERE r.settled IS NULL;
+    IF v_jobs IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO {schema}.jobs (name, token)
+        SELECT j, 0 FROM unnest(v_jobs) AS j
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE name = j)
+        ORDER BY j COLLATE "C"
+        ON CONFLICT (name) DO NOTHING;
+    -- Version 11: another instance holding the first of these jobs' rows is deciding the same
+    -- tick. Wait for it on that one row, then read the runs again before taking the others: an
+    -- instance that lost the tick finds every run settled and takes no more locks.
+    PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+        v_waited := true;
+        v_now := clock_timestamp();
+        SELECT array_agg(
+                   coalesce(r.settled, (
+                       SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                                   WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                       FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
+        INTO v_again
+        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+        RETURN QUERY
+        SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+        FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
+        WHERE r.outcome IS NOT NULL AND r.before IS NULL;
+        v_settled := v_again;
+        SELECT array_agg(DISTINCT r.job COLLATE "C" ORDER BY r.job COLLATE "C") INTO v_jobs
+        FROM unnest(p_jobs, v_settled) AS r (job, settled)
+        WHERE r.settled IS NULL;
+        IF v_jobs IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
+    -- between two acquires, never inside one.
+    -- Version 13: and whether any of them keeps a token floor (a job from before version 8).
+    SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[]),
+           bool_and(l.token = 0)
+    INTO v_paused, v_floorless
+    FROM (SELECT name, paused_at, token FROM {schema}.jobs WHERE name = ANY (v_jobs)
+          ORDER BY name FOR UPDATE) AS l;
+    v_now := clock_timestamp();
+    -- Settled again (version 9): an instance that waited above for another's locks finds what that
+    -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
+    -- racing instances each write nothing once the first has won the tick. Version 13: only after
+    -- a wait; the rounds read every run afresh and decide it by the same rules anyway.
+    IF v_waited THEN
+        SELECT array_agg(
+                   coalesce(r.settled, (
+                       SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                                   WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
+                       FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
+        INTO v_again
+        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+        RETURN QUERY
+        SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
+        FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
+        WHERE r.outcome IS NOT NULL AND r.before IS NULL;
+        v_settled := v_again;
+    END IF;
+    PERFORM 1 FROM {schema}.runs
+    WHERE run_id = ANY (p_run_ids)
+      AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
+    ORDER BY run_id FOR UPDATE;
+    -- Version 13: a batch with one request per job (a tick) is one round, numbered without a
+    -- sort; v_jobs holds the jobs of exactly the undecided requests unless the runs were read
+    -- again after a wait.
+    SELECT count(*) INTO v_rounds FROM unnest(v_settled) AS r (settled) WHERE r.settled IS NULL;
+    IF v_waited OR v_rounds > cardinality(v_jobs) THEN
+        SELECT max(n.rnd), array_agg(n.rnd ORDER BY n.idx) INTO v_rounds, v_rnd
+        FROM (SELECT r.idx, CASE WHEN r.settled IS NULL THEN row_number() OVER (
+                        PARTITION BY r.job COLLATE "C", r.settled IS NULL ORDER BY r.idx) END AS rnd
+              FROM unnest(p_jobs, v_settled) WITH ORDINALITY AS r (job, settled, idx)) AS n;
+    ELSIF v_rounds > 0 THEN
+        v_rounds := 1;
+    END IF;
+    FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
+        RETURN QUERY
+        WITH req AS (
+            SELECT r.*
+            FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
+                        p_overlap, p_stale, p_buffer, p_versions, v_settled, v_rnd)
+                 WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
+                                       overlap_skip, stale_after, buffer_one,
+                                       schedule_version, settled, rnd, idx)
+            WHERE r.settled IS NULL AND coalesce(r.rnd, 1) = v_round
+        ), looked AS (
+            SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
+                   s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
+                   s.reason AS s_reason, s.schedule_version AS s_version,
+                   -- Read only where a rule may use them (CASE evaluates lazily).
+                   CASE WHEN q.overlap_skip OR q.buffer_one OR s.reason = 'buffered' THEN EXISTS (
+                       SELECT 1 FROM {schema}.runs AS o
+                       WHERE o.job = q.job AND o.state = 'running'
+                         AND o.expires_at > v_now AND o.run_id <> q.run_id
+                   ) ELSE false END AS other_live,
+                   CASE WHEN q.buffer_one THEN EXISTS (
+                       SELECT 1 FROM {schema}.runs AS w
+                       WHERE w.job = q.job AND w.state = 'pending' AND w.reason = 'buffered'
+                   ) ELSE false END AS waiting
+            FROM req AS q LEFT JOIN {schema}.runs AS s ON s.run_id = q.run_id
+        ), decided AS (
+            SELECT l.idx, l.run_id, l.job, l.slot, l.owner, l.lease, l.max_attempts, l.schedule_version,
+                -- A won run's version, as leased below writes it (version 8: read here, so that
+                -- the result joins no CTE with another). A run that may be leased is new or was
+                -- locked above; one created since is a triggered or backfilled run, without one.
+                coalesce(l.s_version, l.schedule_version) AS won_version,
+                CASE
+                    WHEN l.s_run_id IS NULL THEN
+                        CASE
+                            WHEN l.stale_after IS NOT NULL
+                                 AND extract(epoch FROM v_now - l.slot) > l.stale_after THEN 'stale'
+                            WHEN l.job = ANY (v_paused) THEN 'paused'
+                            WHEN l.other_live AND (l.overlap_skip OR (l.buffer_one AND l.waiting))
+                                THEN 'overlap'
+                            WHEN l.other_live AND l.buffer_one THEN 'buffered'
+                            ELSE 'won'
+                        END
+                    WHEN l.s_state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN l.s_state = 'running' AND l.s_expires > v_now THEN 'held'
+                    WHEN l.s_state = 'pending' AND l.s_reason = 'buffered' AND l.other_live
+                        THEN 'buffered'
+                    WHEN l.s_failures + (l.s_state = 'running')::integer
+                         >= CASE WHEN l.s_attempt = 0 THEN l.max_attempts ELSE l.s_max END
+                        THEN 'exhausted'
+                    ELSE 'won'
+                END AS outcome,
+                l.s_run_id IS NULL AS is_new,
+                coalesce(l.s_failures + (l.s_state = 'running')::integer, 0) AS failures,
+                coalesce(l.s_attempt, 0) + 1 AS attempt
+            FROM looked AS l
+        ), tokens AS (
+            -- Drawn without writing the job's row (version 8), as next_token draws it; written
+            -- out here (version 9): a PL/pgSQL call per run cost more than the index probe. The
+            -- job's row is read only when a job of the batch keeps a floor (version 13).
+            SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
+                   d.failures, d.attempt,
+                   greatest(
+                       greatest(CASE WHEN v_floorless THEN 0 ELSE (
+                                    SELECT j.token FROM {schema}.jobs AS j WHERE j.name = d.job)
+                                END,
+                                (SELECT r.token FROM {schema}.runs AS r
+                                 WHERE r.job = d.job ORDER BY r.token DESC LIMIT 1)) + 1,
+                       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AS token,
+                   d.schedule_version, d.won_version
+            FROM decided AS d
+            WHERE d.outcome = 'won'
+        ), leased AS (
+            INSERT INTO {schema}.runs AS s (run_id, job, slot, state, attempt, failures,
+                                            max_attempts, token, owner, expires_at, updated_at,
+                                            schedule_version)
+            SELECT t.run_id, t.job, t.slot, 'running', t.attempt, t.failures, t.max_attempts,
+                   t.token, t.owner, v_now + t.lease * interval '1 second', v_now,
+                   t.schedule_version
+            FROM tokens AS t
+            ON CONFLICT (run_id) DO UPDATE SET
+                state = 'running', attempt = excluded.attempt, failures = excluded.failures,
+                token = excluded.token, owner = excluded.owner, reason = NULL,
+                expires_at = excluded.expires_at, started_at = NULL,
+                updated_at = excluded.updated_at,
+                max_attempts = CASE WHEN s.attempt = 0 THEN excluded.max_attempts
+                                    ELSE s.max_attempts END,
+                -- A takeover or a retry keeps the version of the run's first lease.
+                schedule_version = coalesce(s.schedule_version, excluded.schedule_version)
+        ), skipped AS (
+            INSERT INTO {schema}.runs (run_id, job, slot, state, reason, max_attempts,
+                                       finished_at, updated_at, schedule_version)
+            SELECT d.run_id, d.job, d.slot,
+                   CASE WHEN d.outcome = 'buffered' THEN 'pending' ELSE 'skipped' END,
+                   d.outcome, d.max_attempts,
+                   CASE WHEN d.outcome = 'buffered' THEN NULL ELSE v_now END, v_now,
+                   d.schedule_version
+            FROM decided AS d
+            WHERE d.is_new AND d.outcome IN ('stale', 'overlap', 'paused', 'buffered')
+            ON CONFLICT (run_id) DO NOTHING
+        ), exhausted AS (
+            UPDATE {schema}.runs AS s SET
+                state = 'failed', failures = d.failures, reason = 'max_attempts',
+                expires_at = NULL, finished_at = v_now, updated_at = v_now
+            FROM decided AS d
+            WHERE d.outcome = 'exhausted' AND s.run_id = d.run_id
+        )
+        SELECT t.idx, 'won', t.attempt, t.token, t.won_version FROM tokens AS t
+        UNION ALL
+        SELECT d.idx, d.outcome, NULL, NULL, NULL FROM decided AS d WHERE d.outcome <> 'won';
+    END LOOP;
+END
+$$;
