@@ -312,7 +312,7 @@ def test_a_batch_sees_its_own_earlier_requests(backend: PostgresLeaseBackend) ->
 def test_a_batch_that_waited_for_a_jobs_row_still_takes_a_jobs_requests_in_turn(
     backend: PostgresLeaseBackend,
 ) -> None:
-    # Version 13 numbers the rounds without a sort only when it did not wait: after a wait the
+    # Version 12 numbers the rounds without a sort only when it did not wait: after a wait the
     # runs are read again, and the jobs left undecided are counted afresh.
     backend.acquire_many([AcquireRequest(job, _slot(9), "a", 30) for job in ("first", "many")])
     requests = [
@@ -408,7 +408,7 @@ def test_tokens_outgrow_the_jobs_highest_token_even_ahead_of_the_clock(
 def test_a_batch_keeps_a_jobs_token_floor_from_before_version_8(
     backend: PostgresLeaseBackend,
 ) -> None:
-    # Version 13 reads the jobs' rows for their floors only when one of the batch keeps one.
+    # Version 12 reads the jobs' rows for their floors only when one of the batch keeps one.
     backend.acquire_many([AcquireRequest(job, _slot(0), "a", 30) for job in ("kept", "plain")])
     ahead = int(backend.now().timestamp() * 1_000_000) + 3_600_000_000
     with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:

@@ -153,7 +153,7 @@ $$;
 --    the job's row can change again. An instance that finds the first row taken (another is
 --    deciding the same tick) waits for that row alone and reads the runs again first, so one that
 --    lost the tick takes no more locks (version 11); only one that waited reads them again once it
---    holds every row (version 13).
+--    holds every row (version 12).
 -- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
 --    most one request per job and is decided by one set-based statement; later rounds see earlier
 --    ones. A batch with one request per job (a tick) is one round. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
@@ -164,7 +164,7 @@ $$;
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body stands as migration 0013 wrote it, acquire_one's as 0010 did (the catalog test compares
+-- Its body stands as migration 0012 wrote it, acquire_one's as 0010 did (the catalog test compares
 -- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -237,7 +237,7 @@ BEGIN
     END IF;
     -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
     -- between two acquires, never inside one.
-    -- Version 13: and whether any of them keeps a token floor (a job from before version 8).
+    -- Version 12: and whether any of them keeps a token floor (a job from before version 8).
     SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[]),
            bool_and(l.token = 0)
     INTO v_paused, v_floorless
@@ -246,7 +246,7 @@ BEGIN
     v_now := clock_timestamp();
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
     -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
-    -- racing instances each write nothing once the first has won the tick. Version 13: only after
+    -- racing instances each write nothing once the first has won the tick. Version 12: only after
     -- a wait; the rounds read every run afresh and decide it by the same rules anyway.
     IF v_waited THEN
         SELECT array_agg(
@@ -266,7 +266,7 @@ BEGIN
     WHERE run_id = ANY (p_run_ids)
       AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
     ORDER BY run_id FOR UPDATE;
-    -- Version 13: a batch with one request per job (a tick) is one round, numbered without a
+    -- Version 12: a batch with one request per job (a tick) is one round, numbered without a
     -- sort; v_jobs holds the jobs of exactly the undecided requests unless the runs were read
     -- again after a wait.
     SELECT count(*) INTO v_rounds FROM unnest(v_settled) AS r (settled) WHERE r.settled IS NULL;
@@ -336,7 +336,7 @@ BEGIN
         ), tokens AS (
             -- Drawn without writing the job's row (version 8), as next_token draws it; written
             -- out here (version 9): a PL/pgSQL call per run cost more than the index probe. The
-            -- job's row is read only when a job of the batch keeps a floor (version 13).
+            -- job's row is read only when a job of the batch keeps a floor (version 12).
             SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
                    d.failures, d.attempt,
                    greatest(

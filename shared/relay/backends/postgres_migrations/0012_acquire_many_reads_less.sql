@@ -1,4 +1,4 @@
--- Version 13 (from 11; version 12 changes acquire_one alone): acquire_many does less for a tick.
+-- Version 12 (from 11): acquire_many does less for a tick.
 -- A released migration is never edited (see ../postgres_schema.sql to add one).
 
 -- Measured on one acquire_many of 10,000 new runs (docs/performance.md, "PostgreSQL client side
@@ -80,7 +80,7 @@ BEGIN
     END IF;
     -- Held in name order, as in version 1; a pause or resume takes the same row, so it lands
     -- between two acquires, never inside one.
-    -- Version 13: and whether any of them keeps a token floor (a job from before version 8).
+    -- Version 12: and whether any of them keeps a token floor (a job from before version 8).
     SELECT coalesce(array_agg(l.name) FILTER (WHERE l.paused_at IS NOT NULL), ARRAY[]::text[]),
            bool_and(l.token = 0)
     INTO v_paused, v_floorless
@@ -89,7 +89,7 @@ BEGIN
     v_now := clock_timestamp();
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
     -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
-    -- racing instances each write nothing once the first has won the tick. Version 13: only after
+    -- racing instances each write nothing once the first has won the tick. Version 12: only after
     -- a wait; the rounds read every run afresh and decide it by the same rules anyway.
     IF v_waited THEN
         SELECT array_agg(
@@ -109,7 +109,7 @@ BEGIN
     WHERE run_id = ANY (p_run_ids)
       AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
     ORDER BY run_id FOR UPDATE;
-    -- Version 13: a batch with one request per job (a tick) is one round, numbered without a
+    -- Version 12: a batch with one request per job (a tick) is one round, numbered without a
     -- sort; v_jobs holds the jobs of exactly the undecided requests unless the runs were read
     -- again after a wait.
     SELECT count(*) INTO v_rounds FROM unnest(v_settled) AS r (settled) WHERE r.settled IS NULL;
@@ -179,7 +179,7 @@ BEGIN
         ), tokens AS (
             -- Drawn without writing the job's row (version 8), as next_token draws it; written
             -- out here (version 9): a PL/pgSQL call per run cost more than the index probe. The
-            -- job's row is read only when a job of the batch keeps a floor (version 13).
+            -- job's row is read only when a job of the batch keeps a floor (version 12).
             SELECT d.idx, d.run_id, d.job, d.slot, d.owner, d.lease, d.max_attempts,
                    d.failures, d.attempt,
                    greatest(
