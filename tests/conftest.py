@@ -23,6 +23,15 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return min(8, max(4, 2 * (os.cpu_count() or 1)))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first (a stable sort), so that xdist starts the longest ones early.
+
+    xdist hands tests out in collection order: slow modules collected last (the install lines,
+    the real-process tests) ran on at the end while the other workers sat idle.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _services(request: pytest.FixtureRequest) -> None:
     """A test marked with a service needs it: skip it (or fail in CI) when the server is down."""
