@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import celery._state
 import psycopg
 import pytest
 
@@ -38,6 +39,11 @@ def outbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ModuleTy
         monkeypatch.setenv("DATABASE_URL", base)
         monkeypatch.setenv("OUTBOX_SCHEMA", schema)
         monkeypatch.setenv("RELAY_BACKEND", relay_url)
+        # The example's @app.task is shared with every app finalized later in this process: keep
+        # it out of the apps of tests that run after this one (test_celery_kit's worker failed at
+        # start-up on two copies of 'outbox.close_day' once the suite's order changed).
+        finalizers = set(celery._state._on_app_finalizers)
+        monkeypatch.setattr(celery._state, "_on_app_finalizers", finalizers)
         spec = importlib.util.spec_from_file_location(f"outbox_{schema}", EXAMPLE)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
