@@ -247,18 +247,10 @@ class PostgresLeaseBackend(PostgresSchedules):
         decided: list[Any] = [None] * len(requests)
         for row in rows:
             decided[row[0] - 1] = row
-        results = []
-        for request, rid, (_, outcome, attempt, token, version) in zip(
-            requests, ids, decided, strict=True
-        ):
-            unwon = _UNWON.get(outcome)
-            if unwon is None:
-                run = won_run(
-                    rid, request.job, request.slot, attempt, token, request.owner, version
-                )
-                unwon = AcquireResult(Outcome.WON, run)
-            results.append(unwon)
-        return results
+        return [
+            _result(request, rid, *row[1:])
+            for request, rid, row in zip(requests, ids, decided, strict=True)
+        ]
 
     def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
         params = {"run_id": run_id, "token": token, "owner": owner, "lease": lease}
@@ -784,14 +776,13 @@ def _result(
     token: int | None,
     version: int | None,
 ) -> AcquireResult:
-    if outcome in _UNWON:
-        return _UNWON[outcome]  # results are frozen: one of each is enough for a large batch
+    unwon = _UNWON.get(outcome)
+    if unwon is not None:
+        return unwon  # results are frozen: one of each is enough for a large batch
     assert attempt is not None and token is not None
+    # won_run, not Run(...): a tick builds thousands of these.
     return AcquireResult(
-        Outcome.WON,
-        Run(
-            rid, request.job, request.slot, attempt, token, request.owner, schedule_version=version
-        ),
+        Outcome.WON, won_run(rid, request.job, request.slot, attempt, token, request.owner, version)
     )
 
 
