@@ -74,14 +74,16 @@ def _acquire_params(n: int, first: datetime) -> tuple[object, ...]:
 def steps(
     base: str, schema: str, backend: PostgresLeaseBackend, count: int = STEPS
 ) -> dict[str, float]:
-    """Median seconds of a raw insert and of acquire, heartbeat and finish, interleaved.
+    """Median seconds of a raw insert and of acquire, start, heartbeat and finish, interleaved.
 
     The baseline is one autocommit ``INSERT … ON CONFLICT DO NOTHING`` per run on a connection of
-    its own; each loop runs it and the three lease steps of a fresh run back to back, so a burst of
+    its own; each loop runs it and the four lease steps of a fresh run back to back, so a burst of
     load on the shared machine hits both alike.
     """
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
-    names = ("raw", "acquire", "heartbeat", "finish", "acquire SQL, schema 7", "acquire SQL")
+    names = (
+        "raw", "acquire", "start", "heartbeat", "finish", "acquire SQL, schema 7", "acquire SQL"
+    )  # fmt: skip
     samples: dict[str, list[float]] = {name: [] for name in names}
     with (
         psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn,
@@ -98,10 +100,12 @@ def steps(
             result = backend.acquire(AcquireRequest("bench", first + timedelta(seconds=n), "b", 30))
             t2 = time.perf_counter()
             assert result.run is not None
-            backend.heartbeat(result.run.id, result.run.token, 30)
+            backend.start(result.run.id, result.run.token, "b", 30)
             t3 = time.perf_counter()
-            backend.finish(result.run.id, result.run.token, succeeded=True)
+            backend.heartbeat(result.run.id, result.run.token, 30)
             t4 = time.perf_counter()
+            backend.finish(result.run.id, result.run.token, succeeded=True)
+            t5 = time.perf_counter()
             # The same statement on a connection of its own (each step here starts on another
             # connection than the step before, as the raw insert and the backend's do), on a
             # schema at version 7 and on today's: the acquire before and after version 8, in the
@@ -109,11 +113,11 @@ def steps(
             pair = [(before, _acquire_params(n, first)), (now, _acquire_params(n + count, first))]
             spent = []
             for statement, params in pair if n % 2 else pair[::-1]:
-                t5 = time.perf_counter()
+                t6 = time.perf_counter()
                 other.execute(statement, params).fetchone()
-                spent.append(time.perf_counter() - t5)
+                spent.append(time.perf_counter() - t6)
             old, new = spent if n % 2 else spent[::-1]
-            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, old, new)
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, old, new)
             for name, seconds in zip(names, times, strict=True):
                 samples[name].append(seconds)
         other.execute(f'DROP SCHEMA "{schema}_v{BEFORE}" CASCADE')
@@ -139,8 +143,8 @@ def server_time(count: int, rounds: int = 20) -> tuple[dict[str, float], dict[st
     ``count`` acquires write (:func:`writes`).
 
     On a server of the benchmark's own with ``pg_stat_statements`` preloaded: each round runs
-    ``count / rounds`` raw inserts, then acquires, heartbeats and finishes as many runs, each
-    batch between ``pg_stat_statements_reset()`` and the sum of its top-level statements'
+    ``count / rounds`` raw inserts, then acquires, starts, heartbeats and finishes as many runs,
+    each batch between ``pg_stat_statements_reset()`` and the sum of its top-level statements'
     ``total_plan_time`` and ``total_exec_time`` (planning and the executor, not the commit's
     flush), divided by the steps. Planning counts: the backend prepares nothing, so a top-level
     statement is planned at every call, while a PL/pgSQL function's statements keep their plans.
@@ -220,7 +224,8 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     backend = PostgresLeaseBackend.from_url(_url(base, "bench"))
     pair = (f"acquire, schema {BEFORE} (fresh table)", "acquire, today's schema (fresh table)")
     figures: dict[str, list[float]] = {
-        "raw": [], "acquire": [], "heartbeat": [], "finish": [], pair[0]: [], pair[1]: [],
+        "raw": [], "acquire": [], "start": [], "heartbeat": [], "finish": [], pair[0]: [],
+        pair[1]: [],
     }  # fmt: skip
     with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
@@ -237,6 +242,7 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
             "acquire": lambda n: runs.append(
                 backend.acquire(AcquireRequest("bench", first + timedelta(seconds=n), "b", 30)).run
             ),
+            "start": lambda n: backend.start(runs[n].id, runs[n].token, "b", 30),
             "heartbeat": lambda n: backend.heartbeat(runs[n].id, runs[n].token, 30),
             "finish": lambda n: backend.finish(runs[n].id, runs[n].token, succeeded=True),
             pair[0]: lambda n: conn.execute(before, _acquire_params(n, first)),

@@ -1,11 +1,11 @@
 """Benchmark of the Redis lease backend: ratios against a raw baseline measured in the same run.
 
-1. Per step: ``acquire``, ``heartbeat`` and ``finish`` of one run, each against a raw
+1. Per step: ``acquire``, ``start``, ``heartbeat`` and ``finish`` of one run, each against a raw
    ``SET key val NX PX`` on the same server (target: at most 1.5x per step).
 2. The server's own time per step (``INFO commandstats``: ``usec_per_call`` of ``EVALSHA``, each
    step in rounds of its own after ``CONFIG RESETSTAT``) against ``SET NX PX``'s, on a
    ``redis-server`` the benchmark starts for it (the shared server's statistics are left alone):
-   targets heartbeat at most 15 µs, acquire and finish at most 30 µs. Beside it, the median
+   targets heartbeat at most 15 µs, acquire, start and finish at most 30 µs. Beside it, the median
    call's time (``INFO latencystats``, Redis 7+): the mean counts the whole time a call spent
    inside the server, including any time the server process waited for a core, which a loaded
    machine adds to a few calls; the median call is what the step itself costs.
@@ -53,7 +53,7 @@ UTC = timezone.utc
 def per_step(url: str, prefix: str, count: int) -> dict[str, float]:
     """Median microseconds per call of each step, and its ratio to raw SET NX PX.
 
-    The calls are interleaved (one raw SET, one acquire, one heartbeat, one finish, and again),
+    The calls are interleaved (one raw SET, one acquire, start, heartbeat, finish, and again),
     so a busy machine slows all of them alike.
     """
     backend = RedisLeaseBackend.from_url(f"{url}?prefix={prefix}")
@@ -62,6 +62,7 @@ def per_step(url: str, prefix: str, count: int) -> dict[str, float]:
     timings: dict[str, list[float]] = {
         "SET NX PX": [],
         "acquire": [],
+        "start": [],
         "heartbeat": [],
         "finish": [],
     }
@@ -75,6 +76,9 @@ def per_step(url: str, prefix: str, count: int) -> dict[str, float]:
         run = backend.acquire(request).run
         timings["acquire"].append(clock() - start)
         assert run is not None
+        start = clock()
+        backend.start(run.id, run.token, "me", 30)
+        timings["start"].append(clock() - start)
         start = clock()
         backend.heartbeat(run.id, run.token, 30)
         timings["heartbeat"].append(clock() - start)
@@ -92,7 +96,7 @@ def per_step(url: str, prefix: str, count: int) -> dict[str, float]:
     return micros
 
 
-SERVER_TARGETS = {"acquire": 30.0, "heartbeat": 15.0, "finish": 30.0}
+SERVER_TARGETS = {"acquire": 30.0, "start": 30.0, "heartbeat": 15.0, "finish": 30.0}
 """Microseconds of the server's time per step (issue 28)."""
 
 
@@ -102,9 +106,9 @@ def server_cpu(count: int, rounds: int = 40, url: str | None = None) -> dict[str
     latencystats`` p50), where the server gives it.
 
     Each step runs alone between ``CONFIG RESETSTAT`` and ``INFO commandstats`` (which sums every
-    script under ``EVALSHA``); a round acquires ``count / rounds`` runs, heartbeats them, finishes
-    them, then sets as many raw keys, so a busy machine slows every step alike. The server is the
-    benchmark's own (``url``: one already started), so nothing else runs on it.
+    script under ``EVALSHA``); a round acquires ``count / rounds`` runs, starts them, heartbeats
+    them, finishes them, then sets as many raw keys, so a busy machine slows every step alike. The
+    server is the benchmark's own (``url``: one already started), so nothing else runs on it.
     """
     if url is None:
         with private_redis() as own:
@@ -121,6 +125,7 @@ def server_cpu(count: int, rounds: int = 40, url: str | None = None) -> dict[str
                 AcquireRequest(f"job{i % 100}", base + timedelta(seconds=i), "me", 30)
             ).run
         ),
+        "start": lambda i: backend.start(runs[i].id, runs[i].token, "me", 30),
         "heartbeat": lambda i: backend.heartbeat(runs[i].id, runs[i].token, 30),
         "finish": lambda i: backend.finish(runs[i].id, runs[i].token, succeeded=True),
         "SET NX PX": lambda i: raw.set(f"raw:{i}", "owner", nx=True, px=30_000),

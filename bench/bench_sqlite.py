@@ -1,11 +1,12 @@
-"""SQLite: acquire and finish per run, against a raw ``BEGIN IMMEDIATE; INSERT; COMMIT``.
+"""SQLite: acquire, start and finish per run, against a raw ``BEGIN IMMEDIATE; INSERT; COMMIT``.
 
 The raw baseline writes to a two-column table in the same database file as Relay's, through its
-own connection with the same pragmas: WAL, and the ``synchronous`` setting the backend's acquire
-and finish commit with (``FULL`` for ``--durability full``, the default, so both wait for the disk
-alike; ``NORMAL`` for ``--durability fast``). The steps are interleaved (a raw insert, an acquire,
-a raw insert, a finish, and again), so a busy machine slows both alike, and each is timed call by
-call; medians are printed. Target: each step at most 1.5x the raw insert.
+own connection with the same pragmas: WAL, and the ``synchronous`` setting the backend's acquire,
+start and finish commit with (``FULL`` for ``--durability full``, the default, so both wait for
+the disk alike; ``NORMAL`` for ``--durability fast``). The steps are interleaved (a raw insert, an
+acquire, a raw insert, a start, a raw insert, a finish, and again), so a busy machine slows both
+alike, and each is timed call by call; medians are printed. Target: each step at most 1.5x the
+raw insert.
 
     python bench/bench_sqlite.py [--runs 5000] [--repeat 3] [--jobs 1] [--durability full]
 
@@ -54,14 +55,14 @@ class RawInserts:
 
 
 def one_round(path: Path, runs: int, jobs: int, durability: Durability) -> dict[str, float]:
-    """Median microseconds per call of a raw insert, an acquire and a finish."""
+    """Median microseconds per call of a raw insert, an acquire, a start and a finish."""
     backend = SQLiteLeaseBackend(path, durability=durability)
     raw = RawInserts(path, durability)
     requests = [
         AcquireRequest(f"job{n % jobs}", BASE + timedelta(seconds=n), "bench", lease=30)
         for n in range(runs)
     ]
-    timings: dict[str, list[float]] = {"raw insert": [], "acquire": [], "finish": []}
+    timings: dict[str, list[float]] = {"raw insert": [], "acquire": [], "start": [], "finish": []}
     clock = time.perf_counter
     for request in requests:
         start = clock()
@@ -71,6 +72,12 @@ def one_round(path: Path, runs: int, jobs: int, durability: Durability) -> dict[
         run = backend.acquire(request).run
         timings["acquire"].append(clock() - start)
         assert run is not None
+        start = clock()
+        raw.insert()
+        timings["raw insert"].append(clock() - start)
+        start = clock()
+        backend.start(run.id, run.token, "bench", 30)
+        timings["start"].append(clock() - start)
         start = clock()
         raw.insert()
         timings["raw insert"].append(clock() - start)
@@ -101,7 +108,7 @@ def rows(quick: bool = False) -> list[Row]:
             "<= 1.5x",
             ratio_at_most(1.5),
         )
-        for step in ("acquire", "finish")
+        for step in ("acquire", "start", "finish")
     ]
 
 
@@ -113,17 +120,21 @@ def main() -> None:
     parser.add_argument("--durability", choices=list(DURABILITY), default="full")
     args = parser.parse_args()
     print(f"durability={args.durability}: synchronous={DURABILITY[args.durability]} on both sides")
-    ratios: dict[str, list[float]] = {"acquire": [], "finish": [], "acquire + finish": []}
+    ratios: dict[str, list[float]] = {
+        "acquire": [], "start": [], "finish": [], "acquire + finish": []
+    }  # fmt: skip
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as folder:
             micros = one_round(Path(folder) / "relay.db", args.runs, args.jobs, args.durability)
         raw = micros["raw insert"]
         ratios["acquire"].append(micros["acquire"] / raw)
+        ratios["start"].append(micros["start"] / raw)
         ratios["finish"].append(micros["finish"] / raw)
         ratios["acquire + finish"].append((micros["acquire"] + micros["finish"]) / (2 * raw))
         print(
             f"raw insert {raw:6.1f} µs   acquire {micros['acquire']:6.1f} µs   "
-            f"finish {micros['finish']:6.1f} µs   (medians of {args.runs} calls each)"
+            f"start {micros['start']:6.1f} µs   finish {micros['finish']:6.1f} µs   "
+            f"(medians of {args.runs} calls each)"
         )
     print(f"median of {args.repeat} rounds, against the raw insert (target: each step <= 1.5x):")
     for step, values in ratios.items():
