@@ -21,14 +21,9 @@ FROM {schema}.acquire_one(%s, %s, %s, %s, %s::float8, %s::integer, %s::boolean, 
                           %s::boolean, %s::integer)
 
 -- name: start
-UPDATE {schema}.runs SET
-    owner = %(owner)s,
-    started_at = coalesce(started_at, clock_timestamp()),
-    expires_at = clock_timestamp() + %(lease)s::float8 * interval '1 second',
-    updated_at = clock_timestamp()
-WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
-  AND (started_at IS NULL OR owner = %(owner)s)
-RETURNING job, slot, attempt, schedule_version
+-- No row when the lease was lost or another owner started the run (see lost).
+SELECT o_job, o_slot, o_attempt, o_version
+FROM {schema}.start(%(run_id)s, %(token)s::bigint, %(owner)s::text, %(lease)s::float8)
 
 -- name: heartbeat
 -- This transaction alone commits without waiting for the disk (set_config(..., true) lasts until

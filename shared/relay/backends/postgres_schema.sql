@@ -544,6 +544,26 @@ BEGIN
 END
 $$;
 
+-- start: the runner takes a won run over, as the statement it replaces (version 15) did: a
+-- top-level UPDATE was planned at every call (the backend prepares nothing, for transaction-mode
+-- poolers); PL/pgSQL keeps the plan for the session, as for finish (version 10). No row when the
+-- lease was lost or another owner started the run (the caller reads the run to say how).
+CREATE FUNCTION {schema}.start(p_run_id text, p_token bigint, p_owner text, p_lease float8)
+RETURNS TABLE (o_job text, o_slot timestamptz, o_attempt integer, o_version integer)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE {schema}.runs SET
+        owner = p_owner,
+        started_at = coalesce(started_at, clock_timestamp()),
+        expires_at = clock_timestamp() + p_lease * interval '1 second',
+        updated_at = clock_timestamp()
+    WHERE run_id = p_run_id AND token = p_token AND state = 'running'
+      AND (started_at IS NULL OR owner = p_owner)
+    RETURNING job, slot, attempt, schedule_version;
+END
+$$;
+
 -- skip: record a run skipped unless it has a record. Holds the job's row like acquire_many, so a
 -- skip never lands between an acquire's read and its write.
 CREATE FUNCTION {schema}.skip(p_run_id text, p_job text, p_slot timestamptz, p_reason text)
