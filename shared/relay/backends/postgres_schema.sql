@@ -544,7 +544,7 @@ BEGIN
 END
 $$;
 
--- start: the runner takes a won run over, as the statement it replaces (version 15) did: a
+-- start: the runner takes a won run over, as the statement it replaces did: a
 -- top-level UPDATE was planned at every call (the backend prepares nothing, for transaction-mode
 -- poolers); PL/pgSQL keeps the plan for the session, as for finish (version 10). No row when the
 -- lease was lost or another owner started the run (the caller reads the run to say how).

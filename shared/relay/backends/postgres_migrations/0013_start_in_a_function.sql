@@ -1,7 +1,7 @@
--- Version 15 (from 14): a start is one call of a PL/pgSQL function instead of an UPDATE.
+-- Version 13 (from 12): a start is one call of a PL/pgSQL function instead of an UPDATE.
 -- A released migration is never edited (see ../postgres_schema.sql to add one).
 
--- start: the runner takes a won run over, as the statement it replaces (version 15) did: a
+-- start: the runner takes a won run over, as the statement it replaces did: a
 -- top-level UPDATE was planned at every call (the backend prepares nothing, for transaction-mode
 -- poolers); PL/pgSQL keeps the plan for the session, as for finish (version 10). No row when the
 -- lease was lost or another owner started the run (the caller reads the run to say how).
