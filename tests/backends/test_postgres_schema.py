@@ -3,8 +3,8 @@
 A fresh install runs ``postgres_schema.sql``; an install at version k runs the migrations after k.
 Each test installs version k the way a Relay of that version left it (migrations 1 to k), upgrades
 it, and compares the catalog with a fresh install's: tables and columns, indexes, constraints,
-functions (whole definitions, bodies included), triggers and the meta rows. A change made to one
-file and not the other fails here.
+domains, functions (whole definitions, bodies included), triggers and the meta rows. A change made
+to one file and not the other fails here.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ _CATALOG = {
         JOIN pg_class AS c ON c.oid = k.conrelid
         JOIN pg_namespace AS n ON n.oid = k.connamespace
         WHERE n.nspname = %(s)s ORDER BY c.relname, k.conname""",
+    "domains": """
+        SELECT t.typname, format_type(t.typbasetype, t.typtypmod), t.typnotnull, k.conname,
+               pg_get_constraintdef(k.oid)
+        FROM pg_type AS t
+        JOIN pg_namespace AS n ON n.oid = t.typnamespace
+        LEFT JOIN pg_constraint AS k ON k.contypid = t.oid
+        WHERE n.nspname = %(s)s AND t.typtype = 'd' ORDER BY t.typname, k.conname""",
     "functions": """
         SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid)
         FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
