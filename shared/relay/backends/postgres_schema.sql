@@ -28,7 +28,7 @@ CREATE TABLE {schema}.jobs (
     paused_reason text
 );
 
--- run_state: the states a run may be in. A domain, not a CHECK on runs (version 13): a table's
+-- run_state: the states a run may be in. A domain, not a CHECK on runs (version 14): a table's
 -- CHECK is read back from its stored text and prepared again at every statement that writes a
 -- row, a domain's check once per session (the type cache). The same rule, for less per write.
 CREATE DOMAIN {schema}.run_state AS text CONSTRAINT run_state_check
@@ -530,7 +530,7 @@ $$;
 -- was planned at every call (the backend prepares nothing, for transaction-mode poolers), which
 -- cost the server more than the update itself; PL/pgSQL keeps the plan for the session. No row when
 -- the lease was lost (the caller reads the run to say how). state::text: the column is a
--- run_state (version 13), the result text.
+-- run_state (version 14), the result text.
 CREATE FUNCTION {schema}.finish(p_run_id text, p_token bigint, p_ok boolean, p_error text)
 RETURNS TABLE (o_state text)
 LANGUAGE plpgsql AS $$

@@ -1,4 +1,4 @@
--- Version 13 (from 12): runs.state takes its states from a domain instead of a CHECK on the
+-- Version 14 (from 13): runs.state takes its states from a domain instead of a CHECK on the
 -- table; the rule is unchanged.
 -- A released migration is never edited (see ../postgres_schema.sql to add one).
 
