@@ -141,11 +141,12 @@ class JobState:
     spec: str | None = None
     paused: dict[str, Any] | None = None
     """While the job is paused: ``at`` (server ms), ``by`` and ``reason``."""
-    _encoded: dict[int, tuple[tuple[tuple[str, Any], ...], str]] = field(
+    _encoded: dict[int, tuple[dict[str, Any], str]] = field(
         default_factory=dict, repr=False, compare=False
     )
-    """Each run's JSON as :meth:`encode` last wrote it, with the fields it was made from: a state
-    kept between steps (``relay.backends.nats_kv``) re-encodes only the runs that changed."""
+    """Each run's JSON as :meth:`encode` last wrote it, with a copy of the attributes it was made
+    from: a state kept between steps (``relay.backends.nats_kv``) re-encodes only the runs that
+    changed."""
 
     @classmethod
     def decode(cls, job: str, data: bytes | None) -> JobState:
@@ -174,12 +175,13 @@ class JobState:
         head, _, tail = _JSON.encode(value).partition('"runs":{}')
         encoded, parts = {}, []
         for slot, fields in self.runs.items():
-            stored = fields.values()
-            made = tuple(stored.items())
+            # Compared without a copy or a tuple per run: equal attributes encode the same (their
+            # order too: an assignment keeps a key's place, a new key goes last in both).
             last = self._encoded.get(slot)
-            text = last[1] if last is not None and last[0] == made else _JSON.encode(stored)
-            encoded[slot] = (made, text)
-            parts.append(f'"{slot}":{text}')
+            if last is None or last[0] != vars(fields):
+                last = (vars(fields).copy(), _JSON.encode(fields.values()))
+            encoded[slot] = last
+            parts.append(f'"{slot}":{last[1]}')
         self._encoded = encoded
         return f'{head}"runs":{{{",".join(parts)}}}{tail}'.encode()
 
