@@ -153,7 +153,8 @@ $$;
 --    the job's row can change again. An instance that finds the first row taken (another is
 --    deciding the same tick) waits for that row alone and reads the runs again first, so one that
 --    lost the tick takes no more locks (version 11); only one that waited reads them again once it
---    holds every row (version 12).
+--    holds every row (version 12). It lets the row it waited on go at once, so those that lost a
+--    tick read side by side (version 13).
 -- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
 --    most one request per job and is decided by one set-based statement; later rounds see earlier
 --    ones. A batch with one request per job (a tick) is one round. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
@@ -225,7 +226,15 @@ BEGIN
     -- instance that lost the tick finds every run settled and takes no more locks.
     PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+        -- Version 13: and let the row go once it is had (a lock taken in a block that fails is
+        -- released), so that the instances that lost a tick read the runs again side by side, not
+        -- one after the other. If a run is left undecided, the row is taken again with the others.
+        BEGIN
+            PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+            RAISE SQLSTATE 'RL001';
+        EXCEPTION WHEN SQLSTATE 'RL001' THEN
+            NULL;
+        END;
         v_waited := true;
         v_now := clock_timestamp();
         SELECT array_agg(coalesce(r.settled, s.settled) ORDER BY r.idx),
