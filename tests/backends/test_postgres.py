@@ -340,6 +340,39 @@ def test_a_batch_that_waited_for_a_jobs_row_still_takes_a_jobs_requests_in_turn(
     assert len(tokens) == 2 and tokens[0] < tokens[1]
 
 
+def test_a_run_backfilled_after_a_batch_read_it_is_decided_as_recorded(
+    backend: PostgresLeaseBackend,
+) -> None:
+    # Version 13 inserts the runs it read as new without ON CONFLICT. A backfill (or a trigger)
+    # records a run without its job's row, so it may land between that read and the insert: the
+    # insert fails, is undone, and the batch decides every run from what is recorded.
+    backend.acquire_many([AcquireRequest(job, _slot(9), "a", 30) for job in ("first", "late")])
+    requests = [AcquireRequest(job, _slot(0), "a", 30) for job in ("first", "late")]
+    with psycopg.connect(SERVICES["postgres"].url) as conn:
+        # Not the first job's row: the batch takes that one without waiting, so it does not read
+        # the runs again before its insert.
+        conn.execute(f"SELECT 1 FROM \"{backend.schema}\".jobs WHERE name = 'late' FOR UPDATE")
+        waiting = ThreadPoolExecutor(1)
+        decided = waiting.submit(backend.acquire_many, requests)
+        time.sleep(0.5)  # the batch has read both runs as new and waits for the row held here
+        assert not decided.done()
+        conn.execute(
+            f"""INSERT INTO "{backend.schema}".runs (run_id, job, slot, state, reason, updated_at)
+            VALUES (%s, 'late', %s, 'pending', 'backfill', now())""",
+            (requests[1].id, requests[1].slot),
+        )
+        conn.commit()
+    results = decided.result(timeout=10)
+    waiting.shutdown()
+    assert [r.outcome for r in results] == [Outcome.WON, Outcome.WON]
+    won = results[1].run
+    assert won is not None and won.attempt == 1
+    late = [r for r in backend.runs("late") if r.id == requests[1].id]
+    assert [(r.state.value, r.attempt, r.owner, r.reason, r.token) for r in late] == [
+        ("running", 1, "a", None, won.token)
+    ]
+
+
 def test_tokens_follow_the_servers_clock_and_outgrow_a_counter_set_back(
     backend: PostgresLeaseBackend,
 ) -> None:

@@ -159,18 +159,22 @@ $$;
 --    the job's row can change again. An instance that finds the first row taken (another is
 --    deciding the same tick) waits for that row alone and reads the runs again first, so one that
 --    lost the tick takes no more locks (version 11); only one that waited reads them again once it
---    holds every row (version 12).
+--    holds every row (version 12). It lets the row it waited on go at once, so those that lost a
+--    tick read side by side (version 13).
 -- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
 --    most one request per job and is decided by one set-based statement; later rounds see earlier
 --    ones. A batch with one request per job (a tick) is one round. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
---    over two of them would make a large batch quadratic.
+--    over two of them would make a large batch quadratic. Before the rounds, the runs the first
+--    round would win as new (no record at the last read, no rule to check) are inserted at once,
+--    without ON CONFLICT; if one was recorded since, that insert is undone and the rounds decide
+--    them all (version 13).
 -- The rules: a paused job's new runs are skipped ('paused'); with buffer_one (p_buffer), a run
 -- overlapping a live one waits pending ('buffered') unless one already waits, and a waiting run is
 -- leased once no other run of its job is live; an expired lease means its runner stopped
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body stands as migration 0012 wrote it, acquire_one's as 0010 did (the catalog test compares
+-- Its body stands as migration 0013 wrote it, acquire_one's as 0010 did (the catalog test compares
 -- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -189,16 +193,25 @@ DECLARE
     v_jobs text[];
     v_paused text[];
     v_floorless boolean;
+    v_absent boolean[];
+    v_new boolean[];
+    v_won bigint[];
+    v_tokens bigint[];
+    v_undecided bigint;
 BEGIN
     -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
     -- One index probe per request (version 9): a join could hash the whole table of runs, whose
-    -- history only grows.
-    SELECT array_agg(
-               (SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
-                            WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
-                FROM {schema}.runs AS s WHERE s.run_id = r.run_id) ORDER BY r.idx)
-    INTO v_settled
-    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx);
+    -- history only grows (LIMIT keeps the lateral subquery a probe). Version 13: the same probe
+    -- says which runs have no record (v_absent).
+    SELECT array_agg(s.settled ORDER BY r.idx), array_agg(s.run_id IS NULL ORDER BY r.idx)
+    INTO v_settled, v_absent
+    FROM unnest(p_run_ids) WITH ORDINALITY AS r (run_id, idx)
+    LEFT JOIN LATERAL (
+        SELECT s.run_id,
+               CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                    WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END AS settled
+        FROM {schema}.runs AS s WHERE s.run_id = r.run_id LIMIT 1
+    ) AS s ON true;
     RETURN QUERY
     SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
     FROM unnest(v_settled) WITH ORDINALITY AS r (outcome, idx)
@@ -219,16 +232,27 @@ BEGIN
     -- instance that lost the tick finds every run settled and takes no more locks.
     PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+        -- Version 13: and let the row go once it is had (a lock taken in a block that fails is
+        -- released), so that the instances that lost a tick read the runs again side by side, not
+        -- one after the other. If a run is left undecided, the row is taken again with the others.
+        BEGIN
+            PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE;
+            RAISE SQLSTATE 'RL001';
+        EXCEPTION WHEN SQLSTATE 'RL001' THEN
+            NULL;
+        END;
         v_waited := true;
         v_now := clock_timestamp();
-        SELECT array_agg(
-                   coalesce(r.settled, (
-                       SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
-                                   WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
-                       FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
-        INTO v_again
-        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+        SELECT array_agg(coalesce(r.settled, s.settled) ORDER BY r.idx),
+               array_agg(s.run_id IS NULL ORDER BY r.idx)
+        INTO v_again, v_absent
+        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx)
+        LEFT JOIN LATERAL (
+            SELECT s.run_id,
+                   CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                        WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END AS settled
+            FROM {schema}.runs AS s WHERE r.settled IS NULL AND s.run_id = r.run_id LIMIT 1
+        ) AS s ON true;
         RETURN QUERY
         SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
         FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
@@ -253,29 +277,30 @@ BEGIN
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
     -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
     -- racing instances each write nothing once the first has won the tick. Version 12: only after
-    -- a wait; the rounds read every run afresh and decide it by the same rules anyway.
+    -- a wait; the rounds read every run afresh and decide it by the same rules anyway (version 13:
+    -- and the insert of the runs read as new fails if one was recorded since).
     IF v_waited THEN
-        SELECT array_agg(
-                   coalesce(r.settled, (
-                       SELECT CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
-                                   WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END
-                       FROM {schema}.runs AS s WHERE s.run_id = r.run_id)) ORDER BY r.idx)
-        INTO v_again
-        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx);
+        SELECT array_agg(coalesce(r.settled, s.settled) ORDER BY r.idx),
+               array_agg(s.run_id IS NULL ORDER BY r.idx)
+        INTO v_again, v_absent
+        FROM unnest(p_run_ids, v_settled) WITH ORDINALITY AS r (run_id, settled, idx)
+        LEFT JOIN LATERAL (
+            SELECT s.run_id,
+                   CASE WHEN s.state IN ('succeeded', 'failed', 'skipped') THEN 'finished'
+                        WHEN s.state = 'running' AND s.expires_at > v_now THEN 'held' END AS settled
+            FROM {schema}.runs AS s WHERE r.settled IS NULL AND s.run_id = r.run_id LIMIT 1
+        ) AS s ON true;
         RETURN QUERY
         SELECT r.idx, r.outcome, NULL::integer, NULL::bigint, NULL::integer
         FROM unnest(v_again, v_settled) WITH ORDINALITY AS r (outcome, before, idx)
         WHERE r.outcome IS NOT NULL AND r.before IS NULL;
         v_settled := v_again;
     END IF;
-    PERFORM 1 FROM {schema}.runs
-    WHERE run_id = ANY (p_run_ids)
-      AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
-    ORDER BY run_id FOR UPDATE;
     -- Version 12: a batch with one request per job (a tick) is one round, numbered without a
     -- sort; v_jobs holds the jobs of exactly the undecided requests unless the runs were read
     -- again after a wait.
-    SELECT count(*) INTO v_rounds FROM unnest(v_settled) AS r (settled) WHERE r.settled IS NULL;
+    SELECT count(*) INTO v_undecided FROM unnest(v_settled) AS r (settled) WHERE r.settled IS NULL;
+    v_rounds := v_undecided;
     IF v_waited OR v_rounds > cardinality(v_jobs) THEN
         SELECT max(n.rnd), array_agg(n.rnd ORDER BY n.idx) INTO v_rounds, v_rnd
         FROM (SELECT r.idx, CASE WHEN r.settled IS NULL THEN row_number() OVER (
@@ -284,16 +309,70 @@ BEGIN
     ELSIF v_rounds > 0 THEN
         v_rounds := 1;
     END IF;
+    -- Version 13: the common case first, in one plain insert. A run with no record at the last
+    -- read, in the first round, without overlap or buffer_one, of a job not paused, not stale, is
+    -- won at attempt 1 whatever else the job has (the rounds' rules for a new run). A trigger or a
+    -- backfill may have recorded it since (they insert without the job's row): the insert then
+    -- fails, is undone, and the rounds decide these runs too. ON CONFLICT would cost the server
+    -- more for every run; the results are kept until the insert is done, as a row returned stays.
+    BEGIN
+        WITH won AS (
+            SELECT r.idx, r.run_id, r.job, r.slot, r.owner, r.lease, r.max_attempts,
+                   r.schedule_version,
+                   greatest(
+                       greatest(CASE WHEN v_floorless THEN 0 ELSE (
+                                    SELECT j.token FROM {schema}.jobs AS j WHERE j.name = r.job)
+                                END,
+                                (SELECT t.token FROM {schema}.runs AS t
+                                 WHERE t.job = r.job ORDER BY t.token DESC LIMIT 1)) + 1,
+                       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AS token
+            FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
+                        p_overlap, p_stale, p_buffer, p_versions, v_settled, v_rnd, v_absent)
+                 WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
+                                       overlap_skip, stale_after, buffer_one,
+                                       schedule_version, settled, rnd, absent, idx)
+            WHERE r.settled IS NULL AND r.absent AND coalesce(r.rnd, 1) = 1
+              AND NOT r.overlap_skip AND NOT r.buffer_one AND r.job <> ALL (v_paused)
+              AND NOT coalesce(extract(epoch FROM v_now - r.slot) > r.stale_after, false)
+        ), created AS (
+            INSERT INTO {schema}.runs (run_id, job, slot, state, attempt, failures, max_attempts,
+                                       token, owner, expires_at, updated_at, schedule_version)
+            SELECT w.run_id, w.job, w.slot, 'running', 1, 0, w.max_attempts, w.token, w.owner,
+                   v_now + w.lease * interval '1 second', v_now, w.schedule_version
+            FROM won AS w
+        )
+        SELECT array_agg(w.idx), array_agg(w.token) INTO v_won, v_tokens FROM won AS w;
+    EXCEPTION WHEN unique_violation THEN
+        v_won := NULL;
+        v_tokens := NULL;
+    END;
+    RETURN QUERY
+    SELECT w.idx, 'won', 1, w.token, p_versions[w.idx]
+    FROM unnest(v_won, v_tokens) AS w (idx, token);
+    IF coalesce(cardinality(v_won), 0) = v_undecided THEN
+        RETURN;
+    END IF;
+    -- Which requests the insert decided, for the rounds to leave out.
+    SELECT array_agg(w.idx IS NOT NULL ORDER BY r.idx) INTO v_new
+    FROM generate_subscripts(p_run_ids, 1) AS r (idx)
+    LEFT JOIN unnest(v_won) AS w (idx) ON w.idx = r.idx;
+    -- The runs a decision may overwrite (see version 1).
+    PERFORM 1 FROM {schema}.runs
+    WHERE run_id = ANY (ARRAY(
+              SELECT r.run_id FROM unnest(p_run_ids, v_settled, v_new) AS r (run_id, settled, new)
+              WHERE r.settled IS NULL AND NOT r.new))
+      AND (state = 'pending' OR (state = 'running' AND NOT coalesce(expires_at > v_now, false)))
+    ORDER BY run_id FOR UPDATE;
     FOR v_round IN 1..coalesce(v_rounds, 0) LOOP
         RETURN QUERY
         WITH req AS (
             SELECT r.*
             FROM unnest(p_run_ids, p_jobs, p_slots, p_owners, p_leases, p_max_attempts,
-                        p_overlap, p_stale, p_buffer, p_versions, v_settled, v_rnd)
+                        p_overlap, p_stale, p_buffer, p_versions, v_settled, v_rnd, v_new)
                  WITH ORDINALITY AS r (run_id, job, slot, owner, lease, max_attempts,
                                        overlap_skip, stale_after, buffer_one,
-                                       schedule_version, settled, rnd, idx)
-            WHERE r.settled IS NULL AND coalesce(r.rnd, 1) = v_round
+                                       schedule_version, settled, rnd, new, idx)
+            WHERE r.settled IS NULL AND NOT r.new AND coalesce(r.rnd, 1) = v_round
         ), looked AS (
             SELECT q.*, s.run_id AS s_run_id, s.state AS s_state, s.expires_at AS s_expires,
                    s.failures AS s_failures, s.max_attempts AS s_max, s.attempt AS s_attempt,
