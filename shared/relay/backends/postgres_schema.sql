@@ -160,14 +160,14 @@ $$;
 --    deciding the same tick) waits for that row alone and reads the runs again first, so one that
 --    lost the tick takes no more locks (version 11); only one that waited reads them again once it
 --    holds every row (version 12). It lets the row it waited on go at once, so those that lost a
---    tick read side by side (version 13).
+--    tick read side by side (version 15).
 -- 3. Requests are taken in rounds: round k holds the k-th request of each job, so a round has at
 --    most one request per job and is decided by one set-based statement; later rounds see earlier
 --    ones. A batch with one request per job (a tick) is one round. No CTE is joined with another: the planner cannot guess their sizes, and a nested loop
 --    over two of them would make a large batch quadratic. Before the rounds, the runs the first
 --    round would win as new (no record at the last read, no rule to check) are inserted at once,
 --    without ON CONFLICT; if one was recorded since, that insert is undone and the rounds decide
---    them all (version 13).
+--    them all (version 15).
 -- The rules: a paused job's new runs are skipped ('paused'); with buffer_one (p_buffer), a run
 -- overlapping a live one waits pending ('buffered') unless one already waits, and a waiting run is
 -- leased once no other run of its job is live; an expired lease means its runner stopped
@@ -277,7 +277,7 @@ BEGIN
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
     -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
     -- racing instances each write nothing once the first has won the tick. Version 12: only after
-    -- a wait; the rounds read every run afresh and decide it by the same rules anyway (version 13:
+    -- a wait; the rounds read every run afresh and decide it by the same rules anyway (version 15:
     -- and the insert of the runs read as new fails if one was recorded since).
     IF v_waited THEN
         SELECT array_agg(coalesce(r.settled, s.settled) ORDER BY r.idx),

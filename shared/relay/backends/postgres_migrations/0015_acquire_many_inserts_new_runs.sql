@@ -1,4 +1,4 @@
--- Version 13 (from 12): acquire_many inserts the runs it finds new in one plain insert.
+-- Version 15 (from 14): acquire_many inserts the runs it finds new in one plain insert.
 -- A released migration is never edited (see ../postgres_schema.sql to add one).
 
 -- Measured on one acquire_many of 10,000 new runs (docs/performance.md): the rounds' statement
