@@ -114,7 +114,7 @@ BEGIN
     -- Settled again (version 9): an instance that waited above for another's locks finds what that
     -- one wrote; a run it finds finished or live is decided as the rounds would decide it, so
     -- racing instances each write nothing once the first has won the tick. Version 12: only after
-    -- a wait; the rounds read every run afresh and decide it by the same rules anyway (version 13:
+    -- a wait; the rounds read every run afresh and decide it by the same rules anyway (version 15:
     -- and the insert of the runs read as new fails if one was recorded since).
     IF v_waited THEN
         SELECT array_agg(coalesce(r.settled, s.settled) ORDER BY r.idx),
