@@ -343,7 +343,7 @@ def test_a_batch_that_waited_for_a_jobs_row_still_takes_a_jobs_requests_in_turn(
 def test_a_run_backfilled_after_a_batch_read_it_is_decided_as_recorded(
     backend: PostgresLeaseBackend,
 ) -> None:
-    # Version 13 inserts the runs it read as new without ON CONFLICT. A backfill (or a trigger)
+    # Version 15 inserts the runs it read as new without ON CONFLICT. A backfill (or a trigger)
     # records a run without its job's row, so it may land between that read and the insert: the
     # insert fails, is undone, and the batch decides every run from what is recorded.
     backend.acquire_many([AcquireRequest(job, _slot(9), "a", 30) for job in ("first", "late")])

@@ -174,7 +174,7 @@ $$;
 -- heartbeating, its attempt failed ('exhausted' once failures reach max_attempts).
 -- A stored schedule's run keeps the version it was first leased with (p_versions in, o_version
 -- out): a takeover or a retry keeps the record's own.
--- Its body stands as migration 0013 wrote it, acquire_one's as 0010 did (the catalog test compares
+-- Its body stands as migration 0015 wrote it, acquire_one's as 0010 did (the catalog test compares
 -- bodies to the letter): their notes "see version 1" point at the steps above.
 CREATE FUNCTION {schema}.acquire_many(
     p_run_ids text[], p_jobs text[], p_slots timestamptz[], p_owners text[], p_leases float8[],
@@ -201,7 +201,7 @@ DECLARE
 BEGIN
     -- Settled without a lock (see version 1). Below, as in version 5 but for the version.
     -- One index probe per request (version 9): a join could hash the whole table of runs, whose
-    -- history only grows (LIMIT keeps the lateral subquery a probe). Version 13: the same probe
+    -- history only grows (LIMIT keeps the lateral subquery a probe). Version 15: the same probe
     -- says which runs have no record (v_absent).
     SELECT array_agg(s.settled ORDER BY r.idx), array_agg(s.run_id IS NULL ORDER BY r.idx)
     INTO v_settled, v_absent
@@ -232,7 +232,7 @@ BEGIN
     -- instance that lost the tick finds every run settled and takes no more locks.
     PERFORM 1 FROM {schema}.jobs WHERE name = v_jobs[1] FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        -- Version 13: and let the row go once it is had (a lock taken in a block that fails is
+        -- Version 15: and let the row go once it is had (a lock taken in a block that fails is
         -- released), so that the instances that lost a tick read the runs again side by side, not
         -- one after the other. If a run is left undecided, the row is taken again with the others.
         BEGIN
@@ -309,7 +309,7 @@ BEGIN
     ELSIF v_rounds > 0 THEN
         v_rounds := 1;
     END IF;
-    -- Version 13: the common case first, in one plain insert. A run with no record at the last
+    -- Version 15: the common case first, in one plain insert. A run with no record at the last
     -- read, in the first round, without overlap or buffer_one, of a job not paused, not stale, is
     -- won at attempt 1 whatever else the job has (the rounds' rules for a new run). A trigger or a
     -- backfill may have recorded it since (they insert without the job's row): the insert then
