@@ -51,6 +51,12 @@ TICK_BEFORE = 8
 """The version of ``acquire_many`` before racing instances stopped writing once the first had won
 a tick (version 9); the tick is raced with it too, in the same run."""
 ACQUIRE = sections("postgres_queries.sql", "name:")["acquire_one"]
+HEARTBEAT_BEFORE = """UPDATE {schema}.runs SET
+    expires_at = clock_timestamp() + %(lease)s::float8 * interval '1 second',
+    updated_at = clock_timestamp()
+WHERE run_id = %(run_id)s AND token = %(token)s AND state = 'running'
+  AND set_config('synchronous_commit', 'off', true) = 'off'"""
+"""The heartbeat before version 16 made it a function: a top-level UPDATE, planned at every call."""
 
 
 def _url(base: str, schema: str) -> str:
@@ -74,7 +80,8 @@ def _acquire_params(n: int, first: datetime) -> tuple[object, ...]:
 def steps(
     base: str, schema: str, backend: PostgresLeaseBackend, count: int = STEPS
 ) -> dict[str, float]:
-    """Median seconds of a raw insert and of acquire, start, heartbeat and finish, interleaved.
+    """Median seconds of a raw insert and of acquire, start, heartbeat (alone, and as the engine
+    sends one: ``heartbeat_many`` of one run) and finish, interleaved.
 
     The baseline is one autocommit ``INSERT … ON CONFLICT DO NOTHING`` per run on a connection of
     its own; each loop runs it and the four lease steps of a fresh run back to back, so a burst of
@@ -82,7 +89,8 @@ def steps(
     """
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
     names = (
-        "raw", "acquire", "start", "heartbeat", "finish", "acquire SQL, schema 7", "acquire SQL"
+        "raw", "acquire", "start", "heartbeat", "heartbeat_many of one run (the engine's)",
+        "finish", "acquire SQL, schema 7", "acquire SQL",
     )  # fmt: skip
     samples: dict[str, list[float]] = {name: [] for name in names}
     with (
@@ -104,6 +112,8 @@ def steps(
             t3 = time.perf_counter()
             backend.heartbeat(result.run.id, result.run.token, 30)
             t4 = time.perf_counter()
+            backend.heartbeat_many([(result.run.id, result.run.token)], 30)
+            t4b = time.perf_counter()
             backend.finish(result.run.id, result.run.token, succeeded=True)
             t5 = time.perf_counter()
             # The same statement on a connection of its own (each step here starts on another
@@ -117,7 +127,7 @@ def steps(
                 other.execute(statement, params).fetchone()
                 spent.append(time.perf_counter() - t6)
             old, new = spent if n % 2 else spent[::-1]
-            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, old, new)
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4b - t4, t5 - t4b, old, new)
             for name, seconds in zip(names, times, strict=True):
                 samples[name].append(seconds)
         other.execute(f'DROP SCHEMA "{schema}_v{BEFORE}" CASCADE')
@@ -223,9 +233,12 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
     first = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(days=1)
     backend = PostgresLeaseBackend.from_url(_url(base, "bench"))
     pair = (f"acquire, schema {BEFORE} (fresh table)", "acquire, today's schema (fresh table)")
+    old_heartbeat = "heartbeat, before version 16 (a top-level UPDATE)"
+    many = "heartbeat_many of one run (the engine's heartbeat)"
+    old_many = "heartbeat_many of one run, before version 16 (the statement for several runs)"
     figures: dict[str, list[float]] = {
-        "raw": [], "acquire": [], "start": [], "heartbeat": [], "finish": [], pair[0]: [],
-        pair[1]: [],
+        "raw": [], "acquire": [], "start": [], "heartbeat": [], old_heartbeat: [], many: [],
+        old_many: [], "finish": [], pair[0]: [], pair[1]: [],
     }  # fmt: skip
     with psycopg.connect(base, autocommit=True, prepare_threshold=None) as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
@@ -244,6 +257,14 @@ def _server_rounds(base: str, per_round: int, rounds: int) -> dict[str, float]:
             ),
             "start": lambda n: backend.start(runs[n].id, runs[n].token, "b", 30),
             "heartbeat": lambda n: backend.heartbeat(runs[n].id, runs[n].token, 30),
+            old_heartbeat: lambda n: conn.execute(
+                HEARTBEAT_BEFORE.replace("{schema}", '"bench"'),
+                {"run_id": runs[n].id, "token": runs[n].token, "lease": 30},
+            ),
+            many: lambda n: backend.heartbeat_many([(runs[n].id, runs[n].token)], 30),
+            old_many: lambda n: conn.execute(
+                backend._queries["heartbeat_many"], ([runs[n].id], [runs[n].token], [30.0])
+            ),
             "finish": lambda n: backend.finish(runs[n].id, runs[n].token, succeeded=True),
             pair[0]: lambda n: conn.execute(before, _acquire_params(n, first)),
             pair[1]: lambda n: conn.execute(now, _acquire_params(n, first)),

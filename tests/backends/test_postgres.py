@@ -484,6 +484,43 @@ def test_no_session_state_outlives_a_step(schema: str) -> None:
     assert (prepared, commit, locks) == ((0,), ("on",), (0,))
 
 
+def test_a_heartbeat_commits_without_waiting_for_the_disk_and_only_its_own_transaction(
+    backend: PostgresLeaseBackend,
+) -> None:
+    run = backend.acquire(AcquireRequest("job", _slot(0), "a", 30)).run
+    assert run is not None
+    one, many = backend._queries["heartbeat"], backend._queries["heartbeat_many"]
+    params = {"run_id": run.id, "token": run.token, "lease": 30}
+    with backend._pool.connection() as conn:
+        found = []
+        for query, args in [(one, params), (many, ([run.id], [run.token], [30.0]))]:
+            with conn.transaction(force_rollback=True):
+                found.append(conn.execute(query, args).fetchall())
+                found.append(conn.execute("SHOW synchronous_commit").fetchall())
+            found.append(conn.execute("SHOW synchronous_commit").fetchall())
+        found.append(conn.execute(one, {**params, "token": run.token + 1}).fetchall())
+    assert found == [
+        [(True,)], [("off",)], [("on",)],
+        [(run.id, run.token)], [("off",)], [("on",)],
+        [(False,)],
+    ]  # fmt: skip
+
+
+def test_heartbeat_many_of_one_run_renews_and_reports_a_lost_run_as_heartbeat_does(
+    backend: PostgresLeaseBackend,
+) -> None:
+    run = backend.acquire(AcquireRequest("job", _slot(0), "a", 0.2)).run
+    assert run is not None
+    assert backend.heartbeat_many([(run.id, run.token)], 30.0) == [None]
+    [record] = [r for r in backend.runs("job") if r.id == run.id]
+    renewed_until = backend.now() + timedelta(seconds=20)  # the lease was 0.2 s
+    assert record.expires_at is not None and record.expires_at > renewed_until
+    [lost] = backend.heartbeat_many([(run.id, run.token + 1)], 30.0)
+    with pytest.raises(LeaseLost) as raised:
+        backend.heartbeat(run.id, run.token + 1, 30.0)
+    assert isinstance(lost, LeaseLost) and str(lost) == str(raised.value)
+
+
 def test_close_is_idempotent_and_a_closed_backend_is_unavailable(
     backend: PostgresLeaseBackend,
 ) -> None:

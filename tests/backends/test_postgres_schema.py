@@ -147,7 +147,8 @@ def test_a_fresh_install_is_at_this_relays_version(
     assert ("schema_version", str(SCHEMA_VERSION)) in found["meta"]
     assert {"jobs", "runs", "meta", "instances", "schedules"} <= {r[0] for r in found["relations"]}
     assert {r[0] for r in found["functions"]} == {
-        "acquire_many", "acquire_one", "finish", "floor_token", "next_token", "skip", "start"
+        "acquire_many", "acquire_one", "finish", "floor_token", "heartbeat", "next_token", "skip",
+        "start",
     }  # fmt: skip
 
 
