@@ -15,6 +15,10 @@ It also gives what the server shows of each step, on the server it starts (its m
 on): the server's own CPU per call (its process's user + system time, ``/proc/<pid>/stat``) and
 the messages and bytes in and out per call (``/varz``), for ``acquire``, ``start``, ``heartbeat``
 and ``finish`` and for one raw ``update``, each step run alone ``N`` times on a fresh bucket.
+
+Last, the heartbeats of one instance: one run of each of 10 jobs renewed by one
+``heartbeat_many`` (the engine's way), by one ``heartbeat`` call per run, and as many raw updates
+one at a time, taking turns: the client's µs per run.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
@@ -40,7 +45,7 @@ import nats  # noqa: E402
 
 from bench.table import Row, ratio_at_most  # noqa: E402
 from relay.backends import open_backend  # noqa: E402
-from relay.contract import AcquireRequest, LeaseBackend  # noqa: E402
+from relay.contract import AcquireRequest, LeaseBackend, renews_many  # noqa: E402
 from relay.runs import Run  # noqa: E402
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary  # noqa: E402
 
@@ -205,6 +210,65 @@ def server_steps(server: NatsServer, n: int) -> dict[str, dict[str, float]]:
     return found
 
 
+def batched_heartbeats(url: str, runs: int = 10, rounds: int = 100) -> dict[str, float]:
+    """Per run renewed, the client's µs (median over ``rounds``): ``runs`` heartbeats one call
+    each, one ``heartbeat_many`` of them (one run of each of ``runs`` jobs, as an instance holds
+    them), and as many raw KV updates; the three take turns in each round."""
+    bucket = f"bench_{secrets.token_hex(3)}"
+    backend = open_backend(f"{url}?bucket={bucket}")
+    assert isinstance(backend, LeaseBackend) and renews_many(backend)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    held = []
+    for i in range(runs):
+        run = backend.acquire(AcquireRequest(f"job{i}", base, "me", 30)).run
+        assert run is not None
+        held.append((run.id, run.token))
+    raw_bucket = f"bench_{secrets.token_hex(3)}"
+    loop = asyncio.new_event_loop()
+
+    async def open_raw() -> tuple[Any, Any, list[int]]:
+        nc = await nats.connect(url)
+        kv = await nc.jetstream().create_key_value(bucket=raw_bucket, history=5)
+        return nc, kv, [await kv.create(f"raw{i}", b"{}") for i in range(runs)]
+
+    nc, kv, revisions = loop.run_until_complete(open_raw())
+
+    async def updates() -> None:
+        for i in range(runs):
+            revisions[i] = await kv.update(f"raw{i}", b"{}", last=revisions[i])
+
+    def single() -> None:
+        for run_id, token in held:
+            backend.heartbeat(run_id, token, 30)
+
+    def batch() -> None:
+        assert backend.heartbeat_many(held, 30) == [None] * runs
+
+    ways: dict[str, Callable[[], object]] = {
+        "one call per run": single,
+        "heartbeat_many": batch,
+        "raw update": lambda: loop.run_until_complete(updates()),
+    }
+    took: dict[str, list[float]] = {way: [] for way in ways}
+    try:
+        for _ in range(rounds):
+            for way, call in ways.items():
+                started = time.perf_counter()
+                call()
+                took[way].append((time.perf_counter() - started) / runs)
+    finally:
+        backend.close()
+        delete_bucket(url, bucket)
+
+        async def close_raw() -> None:
+            await nc.jetstream().delete_key_value(raw_bucket)
+            await nc.close()
+
+        loop.run_until_complete(close_raw())
+        loop.close()
+    return {way: statistics.median(values) for way, values in took.items()}
+
+
 def _monitored_server() -> NatsServer:
     binary = find_binary()
     if binary is None:
@@ -221,6 +285,7 @@ def rows(quick: bool = False) -> list[Row]:
     try:
         raw, steps = measure(server.url, 100 if quick else 300)
         shown = server_steps(server, 2000 if quick else 5000)
+        batched = batched_heartbeats(server.url, rounds=50 if quick else 200)
     finally:
         server.stop()
     together = sum(steps[step][0] for step in TOGETHER)
@@ -233,6 +298,16 @@ def rows(quick: bool = False) -> list[Row]:
             Row("nats_kv", f"{step} ({requests:.3g} requests to the server, raw 1)", seconds * 1e6,
                 "µs", raw * 1e6, "1 raw KV update", "<= 1.5x", ratio_at_most(1.5))
         )  # fmt: skip
+    out.append(
+        Row("nats_kv", "heartbeat_many of 10 runs (10 jobs), client per run",
+            batched["heartbeat_many"] * 1e6, "µs", batched["raw update"] * 1e6,
+            "1 raw KV update, one at a time", "<= 1.5x", ratio_at_most(1.5))
+    )  # fmt: skip
+    out.append(
+        Row("nats_kv", "heartbeat_many of 10 runs (10 jobs), client per run, against one call "
+            "per run", batched["heartbeat_many"] * 1e6, "µs", batched["one call per run"] * 1e6,
+            "one heartbeat call per run")
+    )  # fmt: skip
     raw_shown = shown.pop("raw update")
     for step, figures in shown.items():
         traffic = ", ".join(

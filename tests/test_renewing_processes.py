@@ -16,7 +16,7 @@ import pytest
 
 from relay import AcquireRequest, Outcome, RunState, open_backend
 from relay.contract import is_lease
-from tests.support.backends import redis_lease, sqlite_lease
+from tests.support.backends import nats_kv_lease, redis_lease, sqlite_lease
 from tests.support.procs import ROOT, finish, next_event
 
 LEASE = 5.0
@@ -25,7 +25,14 @@ HOLD = 3 * LEASE
 """The runs last three leases: without renewals another instance would take them over."""
 
 
-@pytest.mark.parametrize("store", [sqlite_lease, redis_lease], ids=["sqlite", "redis"])
+@pytest.mark.parametrize(
+    "store",
+    [
+        pytest.param(sqlite_lease, id="sqlite"),
+        pytest.param(redis_lease, id="redis", marks=pytest.mark.redis),
+        pytest.param(nats_kv_lease, id="nats", marks=pytest.mark.nats_kv),
+    ],
+)
 def test_one_instance_renews_its_concurrent_runs_in_shared_calls(
     store: object, tmp_path: Path
 ) -> None:

@@ -249,6 +249,47 @@ class NatsLeaseBackend(NatsSchedules):
         job, slot = _parse(run_id)
         self._call(self._step(job, [], lambda s, now, _: s.heartbeat(slot, token, lease, now)))
 
+    def heartbeat_many(
+        self, runs: Sequence[tuple[str, int]], lease: float
+    ) -> list[LeaseLost | None]:
+        """:meth:`heartbeat` of each run (:class:`relay.contract.BatchHeartbeat`), in one hop into
+        the client's loop: one compare-and-swap per job, since a job's runs share its key, and
+        the jobs' side by side. A lost run is reported for that run alone."""
+        by_job: dict[str, list[tuple[int, int, int]]] = {}
+        for index, (run_id, token) in enumerate(runs):
+            job, slot = _parse(run_id)
+            by_job.setdefault(job, []).append((index, slot, token))
+
+        async def renew_job(job: str, mine: list[tuple[int, int, int]]) -> list[LeaseLost | None]:
+            def change(state: JobState, now_ms: int, _: object) -> list[LeaseLost | None]:
+                found: list[LeaseLost | None] = []
+                for _, slot, token in mine:
+                    try:
+                        state.heartbeat(slot, token, lease, now_ms)
+                    except LeaseLost as lost:
+                        found.append(lost)
+                    else:
+                        found.append(None)
+                return found
+
+            # Every run lost writes nothing, so _step reads the key again before it says so; a
+            # swap that renewed one of them shows the value the others were judged on was current.
+            return await self._step(job, [], change)
+
+        async def renew_all() -> list[list[LeaseLost | None]]:
+            if len(by_job) == 1:
+                return [await renew_job(*next(iter(by_job.items())))]
+            return list(await asyncio.gather(*(renew_job(j, m) for j, m in by_job.items())))
+
+        if not runs:
+            return []
+        results: list[LeaseLost | None] = [None] * len(runs)
+        renewed = self._call(renew_all(), jobs=len(by_job))
+        for mine, found in zip(by_job.values(), renewed, strict=True):
+            for (index, _, _), lost in zip(mine, found, strict=True):
+                results[index] = lost
+        return results
+
     def finish(
         self, run_id: str, token: int, *, succeeded: bool, error: str | None = None
     ) -> RunState:
