@@ -4,7 +4,8 @@ The block runs as written, in the current folder (a temporary one). Afterwards w
 checked the way Relay checks it at start-up: a Celery app with ``RelayScheduler`` gets its beat
 scheduler built (every ``beat_schedule`` entry must become a Relay job), and periodic Dramatiq
 actors must be registered. ``relay.Scheduler.run()`` (which blocks until SIGTERM) is stopped after
-two seconds of real ticking, so a block that ends with it still ends.
+two seconds of real ticking when the block calls it in its main thread, so a block that ends with
+it still ends; a block that runs it in a thread of its own stops it itself, when it is done.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ _run = relay.Scheduler.run
 
 
 def _run_two_seconds(self: relay.Scheduler[Any]) -> None:
-    threading.Timer(2.0, self.stop).start()
+    # Only in the main thread: a block that waits in its main thread for runs of an instance it
+    # started in another (docs/schedules.md) would find it stopped after two seconds, before the
+    # runs it waits for on a loaded machine.
+    if threading.current_thread() is threading.main_thread():
+        threading.Timer(2.0, self.stop).start()
     _run(self)
 
 
