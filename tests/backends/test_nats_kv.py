@@ -280,6 +280,33 @@ def test_a_remembered_key_another_instance_changed_is_read_again(
     assert again.run.owner == "b" and again.run.token > second.token
 
 
+def test_heartbeat_many_on_a_remembered_key_another_instance_changed_judges_the_new_value(
+    backend: NatsLeaseBackend, nats_url: str
+) -> None:
+    with closing(open_backend(nats_url)) as other:
+        first, second = backend.acquire(req(0)).run, backend.acquire(req(1)).run
+        assert first is not None and second is not None  # backend remembers the job's key
+        other.finish(first.id, first.token, succeeded=True)
+        # On the remembered value both are held: the swap loses, the key is read again.
+        items = [(first.id, first.token), (second.id, second.token)]
+        lost, renewed = backend.heartbeat_many(items, 60)
+        assert isinstance(lost, LeaseLost) and "succeeded" in str(lost) and renewed is None
+        [record] = [r for r in other.runs(JOB) if r.id == second.id]
+        assert record.expires_at is not None  # renewed for a minute (it was leased for 30 s)
+        assert record.expires_at > other.now() + timedelta(seconds=45)
+
+
+def test_heartbeat_many_reports_a_name_that_is_no_run_id_for_that_run_alone(
+    backend: NatsLeaseBackend,
+) -> None:
+    run = backend.acquire(req(0)).run
+    assert run is not None
+    bad, renewed = backend.heartbeat_many([("no run id", 1), (run.id, run.token)], 60)
+    with pytest.raises(LeaseLost) as single:
+        backend.heartbeat("no run id", 1, 60)
+    assert isinstance(bad, LeaseLost) and str(bad) == str(single.value) and renewed is None
+
+
 def test_the_server_clock_is_read_at_most_once_a_second_and_never_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -255,9 +255,14 @@ class NatsLeaseBackend(NatsSchedules):
         """:meth:`heartbeat` of each run (:class:`relay.contract.BatchHeartbeat`), in one hop into
         the client's loop: one compare-and-swap per job, since a job's runs share its key, and
         the jobs' side by side. A lost run is reported for that run alone."""
+        results: list[LeaseLost | None] = [None] * len(runs)
         by_job: dict[str, list[tuple[int, int, int]]] = {}
         for index, (run_id, token) in enumerate(runs):
-            job, slot = _parse(run_id)
+            try:
+                job, slot = _parse(run_id)
+            except LeaseLost as refused:  # not a run id: that run alone, as heartbeat raises it
+                results[index] = refused
+                continue
             by_job.setdefault(job, []).append((index, slot, token))
 
         async def renew_job(job: str, mine: list[tuple[int, int, int]]) -> list[LeaseLost | None]:
@@ -281,9 +286,8 @@ class NatsLeaseBackend(NatsSchedules):
                 return [await renew_job(*next(iter(by_job.items())))]
             return list(await asyncio.gather(*(renew_job(j, m) for j, m in by_job.items())))
 
-        if not runs:
-            return []
-        results: list[LeaseLost | None] = [None] * len(runs)
+        if not by_job:
+            return results
         renewed = self._call(renew_all(), jobs=len(by_job))
         for mine, found in zip(by_job.values(), renewed, strict=True):
             for (index, _, _), lost in zip(mine, found, strict=True):
