@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -25,9 +26,35 @@ from typing import Any
 
 import pytest
 
-from tests.support.nats_server import BINARY_ENV, find_binary, free_port
+from tests.support.nats_server import BINARY_ENV, find_binary
 
 __all__ = ["NatsCluster", "NatsNode", "nats_cluster", "require_binary"]
+
+PORTS = range(11000, 15000)
+"""Where the nodes' ports are picked: below Linux's ephemeral range (32768-60999), which the
+source ports of outgoing connections come from. A port the kernel handed out as free (bind to 0)
+could be taken as a connection's source port before the node binds it, and a node's ports are
+picked before any node starts (each names the others' route ports): on a busy machine a node
+then exited at start ("address already in use"). Other tests' servers pick theirs above 15000."""
+
+
+def _pick_ports(count: int) -> list[int]:
+    """``count`` different ports of :data:`PORTS` that nothing listens on now."""
+    picked: list[int] = []
+    while len(picked) < count:
+        port = random.choice(PORTS)
+        if port not in picked and _bindable(port):
+            picked.append(port)
+    return picked
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def require_binary() -> Path:
@@ -44,9 +71,9 @@ def require_binary() -> Path:
 class NatsNode:
     """One node of the cluster: ``nats-server`` with JetStream, named ``n1``, ``n2``…"""
 
-    def __init__(self, binary: Path, name: str, store: Path, port: int, route_port: int) -> None:
+    def __init__(self, binary: Path, name: str, store: Path, ports: tuple[int, int, int]) -> None:
         self.binary, self.name, self.store = binary, name, store
-        self.port, self.route_port, self.http_port = port, route_port, free_port()
+        self.port, self.route_port, self.http_port = ports
         self.routes: list[int] = []
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -104,10 +131,13 @@ class NatsCluster:
 
     def __init__(self, binary: Path, root: Path, size: int = 3) -> None:
         self.root = root
+        ports = _pick_ports(3 * size)
         self.nodes = [
-            NatsNode(binary, f"n{i + 1}", root / f"n{i + 1}", free_port(), free_port())
+            NatsNode(
+                binary, f"n{i + 1}", root / f"n{i + 1}", (ports[i], ports[size + i], ports[-1 - i])
+            )
             for i in range(size)
-        ]
+        ]  # each node's client, route and monitoring ports
         for node in self.nodes:
             node.routes = [other.route_port for other in self.nodes if other is not node]
 
