@@ -267,3 +267,33 @@ def test_a_schedule_change_not_confirmed_raises_and_reads_do_not_wait(
             assert control.schedule("s").version == 2  # the primary did it; reads do not wait
         finally:
             thaw(primary, replica)
+
+
+@pytest.mark.redis
+def test_a_run_found_held_under_a_lease_not_confirmed_is_not_counted_as_decided(
+    pair: list[RedisServer],
+) -> None:
+    """b finds a's lease, which the replica does not have yet. Counted as decided, the run would
+    be lost if a handed it back (its lease was not confirmed) and a failover then promoted the
+    replica, which has neither write. The refusal rests on what b read, so it is confirmed only
+    once the replica has that too: Redis's WAIT after a command that wrote nothing counts every
+    write the server had done by then, whichever connection made it."""
+    primary, replica = pair
+    a, b = open_backend(url(primary)), open_backend(url(primary))
+    at = slot()
+    # b has written (listing both jobs), and the replica confirmed it.
+    for job in ("job", "other"):
+        assert b.acquire(AcquireRequest(job, at - timedelta(minutes=1), "b", 30)).run
+    run_of = AcquireRequest("job", at, "b", 30)
+    replica.freeze()
+    try:
+        with pytest.raises(NotAcknowledged):
+            a.acquire(AcquireRequest("job", at, "a", 30))
+        with pytest.raises(NotAcknowledged):
+            b.acquire(run_of)
+    finally:
+        thaw(primary, replica)
+    assert b.acquire(run_of).outcome is Outcome.HELD  # the replica has a's lease now
+    assert record(replica, f"job@{at.strftime('%Y-%m-%dT%H:%M:%SZ')}")["owner"] == "a"
+    a.close()
+    b.close()
