@@ -18,13 +18,20 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from relay import clock as relay_clock
-from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
+from relay.contract import (
+    AcquireRequest,
+    AcquireResult,
+    ClaimBackend,
+    LeaseBackend,
+    Outcome,
+    is_lease,
+)
 from relay.engine.reporting import decision_event, missed_events
 from relay.engine.unacknowledged import hand_back
-from relay.errors import ConfigurationError, NotAcknowledged
+from relay.errors import BackendUnavailable, ConfigurationError, NotAcknowledged
 from relay.events import EventBus
 from relay.jobs import DEFAULT_RETENTION, TICK_SPREAD, Job, jitter_delay, job_spec
-from relay.runs import Run, RunRecord, RunState, is_manual, run_id
+from relay.runs import Run, RunRecord, RunState, is_manual, parse_run_id, run_id
 from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule
 
@@ -44,6 +51,9 @@ PRUNE_EVERY = 60.0
 """Seconds between two prunes by one instance."""
 PRUNE_BATCH = 500
 """Runs one prune deletes at most: a long history goes in many small steps."""
+UNANSWERED_READ = 100
+"""The latest runs of a job read to find one an unanswered acquire may have leased (its slot was
+due at the failed tick, so it is among the job's latest)."""
 NAMES_PER_CALL = 500
 """Jobs named in one store call that reads their history or registers them: an instance starting
 with 100,000 jobs never builds one request (and its reply) for all of them at once, and NATS KV
@@ -123,6 +133,9 @@ class Decider:
         self._refused: set[str] = set()
         """Runs won with a schedule version that cannot run here: handed back, not asked for
         again by this instance."""
+        self._unanswered: set[str] = set()
+        """Runs asked for in an acquire the store did not answer: it may have leased them to this
+        owner and lost only the answer (see :meth:`_hand_back_unanswered`)."""
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -381,6 +394,11 @@ class Decider:
         except NotAcknowledged as exc:
             hand_back(backend, exc.won, "acquire", str(exc))
             raise
+        except BackendUnavailable:
+            self._unanswered.update(_ids(due, records))
+            raise
+        if self._unanswered:  # an acquire before was not answered
+            self._hand_back_unanswered(backend, _ids(due, records), results)
         won, refused = [], []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):
@@ -403,6 +421,33 @@ class Decider:
             hand_back(backend, refused, "acquire", "its schedule version cannot run here")
         return won
 
+    def _hand_back_unanswered(
+        self, backend: LeaseBackend, ids: Sequence[str], results: Sequence[AcquireResult]
+    ) -> None:
+        """Hand back the runs an unanswered acquire leased to this owner, now found held.
+
+        A store that did an acquire and lost its answer (a primary killed before it replied, a
+        connection cut) leaves a lease this owner holds without knowing it: asked for again, the
+        run comes back held, and no instance would run it until the lease ran out and the grace
+        after the outage had passed. Handed back (its record names this owner and it was never
+        started, so nothing runs it), it is pending again, and the next sweep of any instance
+        leases it.
+        """
+        asked = [
+            (i, result) for i, result in zip(ids, results, strict=True) if i in self._unanswered
+        ]
+        self._unanswered.difference_update(i for i, _ in asked)
+        held = {i for i, result in asked if result.outcome is Outcome.HELD}
+        if not held:
+            return
+        for job in sorted({parse_run_id(i)[0] for i in held}):
+            ours = [
+                r for r in backend.runs(job, limit=UNANSWERED_READ)
+                if r.id in held and r.owner == self.owner and r.state is RunState.RUNNING
+                and r.started_at is None
+            ]  # fmt: skip
+            hand_back(backend, ours, "acquire", "the store did it, but its answer was lost")
+
     def _not_held(
         self, due: Sequence[tuple[Job, datetime]], records: Sequence[RunRecord]
     ) -> tuple[Sequence[tuple[Job, datetime]], Sequence[RunRecord]]:
@@ -412,7 +457,7 @@ class Decider:
             held = set(held) | self._refused
         if not held:
             return due, records
-        ids = [r.id for r in records] or [run_id(job.name, slot) for job, slot in due]
+        ids = _ids(due, records)
         keep = [i for i, run in enumerate(ids) if run not in held]
         return [due[i] for i in keep], [records[i] for i in keep] if records else ()
 
@@ -475,6 +520,11 @@ def _next_check(job: Job, decided: datetime, now: datetime) -> datetime:
     if job.jitter:
         return slot + timedelta(seconds=jitter_delay(job.name, slot, job.jitter))
     return slot
+
+
+def _ids(due: Sequence[tuple[Job, datetime]], records: Sequence[RunRecord]) -> list[str]:
+    """The run ids of ``due`` (from ``records``, when a sweep read them)."""
+    return [r.id for r in records] or [run_id(job.name, slot) for job, slot in due]
 
 
 def _no_earlier_version(job: Job, version: int) -> Job | None:
