@@ -20,6 +20,10 @@ import pytest
 import relay
 from relay import AcquireRequest, BackendUnavailable, ConfigurationError, Outcome, open_backend
 from relay.deadlines import DEFAULT_TIMEOUT, Deadline, check_deadline
+from relay.engine import Decider
+from relay.jobs import Job
+from relay.runs import RunState
+from relay.schedules import make_schedule
 from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS
 from tests.support.fault_proxy import FaultProxy, proxied
 
@@ -94,6 +98,42 @@ def test_a_reset_connection_fails_the_call_at_once(through_proxy: tuple[FaultPro
     assert time.monotonic() - began < backend.deadline.per_call + 1.5
     proxy.set("pass")
     assert works_again(backend, 2) is Outcome.WON
+
+
+def test_an_acquire_answered_too_late_is_handed_back_at_the_next_tick(
+    through_proxy: tuple[FaultProxy, Any],
+) -> None:
+    """The store does the acquire; its answer comes after the client gave up (every packet
+    delayed 0.35 s each way, timeout 0.5 s). The run is leased to this owner, who does not know
+    it: its next tick finds the run held, reads its record and hands it back (see
+    ``tests/unit/test_unanswered.py``), so a sweep leases it at once, not after two leases."""
+    proxy, backend = through_proxy
+    now = [datetime(2026, 12, 1, 11, 59, 30, tzinfo=timezone.utc).timestamp()]
+    decider = Decider(backend, owner="a", lease=30, clock=lambda: now[0])
+    decider.add(
+        Job(name="late", schedule=make_schedule(cron=None, every=60, tz=None), handler=print)
+    )
+    for won in decider.tick():  # the slot of 11:59: decided, as on a running instance
+        backend.finish(won.run.id, won.run.token, succeeded=True)
+    now[0] += 60
+    proxy.set("delay", delay=0.35)
+    with pytest.raises(BackendUnavailable):
+        decider.tick()
+    proxy.set("pass")
+    give_up = time.monotonic() + 15
+    while True:
+        try:
+            (record,) = [r for r in backend.runs("late") if r.id == "late@2026-12-01T12:00:00Z"]
+            break
+        except (BackendUnavailable, ValueError):  # reconnecting; or the write not visible yet
+            assert time.monotonic() < give_up, "the acquire was never done"
+            time.sleep(0.2)
+    assert (record.state, record.owner) == (RunState.RUNNING, "a")
+    assert decider.tick() == []  # held: a's own lease, never started, handed back
+    (record,) = [r for r in backend.runs("late") if r.id == "late@2026-12-01T12:00:00Z"]
+    assert (record.state, record.reason) == (RunState.PENDING, "released")
+    (won,) = decider.sweep()
+    assert won.run.id == record.id and won.run.attempt == 1
 
 
 class _Store:
