@@ -124,3 +124,16 @@ def test_the_next_answer_forgets_the_unanswered_runs(store: SQLiteLeaseBackend) 
         store.acquire(AcquireRequest("job", datetime(2026, 12, 1, 12, tzinfo=UTC), "c", 30)).outcome
         is Outcome.WON
     )
+
+
+def test_a_first_tick_unanswered_asks_for_its_run_again(store: SQLiteLeaseBackend) -> None:
+    """A job not decided yet plans from its latest record, which may be the unknown lease."""
+    lost = AnswerLost(store)
+    lost.armed = True
+    a = Decider(lost, owner="a", lease=30, clock=lambda: NOW)
+    a.add(Job(name="job", schedule=make_schedule(cron=None, every=60, tz=None), handler=print))
+    with pytest.raises(BackendUnavailable):
+        a.tick()
+    assert a.tick() == []
+    (record,) = store.runs("job")
+    assert (record.state, record.reason) == (RunState.PENDING, "released")

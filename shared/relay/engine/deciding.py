@@ -304,6 +304,13 @@ class Decider:
         catch_up, on_time_window = self._windows(job)
         if after is None:
             after = recorded.get(job.name)
+            if (
+                after is not None
+                and self._unanswered
+                and run_id(job.name, after) in self._unanswered
+            ):
+                # The latest record may be a lease an unanswered acquire made: ask for it again.
+                after -= timedelta(microseconds=1)
         known_history = after is not None
         if after is None:
             # A job with no record yet missed nothing: only its latest slot, if on time.
