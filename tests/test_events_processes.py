@@ -54,7 +54,12 @@ class Instances:
         proc = self.procs[name]
         if proc.poll() is None:
             proc.send_signal(sig)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # its threads' stacks, to the captured stderr
+            time.sleep(1)
+            raise
 
     def close(self) -> None:
         for proc in self.procs.values():

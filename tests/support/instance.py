@@ -9,8 +9,10 @@ events to PATH as JSON lines; with ``"start_at": EPOCH`` it opens the store at t
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +23,8 @@ from tests.support.event_log import record_events
 
 
 def main(args: dict[str, Any]) -> None:
+    # SIGUSR1 prints every thread's stack to stderr: a test whose instance hangs shows where.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     log = Path(args["log"])
     record_events(args.get("events"))
     time.sleep(max(0.0, args.get("start_at", 0) - time.time()))
