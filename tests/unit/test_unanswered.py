@@ -19,7 +19,7 @@ import pytest
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.contract import AcquireRequest, AcquireResult, Outcome
 from relay.engine import Decider
-from relay.errors import BackendUnavailable
+from relay.errors import BackendUnavailable, NotAcknowledged
 from relay.jobs import Job
 from relay.runs import RunState
 from relay.schedules import make_schedule
@@ -30,14 +30,14 @@ NOW = SLOT.timestamp() + 30
 
 
 class AnswerLost:
-    """A lease backend whose ``acquire_many`` calls, once :meth:`arm` is called, are done
-    (``done=True``) or not, and raise ``BackendUnavailable`` as if the answer never came, until
-    :meth:`disarm`."""
+    """A lease backend whose next ``acquire_many``, once :attr:`armed`, is done (or not) and
+    then raises :attr:`error`, as if the answer never came; later calls are answered."""
 
     def __init__(self, backend: SQLiteLeaseBackend) -> None:
         self.backend = backend
         self.armed: bool | None = None
         """None: answered; True: done, not answered; False: not done, not answered."""
+        self.error: BackendUnavailable = BackendUnavailable("the connection closed first")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
@@ -48,7 +48,7 @@ class AnswerLost:
         if self.armed:
             self.backend.acquire_many(requests)
         self.armed = None
-        raise BackendUnavailable("the connection was closed before the answer came")
+        raise self.error
 
 
 @pytest.fixture
@@ -136,4 +136,18 @@ def test_a_first_tick_unanswered_asks_for_its_run_again(store: SQLiteLeaseBacken
         a.tick()
     assert a.tick() == []
     (record,) = store.runs("job")
+    assert (record.state, record.reason) == (RunState.PENDING, "released")
+
+
+def test_a_cluster_node_that_failed_in_a_call_not_acknowledged_is_asked_again(
+    store: SQLiteLeaseBackend,
+) -> None:
+    """On Redis Cluster a node that failed makes the call raise NotAcknowledged with only the
+    other nodes' wins in it (handed back at once): the failed node may have done its part."""
+    a = decider(lost := AnswerLost(store))
+    lost.armed, lost.error = True, NotAcknowledged("a node failed", [])
+    with pytest.raises(NotAcknowledged):
+        a.tick()
+    assert a.tick() == []
+    record = store.runs("job")[0]
     assert (record.state, record.reason) == (RunState.PENDING, "released")

@@ -400,6 +400,8 @@ class Decider:
             results = backend.acquire_many(requests)
         except NotAcknowledged as exc:
             hand_back(backend, exc.won, "acquire", str(exc))
+            # A Redis Cluster node that failed may have done its part: as below.
+            self._unanswered.update(_ids(due, records))
             raise
         except BackendUnavailable:
             self._unanswered.update(_ids(due, records))
