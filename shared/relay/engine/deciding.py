@@ -20,7 +20,6 @@ from typing import NamedTuple
 from relay import clock as relay_clock
 from relay.contract import (
     AcquireRequest,
-    AcquireResult,
     ClaimBackend,
     LeaseBackend,
     Outcome,
@@ -52,8 +51,8 @@ PRUNE_EVERY = 60.0
 PRUNE_BATCH = 500
 """Runs one prune deletes at most: a long history goes in many small steps."""
 UNANSWERED_READ = 100
-"""The latest runs of a job read to find one an unanswered acquire may have leased (its slot was
-due at the failed tick, so it is among the job's latest)."""
+"""The latest runs of a job read to find those an unanswered acquire may have leased (due at the
+failed call, they are among the job's latest)."""
 NAMES_PER_CALL = 500
 """Jobs named in one store call that reads their history or registers them: an instance starting
 with 100,000 jobs never builds one request (and its reply) for all of them at once, and NATS KV
@@ -134,8 +133,9 @@ class Decider:
         """Runs won with a schedule version that cannot run here: handed back, not asked for
         again by this instance."""
         self._unanswered: set[str] = set()
-        """Runs asked for in an acquire the store did not answer: it may have leased them to this
-        owner and lost only the answer (see :meth:`_hand_back_unanswered`)."""
+        """Runs asked for in an acquire the store did not answer, not answered since but held:
+        the store may have leased them to this owner and lost only the answer. The next sweep
+        reads them (see :meth:`_hand_back_unanswered`)."""
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -250,6 +250,8 @@ class Decider:
                 except BaseException:
                     self._unregistered.update(names[at:])
                     raise
+        if self._unanswered:
+            self._hand_back_unanswered(backend)
         records = [
             r for r in backend.reclaimable()
             if r.job in self.jobs and (takeovers or r.state is not RunState.RUNNING)
@@ -304,13 +306,6 @@ class Decider:
         catch_up, on_time_window = self._windows(job)
         if after is None:
             after = recorded.get(job.name)
-            if (
-                after is not None
-                and self._unanswered
-                and run_id(job.name, after) in self._unanswered
-            ):
-                # The latest record may be a lease an unanswered acquire made: ask for it again.
-                after -= timedelta(microseconds=1)
         known_history = after is not None
         if after is None:
             # A job with no record yet missed nothing: only its latest slot, if on time.
@@ -406,8 +401,10 @@ class Decider:
         except BackendUnavailable:
             self._unanswered.update(_ids(due, records))
             raise
-        if self._unanswered:  # an acquire before was not answered
-            self._hand_back_unanswered(backend, _ids(due, records), results)
+        if self._unanswered:  # answered now: only a run found held may be the unknown lease
+            for i, result in zip(_ids(due, records), results, strict=True):
+                if result.outcome is not Outcome.HELD:
+                    self._unanswered.discard(i)
         won, refused = [], []
         previous: Sequence[RunRecord | None] = records or [None] * len(due)
         for (job, slot), result, before in zip(due, results, previous, strict=True):
@@ -430,32 +427,28 @@ class Decider:
             hand_back(backend, refused, "acquire", "its schedule version cannot run here")
         return won
 
-    def _hand_back_unanswered(
-        self, backend: LeaseBackend, ids: Sequence[str], results: Sequence[AcquireResult]
-    ) -> None:
-        """Hand back the runs an unanswered acquire leased to this owner, now found held.
+    def _hand_back_unanswered(self, backend: LeaseBackend) -> None:
+        """Hand back the runs an unanswered acquire leased to this owner without its knowing.
 
         A store that did an acquire and lost its answer (a primary killed before it replied, a
-        connection cut) leaves a lease this owner holds without knowing it: asked for again, the
-        run comes back held, and no instance would run it until the lease ran out and the grace
-        after the outage had passed. Handed back (its record names this owner and it was never
-        started, so nothing runs it), it is pending again, and the next sweep of any instance
-        leases it.
+        connection cut) leaves a lease no instance runs: not this one, which does not know it
+        won, nor another while the lease is live. Without this, the run would wait for its lease
+        to run out and then for the grace after the outage. Each such run whose record names this
+        owner, was never started, and is not executing here is released: it is pending again,
+        and this sweep leases it.
         """
-        asked = [
-            (i, result) for i, result in zip(ids, results, strict=True) if i in self._unanswered
-        ]
-        self._unanswered.difference_update(i for i, _ in asked)
-        held = {i for i, result in asked if result.outcome is Outcome.HELD}
-        if not held:
-            return
-        for job in sorted({parse_run_id(i)[0] for i in held}):
+        held = self.holding()
+        jobs: dict[str, set[str]] = {}
+        for i in self._unanswered:
+            jobs.setdefault(parse_run_id(i)[0], set()).add(i)
+        for job, ids in sorted(jobs.items()):
             ours = [
                 r for r in backend.runs(job, limit=UNANSWERED_READ)
-                if r.id in held and r.owner == self.owner and r.state is RunState.RUNNING
-                and r.started_at is None
+                if r.id in ids and r.id not in held and r.owner == self.owner
+                and r.state is RunState.RUNNING and r.started_at is None
             ]  # fmt: skip
             hand_back(backend, ours, "acquire", "the store did it, but its answer was lost")
+            self._unanswered -= ids
 
     def _not_held(
         self, due: Sequence[tuple[Job, datetime]], records: Sequence[RunRecord]
