@@ -19,7 +19,7 @@ import pytest
 
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.contract import AcquireRequest, AcquireResult
-from relay.engine import Decider, Loop, Won
+from relay.engine import Decider, Loop, Won, deciding
 from relay.errors import BackendUnavailable, NotAcknowledged
 from relay.jobs import Job
 from relay.runs import RunState
@@ -161,3 +161,18 @@ def test_a_cluster_node_that_failed_in_a_call_not_acknowledged_is_read_again(
         a.tick()
     (won,) = a.sweep()
     assert won.run.attempt == 1
+
+
+def test_a_sweep_reads_a_bounded_number_of_jobs(
+    store: SQLiteLeaseBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deciding, "UNANSWERED_JOBS_PER_SWEEP", 2)
+    lost = AnswerLost(store)
+    a = Decider(lost, owner="a", lease=30, clock=lambda: NOW)
+    for name in ("j1", "j2", "j3"):
+        a.add(Job(name=name, schedule=make_schedule(cron=None, every=60, tz=None), handler=print))
+    lost.armed = True
+    with pytest.raises(BackendUnavailable):
+        a.tick()
+    assert sorted(w.run.job for w in a.sweep()) == ["j1", "j2"]
+    assert [w.run.job for w in a.sweep()] == ["j3"]

@@ -53,6 +53,8 @@ PRUNE_BATCH = 500
 UNANSWERED_READ = 100
 """The latest runs of a job read to find those an unanswered acquire may have leased (due at the
 failed call, they are among the job's latest)."""
+UNANSWERED_JOBS_PER_SWEEP = 100
+"""Jobs whose unanswered runs one sweep reads (one read per job)."""
 NAMES_PER_CALL = 500
 """Jobs named in one store call that reads their history or registers them: an instance starting
 with 100,000 jobs never builds one request (and its reply) for all of them at once, and NATS KV
@@ -441,7 +443,9 @@ class Decider:
         jobs: dict[str, set[str]] = {}
         for i in self._unanswered:
             jobs.setdefault(parse_run_id(i)[0], set()).add(i)
-        for job, ids in sorted(jobs.items()):
+        # A bounded read per sweep: a call for thousands of jobs may have gone unanswered, and the
+        # runs left for later sweeps are at worst taken over, as they would have been anyway.
+        for job, ids in sorted(jobs.items())[:UNANSWERED_JOBS_PER_SWEEP]:
             ours = [
                 r for r in backend.runs(job, limit=UNANSWERED_READ)
                 if r.id in ids and r.id not in held and r.owner == self.owner
