@@ -29,7 +29,12 @@ from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.coroutines import call_handler, is_coroutine_function
 from relay.engine.dispatching import Dispatcher
 from relay.engine.stored import ScheduleFeed
-from relay.errors import BackendUnavailable, ConfigurationError, UnsupportedOption
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    NotAcknowledged,
+    UnsupportedOption,
+)
 from relay.events import Event, EventBus
 from relay.jobs import (
     LEASE_BACKENDS,
@@ -535,8 +540,14 @@ class Scheduler(Generic[BackendT]):
         assert handler is not None
         try:
             active = self.runner.begin(won.run, max_attempts=won.job.max_attempts)
+        except NotAcknowledged as exc:  # handed back already
+            log.error("could not start %s: %s", won.run.id, exc)
+            return
         except BackendUnavailable as exc:
-            log.error("could not start %s, it will be taken over: %s", won.run.id, exc)
+            self.decider.release_at_next_sweep(won.run)
+            log.error(
+                "could not start %s, it is handed back at the next sweep: %s", won.run.id, exc
+            )
             return
         if active is None:
             return

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+import relay
 from relay.backends.sqlite import SQLiteLeaseBackend
 from relay.contract import AcquireRequest, AcquireResult
 from relay.engine import Decider, Loop, Won, deciding
 from relay.errors import BackendUnavailable, NotAcknowledged
 from relay.jobs import Job
-from relay.runs import RunState
+from relay.runs import Run, RunState
 from relay.schedules import make_schedule
 
 UTC = timezone.utc
@@ -176,3 +177,42 @@ def test_a_sweep_reads_a_bounded_number_of_jobs(
         a.tick()
     assert sorted(w.run.job for w in a.sweep()) == ["j1", "j2"]
     assert [w.run.job for w in a.sweep()] == ["j3"]
+
+
+class StartLost:
+    """A lease backend whose first ``start`` is done (``done=True``) or not, then raises
+    ``BackendUnavailable`` as if its answer never came."""
+
+    def __init__(self, backend: SQLiteLeaseBackend, done: bool) -> None:
+        self.backend, self.done, self.lost = backend, done, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def start(self, run_id: str, token: int, owner: str, lease: float) -> Run:
+        if self.lost:
+            return self.backend.start(run_id, token, owner, lease)
+        self.lost = True
+        if self.done:
+            self.backend.start(run_id, token, owner, lease)
+        raise BackendUnavailable("the connection closed first")
+
+
+@pytest.mark.parametrize(("done", "attempt"), [(True, 2), (False, 1)])
+def test_a_start_unanswered_is_handed_back_at_the_next_sweep_and_run(
+    store: SQLiteLeaseBackend, done: bool, attempt: int
+) -> None:
+    """The standalone scheduler: the handler is not called for a start it cannot confirm; the
+    next step's sweep hands the run back and leases it again (an attempt more if the start was
+    recorded), rather than waiting for the lease to run out."""
+    scheduler = relay.Scheduler(
+        StartLost(store, done), lease=30, heartbeat=10, clock=lambda: NOW, stop_timeout=1
+    )
+    attempts: list[int] = []
+    scheduler.job(every=60, name="job")(lambda run: attempts.append(run.attempt))
+    scheduler.run_pending()
+    assert scheduler.join(10) and attempts == []
+    scheduler.run_pending()
+    assert scheduler.join(10) and attempts == [attempt]
+    assert store.runs("job")[0].state is RunState.SUCCEEDED
+    scheduler.shutdown()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -134,10 +135,21 @@ class Decider:
         self._refused: set[str] = set()
         """Runs won with a schedule version that cannot run here: handed back, not asked for
         again by this instance."""
+        self._unstarted: list[Run] = []
+        """Runs won here that a host could not start (see :meth:`release_at_next_sweep`)."""
+        self._unstarted_lock = threading.Lock()
         self._unanswered: set[str] = set()
         """Runs asked for in an acquire the store did not answer, not answered since but held:
         the store may have leased them to this owner and lost only the answer. The next sweep
         reads them (see :meth:`_hand_back_unanswered`)."""
+
+    def release_at_next_sweep(self, run: Run) -> None:
+        """Hand ``run`` back at the next sweep: won here, its start went unanswered (the store
+        may have recorded it or not), so nothing runs it here. Released by its token, it is
+        pending again and that sweep leases it, instead of waiting for its lease to run out and
+        then for the grace after the outage. Safe from any thread."""
+        with self._unstarted_lock:
+            self._unstarted.append(run)
 
     def add(self, job: Job) -> None:
         """Decide ``job`` from the next tick on."""
@@ -252,6 +264,10 @@ class Decider:
                 except BaseException:
                     self._unregistered.update(names[at:])
                     raise
+        if self._unstarted:
+            with self._unstarted_lock:
+                unstarted, self._unstarted = self._unstarted, []
+            hand_back(backend, unstarted, "start", "the store did not answer it")
         if self._unanswered:
             self._hand_back_unanswered(backend)
         records = [
