@@ -19,13 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from relay import clock as relay_clock
-from relay.contract import (
-    AcquireRequest,
-    ClaimBackend,
-    LeaseBackend,
-    Outcome,
-    is_lease,
-)
+from relay.contract import AcquireRequest, ClaimBackend, LeaseBackend, Outcome, is_lease
 from relay.engine.reporting import decision_event, missed_events
 from relay.engine.unacknowledged import hand_back
 from relay.errors import BackendUnavailable, ConfigurationError, NotAcknowledged
