@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from relay.contract import is_lease
 from relay.engine import Runner, Won
 from relay.engine.coroutines import call_handler
-from relay.errors import BackendUnavailable
+from relay.errors import BackendUnavailable, NotAcknowledged
 from relay.scheduler import Scheduler
 
 __all__ = ["Host", "InlineScheduler", "SimulatedCrash", "SteppedHost"]
@@ -127,8 +127,12 @@ class InlineScheduler:
         heartbeat, lease = self.scheduler.heartbeat, self.scheduler.lease
         try:
             active = self.runner.begin(won.run, max_attempts=won.job.max_attempts)
-        except BackendUnavailable:  # not started: its lease runs out and it is taken over
-            heapq.heappush(self._sweeps, now + lease + heartbeat)
+        except NotAcknowledged:  # not started, and handed back: the next sweep leases it
+            heapq.heappush(self._sweeps, now + heartbeat)
+            return
+        except BackendUnavailable:  # not started: handed back at the next sweep, as live
+            self.scheduler.decider.release_at_next_sweep(won.run)
+            heapq.heappush(self._sweeps, now + heartbeat)
             return
         if active is None:
             return
