@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -27,34 +26,15 @@ from typing import Any
 import pytest
 
 from tests.support.nats_server import BINARY_ENV, find_binary
+from tests.support.ports import pick_ports
 
 __all__ = ["NatsCluster", "NatsNode", "nats_cluster", "require_binary"]
 
 PORTS = range(11000, 15000)
-"""Where the nodes' ports are picked: below Linux's ephemeral range (32768-60999), which the
-source ports of outgoing connections come from. A port the kernel handed out as free (bind to 0)
-could be taken as a connection's source port before the node binds it, and a node's ports are
-picked before any node starts (each names the others' route ports): on a busy machine a node
-then exited at start ("address already in use"). Other tests' servers pick theirs above 15000."""
-
-
-def _pick_ports(count: int) -> list[int]:
-    """``count`` different ports of :data:`PORTS` that nothing listens on now."""
-    picked: list[int] = []
-    while len(picked) < count:
-        port = random.choice(PORTS)
-        if port not in picked and _bindable(port):
-            picked.append(port)
-    return picked
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+"""Where the nodes' ports are picked (see :mod:`tests.support.ports`): they are named before any
+node starts, each naming the others' route ports, and one taken in between by an outgoing
+connection made a node exit at start ("address already in use"). Other tests' servers pick
+theirs above 15000."""
 
 
 def require_binary() -> Path:
@@ -131,7 +111,7 @@ class NatsCluster:
 
     def __init__(self, binary: Path, root: Path, size: int = 3) -> None:
         self.root = root
-        ports = _pick_ports(3 * size)
+        ports = pick_ports(3 * size, PORTS)
         self.nodes = [
             NatsNode(
                 binary, f"n{i + 1}", root / f"n{i + 1}", (ports[i], ports[size + i], ports[-1 - i])

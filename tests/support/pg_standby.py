@@ -14,10 +14,8 @@ again. :func:`pg_pair` stops everything, even when the test fails.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 import psycopg
 
 from tests.backends.pg_server import find_bin
+from tests.support.ports import pick_ports
 
 __all__ = ["PgNode", "PgPair", "pg_pair"]
 
@@ -238,16 +237,7 @@ def _pick_port(not_port: int = 0) -> int:
     """A free loopback port below the ephemeral range: no outgoing connection takes it while a
     node is down between a kill and its rebuild (the URL names it for good). ``not_port``: the
     other node's, picked but not bound yet (both nodes once drew the same one)."""
-    while True:
-        port = random.randint(15000, 30000)
-        if port == not_port:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
+    return pick_ports(1, range(15000, 30001), avoid={not_port})[0]
 
 
 def _children(parent: int) -> list[int]:

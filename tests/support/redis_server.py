@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.ports import bindable
+
 __all__ = [
     "RedisServer", "cluster_lease_url", "own_redis", "own_redis_cluster", "own_redis_replicated"
 ]  # fmt: skip
@@ -32,18 +34,9 @@ def _free_port(cluster: bool = False) -> int:
             return int(sock.getsockname()[1])
     for _ in range(200):
         port = random.randrange(20000, 30000)
-        if all(_bindable(p) for p in (port, port + 10000)):
+        if all(bindable(p) for p in (port, port + 10000)):
             return port
     raise AssertionError("no free port pair for a Redis Cluster node")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 class RedisServer:
