@@ -27,12 +27,12 @@ from tests.support import services
 from tests.support.backends import unique
 from tests.support.browser import (
     chromium,
-    free_port,
     log_in,
     require_chromium,
     screenshot,
     wait_for_port,
 )
+from tests.support.ports import free_port
 from tests.support.procs import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]

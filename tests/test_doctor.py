@@ -31,8 +31,9 @@ from relay.doctor import FAILURES, DoctorReport
 from tests.backends.pg_server import find_bin
 from tests.support.backends import postgres_lease, redis_lease
 from tests.support.nats_server import find_binary as find_nats
-from tests.support.nats_server import free_port, nats_kv_lease
+from tests.support.nats_server import nats_kv_lease
 from tests.support.pg_standby import pg_pair
+from tests.support.ports import free_port
 from tests.support.redis_server import own_redis, own_redis_replicated
 from tests.test_cli_read_only import store_exists
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from relay import RunState, open_backend
-from tests.support.browser import free_port
+from tests.support.ports import free_port
 from tests.support.procs import ROOT
 
 

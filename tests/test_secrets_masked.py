@@ -32,8 +32,8 @@ from relay.cli import main
 from relay.events import Event
 from tests.support.backends import nats_kv_lease, postgres_lease, redis_lease, unique
 from tests.support.claim_backends import nats_dedup_claim, redis_claim
+from tests.support.ports import free_port
 from tests.support.rabbitmq_users import rabbitmq_user
-from tests.support.tls import free_port
 
 CANARY = "Canary-7f3a9c-pw"
 WRONG = f"{CANARY}-wrong"

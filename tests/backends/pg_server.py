@@ -10,12 +10,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.support.ports import free_port
 
 __all__ = ["OwnPostgres", "find_bin"]
 
@@ -29,18 +30,12 @@ def find_bin() -> Path | None:
     return Path(found).parent if found and shutil.which("pg_ctl") else None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class OwnPostgres:
     """One throw-away server: ``start()``, ``restart()``, ``stop()``; ``url`` reaches it."""
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="relay-pg-"))
         self.data = self.root / "data"
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

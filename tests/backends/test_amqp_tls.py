@@ -18,8 +18,9 @@ import pytest
 
 from relay import open_backend
 from relay.errors import BackendUnavailable, ConfigurationError
+from tests.support.ports import free_port
 from tests.support.services import require
-from tests.support.tls import Certificates, certificates, free_port
+from tests.support.tls import Certificates, certificates
 
 pytestmark = pytest.mark.rabbitmq
 FAST = "socket_timeout=2&connection_attempts=1"

@@ -20,7 +20,8 @@ from relay.backends.nats_dedup import NatsClaimBackend
 from tests.backends.claim_slots import slots
 from tests.support.backends import unique
 from tests.support.claim_backends import delete_nats_stream, nats_dedup_claim
-from tests.support.nats_server import NatsServer, find_binary, free_port
+from tests.support.nats_server import NatsServer, find_binary
+from tests.support.ports import free_port
 from tests.support.services import SERVICES
 
 pytestmark = pytest.mark.nats

@@ -24,7 +24,8 @@ from relay.backends._nats_kv_state import KEEP_FINISHED
 from relay.backends.nats_kv import NatsLeaseBackend
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
 from tests.support import services
-from tests.support.nats_server import NatsServer, delete_bucket, find_binary, free_port
+from tests.support.nats_server import NatsServer, delete_bucket, find_binary
+from tests.support.ports import free_port
 from tests.support.waiting import lease_ran_out
 
 UTC = timezone.utc

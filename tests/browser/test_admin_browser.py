@@ -20,12 +20,12 @@ from tests.django_app.support import manage, site_env, spawn_manage
 from tests.support.browser import (
     chromium,
     drawn,
-    free_port,
     require_chromium,
     screenshot,
     wait_for_port,
 )
 from tests.support.browser import log_in as browser_log_in
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

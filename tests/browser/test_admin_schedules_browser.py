@@ -20,8 +20,9 @@ import pytest
 from relay import Control
 from tests.django_app.support import manage, site_env, spawn_manage
 from tests.django_app.test_admin_schedules import BY, allow
-from tests.support.browser import chromium, free_port, require_chromium, screenshot, wait_for_port
+from tests.support.browser import chromium, require_chromium, screenshot, wait_for_port
 from tests.support.browser import log_in as browser_log_in
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

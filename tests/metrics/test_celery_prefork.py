@@ -13,8 +13,9 @@ import pytest
 from tests.celery_integration import cluster as cluster_module
 from tests.celery_integration.cluster import cluster
 from tests.metrics.spans import assert_runs_are_children_of_their_publish
-from tests.metrics.test_multiprocess import free_port, scrape_until
+from tests.metrics.test_multiprocess import scrape_until
 from tests.support import services
+from tests.support.ports import free_port
 from tests.support.procs import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]

@@ -13,8 +13,9 @@ import pytest
 from tests.dramatiq.procs import Deployment
 from tests.dramatiq.test_processes import _redis_broker
 from tests.metrics.spans import assert_runs_are_children_of_their_publish
-from tests.metrics.test_multiprocess import free_port, scrape_until
+from tests.metrics.test_multiprocess import scrape_until
 from tests.support.backends import unique
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from relay import metrics
+from tests.support.ports import free_port
 from tests.support.procs import ROOT
 
 pytestmark = pytest.mark.slow
@@ -43,13 +43,6 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
         process.wait(10)
         if process.stdout is not None:
             process.stdout.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def emitter(env: dict[str, str], job: str, *tokens: int) -> subprocess.Popen[str]:

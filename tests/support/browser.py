@@ -30,7 +30,6 @@ __all__ = [
     "CHROMIUM",
     "chromium",
     "drawn",
-    "free_port",
     "log_in",
     "require_chromium",
     "screenshot",
@@ -125,14 +124,6 @@ def drawn(driver: Any) -> dict[str, Any]:
     """Where the browser laid out the timeline on the current page (see :data:`RUNS_JS`)."""
     found: dict[str, Any] = driver.execute_script(RUNS_JS)
     return found
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now, for a server a test starts."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float = 60) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.nats_server import BINARY_ENV, find_binary, free_port
+from tests.support.nats_server import BINARY_ENV, find_binary
+from tests.support.ports import free_port
 
 __all__ = ["locked_nats"]
 

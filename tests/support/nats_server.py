@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 __all__ = ["NatsServer", "delete_bucket", "find_binary", "kv_server_url", "nats_kv_lease"]
 
 BINARY_ENV = "RELAY_TEST_NATS_SERVER"
@@ -35,13 +37,6 @@ def find_binary() -> Path | None:
     """The nats-server binary to start: ``RELAY_TEST_NATS_SERVER``, or the venv's."""
     candidate = Path(os.environ.get(BINARY_ENV) or Path(sys.executable).parent / "nats-server")
     return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class NatsServer:

@@ -13,7 +13,7 @@ import random
 import socket
 from collections.abc import Container
 
-__all__ = ["bindable", "pick_ports"]
+__all__ = ["bindable", "free_port", "pick_ports"]
 
 
 def bindable(port: int) -> bool:
@@ -24,6 +24,13 @@ def bindable(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing holds now, for a server that binds it at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def pick_ports(count: int, ports: range, avoid: Container[int] = ()) -> list[int]:

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.redis_server import RedisServer, _free_port
+from tests.support.ports import free_port
+from tests.support.redis_server import RedisServer
 
 __all__ = ["SERVICE", "SentinelTopology", "own_sentinel_topology"]
 
@@ -60,7 +61,7 @@ class SentinelProcess:
     def start(self) -> None:
         """Start it on a free port; another port if that one was taken before it bound it."""
         for _ in range(5):
-            self.port = _free_port()
+            self.port = free_port()
             config = self.folder / "sentinel.conf"
             config.write_text(_sentinel_config(self.port, self.folder, self.primary_port))
             self.process = subprocess.Popen(

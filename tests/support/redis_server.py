@@ -9,7 +9,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.ports import bindable
+from tests.support.ports import bindable, free_port
 
 __all__ = [
     "RedisServer", "cluster_lease_url", "own_redis", "own_redis_cluster", "own_redis_replicated"
@@ -29,9 +28,7 @@ __all__ = [
 def _free_port(cluster: bool = False) -> int:
     """A free port; for a Cluster node, one whose bus port (port + 10000) is free too."""
     if not cluster:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
+        return free_port()
     for _ in range(200):
         port = random.randrange(20000, 30000)
         if all(bindable(p) for p in (port, port + 10000)):

@@ -9,7 +9,6 @@ show that a wrong CA is refused).
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import redis
+
+from tests.support.ports import free_port
 
 __all__ = ["Certificates", "certificates", "tls_redis"]
 
@@ -71,13 +72,6 @@ def certificates(folder: Path) -> Certificates:
         folder / "ca.pem", folder / "server.pem", folder / "server.key",
         folder / "client.pem", folder / "client.key", folder / "other-ca.pem",
     )  # fmt: skip
-
-
-def free_port() -> int:
-    """A port of 127.0.0.1 nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
