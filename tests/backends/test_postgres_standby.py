@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,17 +30,12 @@ from relay.errors import NotAcknowledged, StoreNotFound
 from tests.backends.pg_server import find_bin
 from tests.support.backends import unique
 from tests.support.pg_standby import PgPair, pg_pair
+from tests.support.ports import free_port
 from tests.support.services import SERVICES
 
 pytestmark = pytest.mark.postgres
 UTC = timezone.utc
 T = TypeVar("T")
-
-
-def _refused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # free again once closed: connections are refused
 
 
 @pytest.fixture
@@ -56,7 +50,7 @@ def _multi_host(extra: str = "", password: str = "") -> str:
     """The shared server's URL with a host that refuses connections listed first."""
     url = urlsplit(SERVICES["postgres"].url)
     auth = f"{url.username}:{password}@" if password else f"{url.username}@"
-    hosts = f"127.0.0.1:{_refused_port()},{url.hostname}:{url.port or 5432}"
+    hosts = f"127.0.0.1:{free_port()},{url.hostname}:{url.port or 5432}"
     return f"postgresql://{auth}{hosts}{url.path}{extra}"
 
 
@@ -85,7 +79,7 @@ def test_several_hosts_connect_to_the_writable_one_unless_only_reading(schema: s
             open_backend(url)
         assert "target_session_attrs=read-write" in str(caught.value)
     shared = urlsplit(SERVICES["postgres"].url)
-    ports = f"{_refused_port()},{shared.port or 5432}"
+    ports = f"{free_port()},{shared.port or 5432}"
     libpq_form = f"postgresql://{shared.username}@{shared.path}?host=127.0.0.1,{shared.hostname}&port={ports}"
     with pytest.raises(ConfigurationError):
         open_backend(f"{libpq_form}&schema={schema}&target_session_attrs=any")
@@ -111,7 +105,7 @@ def test_bad_multi_host_input_names_the_fix(url: str, words: list[str]) -> None:
 
 
 def test_hosts_that_all_fail_are_each_named() -> None:
-    first, second = _refused_port(), _refused_port()
+    first, second = free_port(), free_port()
     with pytest.raises(BackendUnavailable) as caught:
         open_backend(f"postgresql://postgres:sekrit@127.0.0.1:{first},127.0.0.1:{second}/db")
     message = str(caught.value)
@@ -233,9 +227,7 @@ def test_a_standby_serves_reads_and_refuses_writes_as_unavailable(pair: PgPair) 
         assert reader._pool.get_stats().get("returns_bad", 0) == 2
     finally:
         reader.close()
-    standbys_only = (
-        f"postgresql://postgres@127.0.0.1:{_refused_port()},127.0.0.1:{pair.standby.port}"
-    )
+    standbys_only = f"postgresql://postgres@127.0.0.1:{free_port()},127.0.0.1:{pair.standby.port}"
     with pytest.raises(BackendUnavailable) as caught:
         open_backend(f"{standbys_only}/postgres?schema={schema}")
     assert "no server in the URL takes writes now" in str(caught.value)
