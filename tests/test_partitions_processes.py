@@ -1,10 +1,10 @@
 """Partitions and outages, with real scheduler processes behind a fault-injecting proxy.
 
-Three instances (``tests.support.partition_instance``) run an hourly ``long`` job and a ``tick``
-job every second on Redis, PostgreSQL or NATS KV. Their store URLs carry ``timeout=0.5``; the
-lease is 3 s, the heartbeat 0.5 s. The proxy drops every packet (no reset) of the instances
-behind it, then heals. Times come from the handlers' log lines (``time.monotonic()``, one clock
-for every process of the host) and the events' own fields.
+Three instances (``tests.support.partition_instance``) run a daily ``long`` job (one slot, caught
+up) and a ``tick`` job every second on Redis, PostgreSQL or NATS KV. Their store URLs carry
+``timeout=0.5``; the lease is 3 s, the heartbeat 0.5 s. The proxy drops every packet (no reset)
+of the instances behind it, then heals. Times come from the handlers' log lines
+(``time.monotonic()``, one clock for every process of the host) and the events' own fields.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tests.support.backends import LEASE_BACKENDS
 from tests.support.event_log import read_events
 from tests.support.fault_proxy import proxied
 from tests.support.procs import ROOT
+from tests.support.slots import one_slot_behind
 
 pytestmark = pytest.mark.slow
 
@@ -51,13 +52,14 @@ class Group:
             tmp / "f.db",
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.long_cron = one_slot_behind()["cron"]  # the same slot for every instance
 
     def start(self, name: str, url: str, work: float, after_lost: float = 0.0) -> str:
         """Start an instance on ``url``; its owner name."""
         args = {
             "name": name, "url": url, "log": str(self.log), "events": str(self.events_path),
             "fence": str(self.fence), "lease": LEASE, "heartbeat": HEARTBEAT, "work": work,
-            "after_lost": after_lost,
+            "after_lost": after_lost, "long_cron": self.long_cron,
         }  # fmt: skip
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "shared")])}
         proc = subprocess.Popen(

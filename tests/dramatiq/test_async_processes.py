@@ -21,6 +21,7 @@ from tests.dramatiq.procs import Deployment
 from tests.dramatiq.test_processes import BROKER_MARKS, deploy, settled
 from tests.support.backends import LEASE_BACKENDS
 from tests.support.event_log import read_events
+from tests.support.slots import one_slot_behind
 
 __all__ = ["deploy"]  # the fixture, used through the parametrization below
 
@@ -64,9 +65,7 @@ def bump_token(backend: str, run_id: str) -> None:
 def test_an_async_actor_whose_run_is_lost_is_cancelled_and_records_nothing_more(
     deploy: Any,
 ) -> None:
-    d: Deployment = deploy(
-        {"coro": {"every": 3600, "catch_up": 3600, "sleep_first": SLEEP, "async": True}}
-    )
+    d: Deployment = deploy({"coro": {**one_slot_behind(), "sleep_first": SLEEP, "async": True}})
     d.worker("worker", threads=1)
     scheduler = d.scheduler("scheduler")
     [start] = d.wait_for("attempt 1 to start", lambda: d.events("start"))

@@ -18,6 +18,7 @@ from tests.dramatiq.test_processes import _redis_broker, combos, deploy, settled
 from tests.support.backends import unique
 from tests.support.event_log import count, read_events
 from tests.support.redis_server import own_redis
+from tests.support.slots import one_slot_behind
 
 __all__ = ["deploy"]  # the fixture, used through the parametrization below
 
@@ -56,7 +57,7 @@ def test_racing_schedulers_report_each_run_won_once_dispatched_once_and_run_once
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_a_killed_workers_run_is_reported_taken_over_once(deploy: Any) -> None:
-    d: Deployment = deploy({"slow": {"every": 3600, "catch_up": 3600, "sleep_first": 60}})
+    d: Deployment = deploy({"slow": {**one_slot_behind(), "sleep_first": 60}})
     first = d.worker("worker-a", threads=1)
     scheduler = d.scheduler("scheduler")
     d.wait_for("attempt 1 to start", lambda: relay_events(d, "started"))
@@ -80,7 +81,7 @@ def test_a_killed_workers_run_is_reported_taken_over_once(deploy: Any) -> None:
 def test_a_gracefully_stopped_worker_reports_the_hand_over_and_a_scheduler_the_pick_up(
     deploy: Any,
 ) -> None:
-    d: Deployment = deploy({"handover": {"every": 3600, "catch_up": 3600, "sleep_first": 60}})
+    d: Deployment = deploy({"handover": {**one_slot_behind(), "sleep_first": 60}})
     first = d.worker("worker-a", threads=1, stop_ms=2000)
     scheduler = d.scheduler("scheduler")
     d.wait_for("attempt 1 to start", lambda: relay_events(d, "started"))
@@ -98,9 +99,7 @@ def test_a_gracefully_stopped_worker_reports_the_hand_over_and_a_scheduler_the_p
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_failed_attempts_then_the_retry_are_reported_once_each(deploy: Any) -> None:
-    d: Deployment = deploy(
-        {"flaky": {"every": 3600, "catch_up": 3600, "fail": True, "max_attempts": 2}}
-    )
+    d: Deployment = deploy({"flaky": {**one_slot_behind(), "fail": True, "max_attempts": 2}})
     d.worker("worker", threads=2)
     d.scheduler("scheduler")
     d.wait_for("the run to fail for good", lambda: settled(d, "flaky"))

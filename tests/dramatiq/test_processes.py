@@ -22,6 +22,7 @@ from relay.runs import RunState, parse_run_id
 from tests.dramatiq.procs import Deployment
 from tests.support import services
 from tests.support.backends import LEASE_BACKENDS, unique
+from tests.support.slots import one_slot_behind
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +147,7 @@ def test_racing_schedulers_enqueue_and_run_each_run_once(deploy: Any) -> None:
     "deploy", combos(["redis", "rabbitmq"], every_backend_on="redis"), indirect=True
 )
 def test_a_killed_worker_s_run_is_taken_over_and_completed_once(deploy: Any) -> None:
-    d: Deployment = deploy({"slow": {"every": 3600, "catch_up": 3600, "sleep_first": 60}})
+    d: Deployment = deploy({"slow": {**one_slot_behind(), "sleep_first": 60}})
     first = d.worker("worker-a", threads=1)
     d.scheduler("scheduler")
     d.wait_for("attempt 1 to start", lambda: d.events("start"))
@@ -167,9 +168,7 @@ def test_a_killed_worker_s_run_is_taken_over_and_completed_once(deploy: Any) -> 
 def test_a_gracefully_stopped_worker_hands_its_run_over(deploy: Any, stuck: bool) -> None:
     """Interrupted: Dramatiq raises Shutdown in the actor. Stuck: the actor ignores it (a long C
     call) and the worker hands the run over when it stops waiting."""
-    d: Deployment = deploy(
-        {"handover": {"every": 3600, "catch_up": 3600, "sleep_first": 60, "stuck": stuck}}
-    )
+    d: Deployment = deploy({"handover": {**one_slot_behind(), "sleep_first": 60, "stuck": stuck}})
     first = d.worker("worker-a", threads=1, stop_ms=2000)
     d.scheduler("scheduler")
     d.wait_for("attempt 1 to start", lambda: d.events("start"))
@@ -238,7 +237,7 @@ def test_missed_runs_are_caught_up_after_downtime(deploy: Any) -> None:
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_failed_runs_are_retried_by_relay_up_to_max_attempts(deploy: Any) -> None:
-    d: Deployment = deploy({"flaky": {"every": 3600, "catch_up": 3600, "fail": True,
+    d: Deployment = deploy({"flaky": {**one_slot_behind(), "fail": True,
                                       "max_attempts": 2}})  # fmt: skip
     d.worker("worker", threads=2)
     d.scheduler("scheduler")
@@ -255,7 +254,7 @@ def test_failed_runs_are_retried_by_relay_up_to_max_attempts(deploy: Any) -> Non
 
 @pytest.mark.parametrize("deploy", combos(["redis"]), indirect=True)
 def test_a_message_that_outwaits_its_queue_lease_is_replaced_and_dropped(deploy: Any) -> None:
-    d: Deployment = deploy({"queued": {"every": 3600, "catch_up": 3600}}, lease="1,0.3,3")
+    d: Deployment = deploy({"queued": {**one_slot_behind()}}, lease="1,0.3,3")
     d.scheduler("scheduler")
     d.wait_for("the first dispatch", lambda: d.enqueued())
     # No worker yet: the queue lease (3 s) expires and the run is re-dispatched, newer token.
