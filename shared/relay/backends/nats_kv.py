@@ -83,6 +83,7 @@ __all__ = ["INSTANCES_MAX_AGE", "MIN_SERVER_VERSION", "NatsLeaseBackend"]
 
 log = logging.getLogger("relay.backends.nats")
 T = TypeVar("T")
+G = TypeVar("G")
 
 MIN_SERVER_VERSION = (2, 10, 0)
 """The oldest server whose stream info reports its clock (``ts``)."""
@@ -227,13 +228,8 @@ class NatsLeaseBackend(NatsSchedules):
 
             return await self._step(job, [_key(r) for r in mine], change)
 
-        async def decide_all() -> list[list[AcquireResult]]:
-            if len(by_job) == 1:  # one job (every acquire): no task to gather
-                return [await decide_job(*next(iter(by_job.items())))]
-            return list(await asyncio.gather(*(decide_job(j, ix) for j, ix in by_job.items())))
-
         results: list[AcquireResult | None] = [None] * len(requests)
-        decisions = self._call(decide_all(), jobs=len(by_job))
+        decisions = self._call(_each_job(by_job, decide_job), jobs=len(by_job))
         for indexes, decided in zip(by_job.values(), decisions, strict=True):
             for index, result in zip(indexes, decided, strict=True):
                 results[index] = result
@@ -281,14 +277,9 @@ class NatsLeaseBackend(NatsSchedules):
             # swap that renewed one of them shows the value the others were judged on was current.
             return await self._step(job, [], change)
 
-        async def renew_all() -> list[list[LeaseLost | None]]:
-            if len(by_job) == 1:
-                return [await renew_job(*next(iter(by_job.items())))]
-            return list(await asyncio.gather(*(renew_job(j, m) for j, m in by_job.items())))
-
         if not by_job:
             return results
-        renewed = self._call(renew_all(), jobs=len(by_job))
+        renewed = self._call(_each_job(by_job, renew_job), jobs=len(by_job))
         for mine, found in zip(by_job.values(), renewed, strict=True):
             for (index, _, _), lost in zip(mine, found, strict=True):
                 results[index] = lost
@@ -915,6 +906,16 @@ class _Known:
 
 
 _OLD = "the NATS lease backend needs 2.10 or newer (it reads the server's clock from stream info)"
+
+
+async def _each_job(
+    groups: dict[str, G], step: Callable[[str, G], Awaitable[list[T]]]
+) -> list[list[T]]:
+    """``step`` of each job's group, side by side, in the groups' order; a single job (every
+    single step) awaits it directly, with no task to create and gather."""
+    if len(groups) == 1:
+        return [await step(*next(iter(groups.items())))]
+    return list(await asyncio.gather(*(step(job, group) for job, group in groups.items())))
 
 
 def _describe(exc: BaseException) -> str:
