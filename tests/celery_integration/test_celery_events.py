@@ -70,7 +70,7 @@ def test_a_killed_worker_is_taken_over_in_beat_and_its_late_message_fenced_off(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep_first": 30}}}
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep_first": 30}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.set(lease=3, heartbeat=1, queue_lease=10)
         beat = c.beat()
@@ -106,9 +106,7 @@ def test_a_killed_worker_is_taken_over_in_beat_and_its_late_message_fenced_off(
 
 def test_a_failed_attempt_is_reported_in_the_worker_and_its_retry_in_beat(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {
-        "flaky": {**one_run_now(url, "flaky", max_attempts=3), "kwargs": {"fail_first": True}}
-    }
+    schedule = {"flaky": {**one_run_now(max_attempts=3), "kwargs": {"fail_first": True}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.set(lease=3, heartbeat=1)
         beat = c.beat()

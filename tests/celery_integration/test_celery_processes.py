@@ -21,10 +21,10 @@ import pytest
 from relay.backends import open_backend
 from relay.contract import is_lease
 from relay.runs import RunState, parse_run_id
-from relay.schedules import EverySchedule
 from tests.celery_integration.cluster import cluster
 from tests.support import services
 from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS, params
+from tests.support.slots import one_slot_behind
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -110,34 +110,17 @@ def test_rabbitmq_broker(tmp_path: Path) -> None:
         assert_every_second_once(c.events())
 
 
-SEEDED = "seeded before the test"
-
-
-def runs_of(backend: Any, job: str) -> list[Any]:
-    """The job's runs, without the record :func:`one_run_now` seeded."""
-    return [r for r in backend.runs(job) if r.reason != SEEDED]
-
-
-def one_run_now(url: str, job: str, **options: Any) -> dict[str, Any]:
-    """An entry with exactly one due run: slots ~3 years apart, catch-up covering the last one.
-
-    A job with no record has nothing to catch up, so the slot before is recorded first.
-    """
-    every = 10**8
-    backend = open_backend(url)
-    assert is_lease(backend)
-    latest = EverySchedule(every).latest_slot(datetime.now(UTC))
-    assert latest is not None
-    backend.skip(job, latest - timedelta(seconds=every), SEEDED)
-    backend.close()
-    return {"every": every, "relay": {"catch_up": every, **options}}
+def one_run_now(**options: Any) -> dict[str, Any]:
+    """An entry with exactly one due run (:func:`tests.support.slots.one_slot_behind`)."""
+    slot = one_slot_behind()
+    return {"cron": slot["cron"], "relay": {"catch_up": slot["catch_up"], **options}}
 
 
 def test_a_worker_killed_mid_task_loses_the_run_which_completes_once_elsewhere(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep_first": 30}}}
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep_first": 30}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.set(lease=3, heartbeat=1, queue_lease=10)
         c.beat()
@@ -161,7 +144,7 @@ def test_a_worker_killed_mid_task_loses_the_run_which_completes_once_elsewhere(
     assert ends[0]["attempt"] == 2 and ends[0]["token"] > started["token"]
     backend = open_backend(url)
     assert is_lease(backend)
-    (record,) = runs_of(backend, "long")
+    (record,) = backend.runs("long")
     assert record.state is RunState.SUCCEEDED and record.attempt == 2
     backend.close()
 
@@ -174,9 +157,7 @@ def store(url: str) -> Any:
 
 def test_a_failed_run_is_retried_by_a_beat_sweep(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {
-        "flaky": {**one_run_now(url, "flaky", max_attempts=3), "kwargs": {"fail_first": True}}
-    }
+    schedule = {"flaky": {**one_run_now(max_attempts=3), "kwargs": {"fail_first": True}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.set(lease=3, heartbeat=1)
         c.beat()
@@ -190,7 +171,7 @@ def test_a_failed_run_is_retried_by_a_beat_sweep(tmp_path: Path) -> None:
         ("end", 2),
     ]
     backend = store(url)
-    (record,) = runs_of(backend, "flaky")
+    (record,) = backend.runs("flaky")
     assert record.state is RunState.SUCCEEDED and record.failures == 1
     backend.close()
 
@@ -272,7 +253,7 @@ def test_a_worker_with_an_embedded_beat_runs_every_slot_once_on_sqlite(tmp_path:
 
 def test_heartbeats_keep_a_long_task_and_a_warm_shutdown_lets_it_finish(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep": 9}}}
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep": 9}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         # The task outlives its lease twice over: only heartbeats keep beats from taking it over
         # (a lease seconds longer than the heartbeat: a loaded machine delays beats that much).
@@ -287,14 +268,14 @@ def test_heartbeats_keep_a_long_task_and_a_warm_shutdown_lets_it_finish(tmp_path
         events = c.events()
     assert [(e["event"], e["attempt"]) for e in events] == [("start", 1), ("end", 1)]
     backend = store(url)
-    (record,) = runs_of(backend, "long")
+    (record,) = backend.runs("long")
     assert record.state is RunState.SUCCEEDED
     backend.close()
 
 
 def test_a_cold_shutdown_hands_the_run_over_at_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep_first": 60}}}
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep_first": 60}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.set(lease=60, heartbeat=1, queue_lease=60)
         c.beat()
@@ -308,7 +289,7 @@ def test_a_cold_shutdown_hands_the_run_over_at_once(tmp_path: Path) -> None:
     assert [(e["event"], e["attempt"]) for e in events] == [("start", 1), ("start", 2), ("end", 2)]
     assert events[0]["pid"] == worker.pid != events[2]["pid"]
     backend = store(url)
-    (record,) = runs_of(backend, "long")
+    (record,) = backend.runs("long")
     assert record.state is RunState.SUCCEEDED and record.failures == 0
     backend.close()
 
@@ -329,7 +310,7 @@ def test_a_duplicate_delivered_to_another_thread_of_the_same_worker_is_dropped(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'relay.db'}"
-    schedule = {"long": {**one_run_now(url, "long"), "kwargs": {"sleep": 3}}}
+    schedule = {"long": {**one_run_now(), "kwargs": {"sleep": 3}}}
     with cluster(tmp_path, redis_broker(), url, schedule) as c:
         c.beat()
         c.worker(pool="threads", concurrency=2)

@@ -16,7 +16,7 @@ import pytest
 
 from relay.runs import RunState
 from tests.celery_integration.cluster import Cluster, cluster
-from tests.celery_integration.test_celery_processes import one_run_now, runs_of, store
+from tests.celery_integration.test_celery_processes import one_run_now, store
 from tests.support import services
 
 pytestmark = pytest.mark.slow
@@ -138,7 +138,7 @@ def test_the_relay_key_is_what_stock_beat_cannot_load(tmp_path: Path) -> None:
 @pytest.mark.redis
 def test_a_celery_retry_inside_a_run_becomes_a_relay_attempt(tmp_path: Path) -> None:
     url = sqlite(tmp_path)
-    schedule = {"flaky": {**one_run_now(url, "flaky", max_attempts=3), "task": "retrying"}}
+    schedule = {"flaky": {**one_run_now(max_attempts=3), "task": "retrying"}}
     with cluster(tmp_path, services.require("redis"), url, schedule) as c:
         c.set(lease=3, heartbeat=1)
         c.beat()
@@ -150,7 +150,7 @@ def test_a_celery_retry_inside_a_run_becomes_a_relay_attempt(tmp_path: Path) -> 
     assert "asked Celery to retry flaky@" in log and "cannot be honoured" in log
     assert "refused the start of" not in log  # Celery published no retry message
     backend = store(url)
-    (record,) = runs_of(backend, "flaky")
+    (record,) = backend.runs("flaky")
     assert record.state is RunState.SUCCEEDED and record.failures == 1
     backend.close()
 
