@@ -52,14 +52,14 @@ class Group:
             tmp / "f.db",
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.long_cron = one_slot_behind()["cron"]  # the same slot for every instance
+        self.long = one_slot_behind()  # the same slot for every instance
 
     def start(self, name: str, url: str, work: float, after_lost: float = 0.0) -> str:
         """Start an instance on ``url``; its owner name."""
         args = {
             "name": name, "url": url, "log": str(self.log), "events": str(self.events_path),
             "fence": str(self.fence), "lease": LEASE, "heartbeat": HEARTBEAT, "work": work,
-            "after_lost": after_lost, "long_cron": self.long_cron,
+            "after_lost": after_lost, "long": self.long,
         }  # fmt: skip
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "shared")])}
         proc = subprocess.Popen(

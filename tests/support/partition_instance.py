@@ -2,12 +2,13 @@
 
 Two jobs on the given backend URL (which may go through a fault proxy):
 
-* ``long``: one slot a day (``long_cron``: two minutes before the test began, so that no second
-  slot falls due mid-test), caught up, so the first instance up runs it at once. Its handler
-  writes ``started`` through a :class:`relay.fencing.SQLFence` on a local SQLite file (the
-  resource the run writes to, not behind the proxy), then works ``work`` seconds or until
-  ``run.lost`` is set. Once lost, it waits ``after_lost`` seconds (another instance takes the
-  run over meanwhile) and tries one more fenced write, which must be refused;
+* ``long``: one slot a day, caught up (the options ``long``: the test's
+  :func:`tests.support.slots.one_slot_behind`, so that no second slot falls due mid-test), so the
+  first instance up runs it at once. Its handler writes ``started`` through a
+  :class:`relay.fencing.SQLFence` on a local SQLite file (the resource the run writes to, not
+  behind the proxy), then works ``work`` seconds or until ``run.lost`` is set. Once lost, it
+  waits ``after_lost`` seconds (another instance takes the run over meanwhile) and tries one more
+  fenced write, which must be refused;
 * ``tick``: one slot a second, a short handler: the job that must go on.
 
 Each handler appends JSON lines ``[job, run id, attempt, token, instance, what, monotonic]`` to
@@ -41,7 +42,7 @@ def main(args: dict[str, Any]) -> None:
         with log.open("a") as out:
             out.write(json.dumps(line) + "\n")
 
-    @scheduler.job(cron=args["long_cron"], catch_up=3600, name="long", max_attempts=5)
+    @scheduler.job(**args["long"], name="long", max_attempts=5)
     def long(run: relay.Run) -> None:
         fence = SQLFence.sqlite(args["fence"])
         write(run, "start")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 __all__ = ["one_slot_behind"]
 
 
-def one_slot_behind() -> dict[str, object]:
+def one_slot_behind() -> dict[str, Any]:
     """Job options with one slot to catch up, two minutes ago, and the next a day later.
 
     ``every=3600, catch_up=3600`` gives one slot too, until a test runs across the top of an
