@@ -42,7 +42,7 @@ import redis  # noqa: E402
 
 from bench.stores import private_redis  # noqa: E402
 from bench.table import Row, at_most, ratio_at_most  # noqa: E402
-from relay.backends.redis_lease import RedisLeaseBackend  # noqa: E402
+from relay.backends.redis_lease import RedisLeaseBackend, _split  # noqa: E402
 from relay.contract import AcquireRequest  # noqa: E402
 from relay.engine import Decider  # noqa: E402
 from relay.jobs import make_job  # noqa: E402
@@ -141,7 +141,7 @@ def server_cpu(count: int, rounds: int = 40, url: str | None = None) -> dict[str
 
     def bare(sha: str) -> Callable[[int], object]:
         def call(i: int) -> object:
-            job, _, member = runs[i].id.rpartition("@")
+            job, member = _split(runs[i].id)
             keys = backend._keys(job)  # the heartbeat's own keys
             return raw.evalsha(sha, len(keys), *keys, member, runs[i].token, 30_000, 86_400_000)
 
