@@ -15,12 +15,14 @@ from relay.engine.running import (
     fenced_write_refused,
     leave_run,
 )
+from relay.engine.unacknowledged import HandBackLater
 
 __all__ = [
     "MAX_BACKOFF",
     "ActiveRun",
     "Decider",
     "FinishLimit",
+    "HandBackLater",
     "Loop",
     "Renewals",
     "Runner",

@@ -38,7 +38,7 @@ from typing import Any
 from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.engine.renewing import Renewals
-from relay.engine.unacknowledged import hand_back
+from relay.engine.unacknowledged import HandBackLater, hand_back
 from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
 from relay.events import (
     EventBus,
@@ -141,7 +141,9 @@ class Runner:
 
     ``renewals``: the :class:`~relay.engine.renewing.Renewals` a host's runners on one backend
     share, so one call renews the runs of them all (default: one of its own, if the store
-    renews several runs in one call).
+    renews several runs in one call). ``unanswered``: where a run whose start the store did not
+    answer goes to be handed back once it answers (a worker's; default none: the caller hands
+    it back, as a scheduler's decider does at its next sweep).
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class Runner:
         clock: Callable[[], float] = relay_clock.time,
         finish_limit: FinishLimit | None = None,
         renewals: Renewals | None = None,
+        unanswered: HandBackLater | None = None,
     ) -> None:
         self.backend = backend
         self.owner = owner
@@ -170,6 +173,8 @@ class Runner:
         self._renewals = renewals if renewals is not None else Renewals.of(backend)
         """One heartbeat for all this runner's runs (and those of the host's runners that share
         it), if its store renews several in one call."""
+        self.unanswered = unanswered
+        """Hands back the runs whose start the store did not answer, if given."""
 
     def holding(self) -> frozenset[str]:
         """The ids of the runs this runner is executing now: begun, and not yet ended.
@@ -201,13 +206,15 @@ class Runner:
         A run is refused (and reported fenced off) when its token is no longer current, it
         already finished, or another owner started it: a stale or duplicate delivery.
         ``BackendUnavailable`` propagates: the caller must not run what it cannot confirm (a
-        start the store's replicas did not confirm is handed back first, see
-        :mod:`relay.engine.unacknowledged`).
+        start the store's replicas did not confirm is handed back first, one it did not answer
+        is given to ``unanswered``, see :mod:`relay.engine.unacknowledged`).
         ``max_attempts`` is the job's, for the failed event (0: not known here).
         """
         backend = self.backend
         if not is_lease(backend):
             return self._started(ActiveRun(self, run, max_attempts or 1))
+        if self.unanswered is not None:
+            self.unanswered.discard(run.id)
         sent = time.monotonic()  # the lease counts from here: the store set it later
         try:
             started = backend.start(run.id, run.token, self.owner, self.lease)
@@ -216,6 +223,10 @@ class Runner:
             return None
         except NotAcknowledged as exc:
             hand_back(backend, [run], "start", str(exc))
+            raise
+        except BackendUnavailable:
+            if self.unanswered is not None:
+                self.unanswered.add(run)
             raise
         active = ActiveRun(self, started, max_attempts, renewed=sent)
         self._hold(started.id, True)
