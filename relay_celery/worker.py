@@ -28,7 +28,7 @@ from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
 from relay.durations import Duration
-from relay.engine import ActiveRun, Renewals, Runner, current_run
+from relay.engine import ActiveRun, HandBackLater, Renewals, Runner, current_run
 from relay.engine.coroutines import is_coroutine_function, not_awaitable
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
@@ -242,6 +242,8 @@ class RunHooks:
         self._backend: Backend | None = None
         self._renewals: Renewals | None = None
         """One heartbeat for the runs of every worker thread, if the store renews several."""
+        self._unanswered: HandBackLater | None = None
+        """Hands back the runs whose start the store did not answer, once it answers."""
         self._owner = ""
 
     def wrap(self, task: Task[Any, Any]) -> None:
@@ -312,8 +314,12 @@ class RunHooks:
         try:
             active = self.runner().begin(run, max_attempts=max_attempts)
         except Exception as exc:
-            # Never run what the store did not confirm: the lease expires and beat re-dispatches.
-            log.error("relay: could not start %s, dropping this message: %s", run.id, exc)
+            # Never run what the store did not confirm. A start it did not answer is handed back
+            # once it answers (the runner's HandBackLater) and beat dispatches the run again.
+            log.error(
+                "relay: could not start %s, dropping this message (the run is handed back once "
+                "the store answers): %s", run.id, exc,
+            )  # fmt: skip
             raise Ignore() from exc
         if active is None:  # refused, and reported fenced off by the runner
             raise Ignore()
@@ -331,6 +337,8 @@ class RunHooks:
                 if self._pid != os.getpid():
                     self._backend = open_backend(self.settings.backend)
                     self._renewals = Renewals.of(self._backend)
+                    # A run's lease outlives no unanswered start by more than the queue lease.
+                    self._unanswered = HandBackLater.of(self._backend, self.settings.queue_lease)
                     self._owner = default_owner()
                     self._pid = os.getpid()
                     self._local = threading.local()
@@ -342,6 +350,7 @@ class RunHooks:
                     heartbeat=self.settings.heartbeat,
                     events=bus,
                     renewals=self._renewals,
+                    unanswered=self._unanswered,
                 )
                 self._local.runner = runner
         return runner

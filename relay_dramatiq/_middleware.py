@@ -21,7 +21,7 @@ from dramatiq.worker import Worker
 from relay.backends import LEASE_BACKENDS, one_host_warning, open_backend
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
-from relay.engine import ActiveRun, FinishLimit, Renewals, Runner
+from relay.engine import ActiveRun, FinishLimit, HandBackLater, Renewals, Runner
 from relay.engine import current_run as relay_current_run
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
@@ -151,6 +151,8 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         self._finish_limit = FinishLimit()
         self._renewals = Renewals.of(self.backend)
         """One heartbeat for the runs of every worker thread, if the store renews several."""
+        self._unanswered = HandBackLater.of(self.backend, self.queue_lease)
+        """Hands back the runs whose start the store did not answer, once it answers."""
         warning = one_host_warning(self.backend)
         if warning is not None:
             log.warning("relay: %s", warning)
@@ -186,6 +188,7 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         return Runner(
             self.backend, owner=owner, lease=self.lease, heartbeat=self.heartbeat,
             events=self.events, finish_limit=self._finish_limit, renewals=self._renewals,
+            unanswered=self._unanswered,
         )  # fmt: skip
 
     # -- Dramatiq hooks ----------------------------------------------------------------------
@@ -209,7 +212,9 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         try:
             active = self.runner().begin(run, max_attempts=carried.max_attempts)
         except Exception:
-            log.exception("skipping %s: could not start it; it will be taken over", run.id)
+            log.exception(
+                "skipping %s: could not start it; it is handed back once the store answers", run.id
+            )
             raise SkipMessage(f"could not start {run.id}") from None
         if active is None:
             raise SkipMessage(f"{run.id} (token {run.token}) is stale, finished or held")

@@ -24,6 +24,7 @@ from relay.runs import RunState, parse_run_id
 from tests.celery_integration.cluster import cluster
 from tests.support import services
 from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS, params
+from tests.support.fault_proxy import proxied
 from tests.support.slots import one_slot_behind
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
@@ -350,3 +351,42 @@ def test_a_triggered_run_is_published_once_by_racing_beats(tmp_path: Path) -> No
     (record,) = [r for r in backend.runs("hourly") if r.id == run_id]
     assert record.state is RunState.SUCCEEDED
     backend.close()
+
+
+def test_a_worker_cut_off_from_its_store_hands_back_the_runs_it_could_not_start(
+    tmp_path: Path,
+) -> None:
+    # Beat reaches the store, the worker through a proxy that drops every packet for a while:
+    # each start in that time goes unanswered, and nothing runs it. Once the proxy heals, the
+    # worker hands those runs back and beat's next sweep publishes them again: every slot runs
+    # once, long before the 120 s queue lease each was left with could run out.
+    factory, _ = LEASE_BACKENDS["redis"]
+    with factory(tmp_path) as url, proxied(url) as (proxy, near):
+        schedule = {"tick": {"every": 1, "relay": TOLERATE_STALLS}}
+        with cluster(tmp_path, redis_broker(), url, schedule) as c:
+            c.set(lease=10, heartbeat=2, queue_lease=120)
+            c.env["RELAY_T_BACKEND"] = f"{near}&timeout=0.5"
+            c.worker(pool="solo")
+            c.env["RELAY_T_BACKEND"] = url
+            beat = c.beat()
+            c.wait_for("the first runs", lambda: len(c.events("end")) >= 2)
+            proxy.set("drop")
+            c.wait_for(
+                "starts that went unanswered",
+                lambda: c.logs(tail=None).count("could not start") >= 3,
+                timeout=30,
+            )
+            proxy.set("pass")
+            healed = datetime.now(UTC)
+
+            def caught_up() -> bool:
+                done = sorted(set(slots(c.events("end"))))
+                return done[-1] > healed and len(done) == (done[-1] - done[0]).total_seconds() + 1
+
+            c.wait_for("every slot of the outage to run", caught_up, timeout=30)
+            c.kill(beat)
+            c.wait_quiet()
+            events = c.events()
+            logs = c.logs(tail=None)
+    assert_every_second_once(events)
+    assert "handed back now that the store answers" in logs

@@ -22,6 +22,7 @@ from relay.runs import RunState, parse_run_id
 from tests.dramatiq.procs import Deployment
 from tests.support import services
 from tests.support.backends import LEASE_BACKENDS, unique
+from tests.support.fault_proxy import proxied
 from tests.support.slots import one_slot_behind
 
 pytestmark = pytest.mark.slow
@@ -297,3 +298,44 @@ def test_a_triggered_run_is_enqueued_and_run_once_by_racing_schedulers(deploy: A
     assert Counter(d.enqueued())[run_id] == 1
     (record,) = [r for r in d.runs("hourly") if r.id == run_id]
     assert record.state is RunState.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "deploy", [pytest.param(("redis", "redis"), marks=[pytest.mark.redis], id="redis-redis")],
+    indirect=True,
+)  # fmt: skip
+def test_a_worker_cut_off_from_its_store_hands_back_the_runs_it_could_not_start(
+    deploy: Any,
+) -> None:
+    # The scheduler reaches the store, the worker through a proxy that drops every packet for a
+    # while: each start in that time goes unanswered, and nothing runs it. Once the proxy heals,
+    # the worker hands those runs back and the scheduler's next sweep enqueues them again: every
+    # slot runs once, long before the 120 s queue lease each was left with could run out.
+    d: Deployment = deploy({"tick": {"every": 1, "catch_up": 3}}, lease="10,2,120")
+    worker_log = d.tmp / "worker.log"
+    with proxied(d.backend) as (proxy, near):
+        direct, d.backend = d.backend, f"{near}&timeout=0.5"
+        d.worker("worker", threads=1)
+        d.backend = direct
+        scheduler = d.scheduler("scheduler")
+        d.wait_for("the first runs", lambda: len(d.events("done")) >= 2)
+        proxy.set("drop")
+        d.wait_for(
+            "starts that went unanswered",
+            lambda: worker_log.read_text(errors="replace").count("could not start") >= 3,
+            timeout=30,
+        )
+        proxy.set("pass")
+        healed = time.time()
+
+        def caught_up() -> bool:
+            done = sorted(set(slots_of([e["run"] for e in d.events("done")])))
+            return done[-1] > healed and len(done) == done[-1] - done[0] + 1
+
+        d.wait_for("every slot of the outage to run", caught_up, timeout=30)
+        assert d.stop(scheduler) == 0, d.logs()
+        time.sleep(2)  # what was enqueued last runs, or is dropped
+    starts = Counter(e["run"] for e in d.events("start"))
+    assert max(starts.values()) == 1, (starts, d.logs())
+    assert_contiguous(slots_of(list(starts)), 1.0, d)
+    assert "handed back now that the store answers" in worker_log.read_text(errors="replace")
