@@ -314,11 +314,10 @@ class RunHooks:
         try:
             active = self.runner().begin(run, max_attempts=max_attempts)
         except Exception as exc:
-            # Never run what the store did not confirm. A start it did not answer is handed back
-            # once it answers (the runner's HandBackLater) and beat dispatches the run again.
+            # Never run what the store did not confirm: beat dispatches the run again.
             log.error(
-                "relay: could not start %s, dropping this message (the run is handed back once "
-                "the store answers): %s", run.id, exc,
+                "relay: could not start %s, dropping this message (%s): %s",
+                run.id, _afterwards(self._unanswered, run.id), exc,
             )  # fmt: skip
             raise Ignore() from exc
         if active is None:  # refused, and reported fenced off by the runner
@@ -354,6 +353,13 @@ class RunHooks:
                 )
                 self._local.runner = runner
         return runner
+
+
+def _afterwards(unanswered: HandBackLater | None, run_id: str) -> str:
+    """What becomes of a run whose start failed, for the log line that drops its message."""
+    if unanswered is not None and run_id in unanswered:
+        return "the run is handed back once the store answers"
+    return "the run is taken over once its lease runs out"
 
 
 def _own_retries(task: Task[Any, Any]) -> None:

@@ -212,9 +212,12 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         try:
             active = self.runner().begin(run, max_attempts=carried.max_attempts)
         except Exception:
+            handed = self._unanswered is not None and run.id in self._unanswered
             log.exception(
-                "skipping %s: could not start it; it is handed back once the store answers", run.id
-            )
+                "skipping %s: could not start it; %s", run.id,
+                "it is handed back once the store answers" if handed
+                else "it is taken over once its lease runs out",
+            )  # fmt: skip
             raise SkipMessage(f"could not start {run.id}") from None
         if active is None:
             raise SkipMessage(f"{run.id} (token {run.token}) is stale, finished or held")

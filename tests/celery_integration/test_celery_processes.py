@@ -389,4 +389,5 @@ def test_a_worker_cut_off_from_its_store_hands_back_the_runs_it_could_not_start(
             events = c.events()
             logs = c.logs(tail=None)
     assert_every_second_once(events)
+    assert "dropping this message (the run is handed back once the store answers)" in logs
     assert "handed back now that the store answers" in logs

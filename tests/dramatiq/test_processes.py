@@ -338,4 +338,6 @@ def test_a_worker_cut_off_from_its_store_hands_back_the_runs_it_could_not_start(
     starts = Counter(e["run"] for e in d.events("start"))
     assert max(starts.values()) == 1, (starts, d.logs())
     assert_contiguous(slots_of(list(starts)), 1.0, d)
-    assert "handed back now that the store answers" in worker_log.read_text(errors="replace")
+    logged = worker_log.read_text(errors="replace")
+    assert "could not start it; it is handed back once the store answers" in logged
+    assert "handed back now that the store answers" in logged

@@ -99,11 +99,12 @@ def test_an_unanswered_start_is_not_run_and_is_handed_back_once_the_store_answer
     until("a few tries while the store is down", lambda: down.releases >= 3)
     (record,) = store.runs("job")
     assert (record.state, record.token) == (RunState.RUNNING, won.run.token)
-    assert later.pending() == [won.run.id]
+    assert later.pending() == [won.run.id] and won.run.id in later
 
     down.down = False
     until("the hand-back", lambda: store.runs("job")[0].state is RunState.PENDING)
     until("nothing left to hand back", lambda: later.pending() == [])
+    assert won.run.id not in later
     assert store.runs("job")[0].failures == 0
     assert "handed back now that the store answers" in caplog.text
     (again,) = decider(store).sweep()  # the scheduler's next sweep dispatches it again

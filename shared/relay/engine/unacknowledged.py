@@ -113,6 +113,10 @@ class HandBackLater:
             with self._lock:
                 self._runs.pop(run_id, None)
 
+    def __contains__(self, run_id: object) -> bool:
+        """Whether ``run_id`` waits to be handed back (no lock: for a log line)."""
+        return run_id in self._runs
+
     def pending(self) -> list[str]:
         """The ids of the runs not handed back yet."""
         self._in_this_process()
