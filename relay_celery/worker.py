@@ -30,6 +30,7 @@ from relay.backends import Backend, open_backend
 from relay.durations import Duration
 from relay.engine import ActiveRun, HandBackLater, Renewals, Runner, current_run
 from relay.engine.coroutines import is_coroutine_function, not_awaitable
+from relay.engine.unacknowledged import what_becomes_of
 from relay.errors import ConfigurationError, RelayError
 from relay.health import InstanceHeartbeat
 from relay.jobs import Job
@@ -316,8 +317,8 @@ class RunHooks:
         except Exception as exc:
             # Never run what the store did not confirm: beat dispatches the run again.
             log.error(
-                "relay: could not start %s, dropping this message (%s): %s",
-                run.id, _afterwards(self._unanswered, run.id), exc,
+                "relay: could not start %s, dropping this message (the run is %s): %s",
+                run.id, what_becomes_of(self._unanswered, run.id), exc,
             )  # fmt: skip
             raise Ignore() from exc
         if active is None:  # refused, and reported fenced off by the runner
@@ -353,13 +354,6 @@ class RunHooks:
                 )
                 self._local.runner = runner
         return runner
-
-
-def _afterwards(unanswered: HandBackLater | None, run_id: str) -> str:
-    """What becomes of a run whose start failed, for the log line that drops its message."""
-    if unanswered is not None and run_id in unanswered:
-        return "the run is handed back once the store answers"
-    return "the run is taken over once its lease runs out"
 
 
 def _own_retries(task: Task[Any, Any]) -> None:

@@ -23,6 +23,7 @@ from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
 from relay.engine import ActiveRun, FinishLimit, HandBackLater, Renewals, Runner
 from relay.engine import current_run as relay_current_run
+from relay.engine.unacknowledged import what_becomes_of
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.events import Event, EventBus
 from relay.health import InstanceHeartbeat
@@ -212,11 +213,9 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         try:
             active = self.runner().begin(run, max_attempts=carried.max_attempts)
         except Exception:
-            handed = self._unanswered is not None and run.id in self._unanswered
             log.exception(
-                "skipping %s: could not start it; %s", run.id,
-                "it is handed back once the store answers" if handed
-                else "it is taken over once its lease runs out",
+                "skipping %s: could not start it; it is %s",
+                run.id, what_becomes_of(self._unanswered, run.id),
             )  # fmt: skip
             raise SkipMessage(f"could not start {run.id}") from None
         if active is None:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.errors import LeasedRun, LeaseLost, RelayError
 
-__all__ = ["HandBackLater", "hand_back"]
+__all__ = ["HandBackLater", "hand_back", "what_becomes_of"]
 
 log = logging.getLogger("relay.engine")
 
@@ -157,3 +157,11 @@ class HandBackLater:
                 run.id,
             )
         return True
+
+
+def what_becomes_of(unanswered: HandBackLater | None, run_id: str) -> str:
+    """What becomes of a run whose start failed on a worker, for the log line that drops its
+    message: handed back, or (nothing to hand it back with) left to its lease."""
+    if unanswered is not None and run_id in unanswered:
+        return "handed back once the store answers"
+    return "taken over once its lease runs out"
