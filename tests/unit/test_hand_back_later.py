@@ -76,6 +76,20 @@ def worker(down: Down, later: HandBackLater) -> Runner:
     return Runner(down, owner="worker/t1", lease=30, heartbeat=10, unanswered=later)
 
 
+def cut_off_at_start(
+    store: SQLiteLeaseBackend, every: float, keep_trying: float = 300
+) -> tuple[Run, Down, HandBackLater]:
+    """The run beat won, and a worker's start of it that went unanswered: the run, the store as
+    that worker sees it (still down) and its hand-backs."""
+    (won,) = decider(store).tick()
+    down = Down(store)
+    later = HandBackLater(down, keep_trying=keep_trying, every=every)
+    down.down = True
+    with pytest.raises(BackendUnavailable):
+        worker(down, later).begin(won.run)
+    return won.run, down, later
+
+
 def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -116,14 +130,9 @@ def test_an_unanswered_start_is_not_run_and_is_handed_back_once_the_store_answer
 def test_a_run_delivered_again_and_started_here_is_not_handed_back(
     store: SQLiteLeaseBackend,
 ) -> None:
-    (won,) = decider(store).tick()
-    down = Down(store)
-    later = HandBackLater(down, keep_trying=300, every=0.3)
-    down.down = True
-    with pytest.raises(BackendUnavailable):
-        worker(down, later).begin(won.run)
+    run, down, later = cut_off_at_start(store, every=0.3)
     down.down = False
-    active = worker(down, later).begin(won.run)  # a second delivery, before the next try
+    active = worker(down, later).begin(run)  # a second delivery, before the next try
     assert active is not None
     assert later.pending() == []
     time.sleep(0.5)  # past the try that would have come
@@ -131,19 +140,14 @@ def test_a_run_delivered_again_and_started_here_is_not_handed_back(
     assert (record.state, record.owner, record.token) == (
         RunState.RUNNING,
         "worker/t1",
-        won.run.token,
+        run.token,
     )
     assert active.succeed() is RunState.SUCCEEDED
 
 
 def test_a_run_whose_token_moved_on_is_left_to_its_new_holder(store: SQLiteLeaseBackend) -> None:
-    (won,) = decider(store).tick()
-    down = Down(store)
-    later = HandBackLater(down, keep_trying=300, every=0.05)
-    down.down = True
-    with pytest.raises(BackendUnavailable):
-        worker(down, later).begin(won.run)
-    store.release(won.run.id, won.run.token)  # meanwhile the run went on without this worker
+    run, down, later = cut_off_at_start(store, every=0.05)
+    store.release(run.id, run.token)  # meanwhile the run went on without this worker
     (again,) = decider(store).sweep()
     down.down = False
     until("nothing left to hand back", lambda: later.pending() == [])
@@ -155,12 +159,7 @@ def test_it_stops_trying_once_every_lease_of_the_run_has_run_out(
     store: SQLiteLeaseBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "relay.engine")
-    (won,) = decider(store).tick()
-    down = Down(store)
-    later = HandBackLater(down, keep_trying=0.3, every=0.05)
-    down.down = True
-    with pytest.raises(BackendUnavailable):
-        worker(down, later).begin(won.run)
+    _, down, later = cut_off_at_start(store, every=0.05, keep_trying=0.3)
     until("giving up", lambda: later.pending() == [])
     tries = down.releases
     assert tries >= 3
