@@ -98,7 +98,7 @@ def relay_measures(backend: Any, n: int) -> dict[str, Measure]:
     """Claims one call at a time, and in batches of BATCH through ``claim_many``."""
 
     def single(round_: int) -> Figures:
-        return timed([lambda s=s: backend.claim(f"single{round_}", s) for s in slots(n)])
+        return timed([lambda s=s: backend.claim(f"single{round_}", s) for s in slots(n)])  # type: ignore[misc]
 
     def batched(round_: int) -> Figures:
         runs = [(f"batch{round_}", slot) for slot in slots(n)]
@@ -144,7 +144,7 @@ def bench_redis_stream_id(n: int, rounds: int) -> list[tuple[str, Figures]]:
             key = f"{prefix}:raw{round_}"
             return timed(
                 [
-                    lambda i=i: client.xadd(key, {"r": i}, id=f"{i + 1}-1", maxlen=100)
+                    lambda i=i: client.xadd(key, {"r": i}, id=f"{i + 1}-1", maxlen=100)  # type: ignore[misc]
                     for i in range(n)
                 ]
             )
@@ -163,13 +163,13 @@ def bench_redis_script(n: int, rounds: int) -> list[tuple[str, Figures]]:
         def evalsha(round_: int) -> Figures:
             key = f"{prefix}:e{round_}:"
             return timed(
-                [lambda i=i: client.evalsha(sha, 1, f"{key}{i}", "1", 60_000) for i in range(n)]
+                [lambda i=i: client.evalsha(sha, 1, f"{key}{i}", "1", 60_000) for i in range(n)]  # type: ignore[misc]
             )
 
         def set_nx(round_: int) -> Figures:
             key = f"{prefix}:s{round_}:"
             return timed(
-                [lambda i=i: client.set(f"{key}{i}", "1", nx=True, px=60_000) for i in range(n)]
+                [lambda i=i: client.set(f"{key}{i}", "1", nx=True, px=60_000) for i in range(n)]  # type: ignore[misc]
             )
 
         with opened(f"{REDIS}?strategy=script&prefix={prefix}") as backend:
@@ -192,7 +192,7 @@ def bench_rabbitmq(n: int, rounds: int) -> list[tuple[str, Figures]]:
         channel.basic_publish("", name, b"1", pika.BasicProperties(delivery_mode=2), True)
 
     def raw(round_: int) -> Figures:
-        return timed([lambda i=i: raw_claim(f"{prefix}.raw{round_}.{i}") for i in range(n)])
+        return timed([lambda i=i: raw_claim(f"{prefix}.raw{round_}.{i}") for i in range(n)])  # type: ignore[misc]
 
     try:
         with opened(f"{AMQP}?prefix={prefix}&retention=10") as backend:

@@ -45,7 +45,7 @@ def make_broker(kind: str, namespace: str) -> dramatiq.Broker:
         return StubBroker()
     from dramatiq.brokers.redis import RedisBroker
 
-    return RedisBroker(url="redis://127.0.0.1:6379/0", namespace=namespace)
+    return RedisBroker(url="redis://127.0.0.1:6379/0", namespace=namespace)  # type: ignore[no-untyped-call]
 
 
 def process(broker: dramatiq.Broker, send: Any, n: int) -> float:
@@ -93,7 +93,8 @@ def with_relay(kind: str, backend_url: str, n: int) -> float:
     def send(actor: dramatiq.Actor[Any, Any], i: int) -> None:
         run = runs[i]
         assert run is not None
-        actor.send_with_options(**{HEADER: run_to_headers(run), "max_retries": 0})
+        options: dict[str, Any] = {HEADER: run_to_headers(run), "max_retries": 0}
+        actor.send_with_options(**options)
 
     per_message = process(broker, send, n)
     finished = sum(1 for r in backend.runs(job, limit=n) if r.state.value == "succeeded")

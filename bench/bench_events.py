@@ -95,7 +95,11 @@ def idle_step(folder: Path, jobs: int, log: bool) -> Callable[[], None]:
         decider.add(make_job(store, name=f"job{i}", every=3600))
     loop = Loop(decider, interval=1, sweep_every=10**9, monotonic=clock)
     loop.step(lambda won: True)
-    return lambda: loop.step(lambda won: True) and None
+
+    def step() -> None:
+        loop.step(lambda won: True)
+
+    return step
 
 
 def lost_slot(folder: Path, log: bool) -> Callable[[], None]:

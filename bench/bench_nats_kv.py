@@ -236,9 +236,12 @@ def server_steps(server: NatsServer, n: int) -> dict[str, dict[str, float]]:
         found["start"] = _per_call(
             server, n, lambda: [backend.start(r.id, r.token, "b", 30) for r in runs]
         )
-        found["heartbeat"] = _per_call(
-            server, n, lambda: [backend.heartbeat(r.id, r.token, 30) for r in runs]
-        )
+
+        def renew() -> None:
+            for r in runs:
+                backend.heartbeat(r.id, r.token, 30)
+
+        found["heartbeat"] = _per_call(server, n, renew)
         found["finish"] = _per_call(
             server, n, lambda: [backend.finish(r.id, r.token, succeeded=True) for r in runs]
         )

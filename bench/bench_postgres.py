@@ -345,7 +345,7 @@ def raw_race(base: str, schema: str) -> float:
     won = sum(report["won"] for report in reports)
     print(f"raw baseline: {JOBS:,} ids in one batched INSERT … ON CONFLICT by {INSTANCES} "
           f"processes: wall {wall:.3f} s, {won:,} rows for {JOBS:,} ids")  # fmt: skip
-    return wall
+    return float(wall)
 
 
 def raw_instance(base: str, schema: str, start_at: float) -> None:

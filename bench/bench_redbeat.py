@@ -88,11 +88,11 @@ def measure(entries: int) -> dict[str, float]:
     for name, build in (("redbeat", redbeat), ("relay", relay)):
         prefix = f"relay_bench_{secrets.token_hex(4)}:"
         try:
-            found[f"{name} start"], scheduler = start_up(lambda b=build, p=prefix: b(entries, p))
+            found[f"{name} start"], scheduler = start_up(lambda b=build, p=prefix: b(entries, p))  # type: ignore[misc]
             found[f"{name} tick"] = idle_tick(scheduler)
             if hasattr(scheduler, "close"):
                 scheduler.close()
-            found[f"{name} restart"], scheduler = start_up(lambda b=build, p=prefix: b(entries, p))
+            found[f"{name} restart"], scheduler = start_up(lambda b=build, p=prefix: b(entries, p))  # type: ignore[misc]
             if hasattr(scheduler, "close"):
                 scheduler.close()
         finally:

@@ -328,7 +328,7 @@ def raw_tick(url: str, prefix: str, jobs: int) -> float:
     cpu = ", ".join(f"{r['cpu']:.3f} s" for r in reports)
     print(f"raw baseline: {jobs} pipelined SET NX PX by 3 processes: wall {wall:.3f} s, "
           f"{won} set for {jobs} keys; CPU per process {cpu}")  # fmt: skip
-    return wall
+    return float(wall)
 
 
 def rows(quick: bool = False) -> list[Row]:

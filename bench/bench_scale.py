@@ -200,8 +200,10 @@ def instance(
     """One instance: build the jobs, a first tick, the raced tick, then idle ticks and sweeps
     (in its ``turn``: instance ``turn`` times them ``turn`` seconds after the first)."""
     from relay.backends import open_backend
+    from relay.contract import LeaseBackend
 
     backend = open_backend(url)
+    assert isinstance(backend, LeaseBackend)
     backend.now()  # connected before anything is measured
     started = start(backend, count, t0, host=host, url=url)
     decider, moment, first = started["decider"], started["moment"], started["first"]
@@ -235,8 +237,10 @@ def instance(
 def memory_instance(url: str, count: int, trace: bool, host: str = "standalone") -> None:
     """One instance's start-up alone (``--memory``): its memory per job, as JSON."""
     from relay.backends import open_backend
+    from relay.contract import LeaseBackend
 
     backend = open_backend(url)
+    assert isinstance(backend, LeaseBackend)
     backend.now()
     started = start(backend, count, (time.time() // 3600 - 2) * 3600 + 630, trace, host, url)
     keys = ("built", "first_tick", "memory", "traced", "top")
@@ -371,7 +375,10 @@ def stock_beat(count: int) -> dict[str, float]:
     """Stock Celery beat holding ``count`` entries, in a fresh process: its resident bytes and
     its start-up (the entries built and a first tick), alone."""
     args = [sys.executable, __file__, "stock", str(count)]
-    return json.loads(subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout)
+    found: dict[str, float] = json.loads(
+        subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout
+    )
+    return found
 
 
 def rows(quick: bool = False) -> list[Row]:

@@ -85,7 +85,7 @@ def fill(url: str, count: int) -> None:
 async def _fill_nats(backend: Any, rows: list[tuple[Any, ...]]) -> None:
     """Each row's key and feed entry, then ``schedules.rev`` naming the last change (see
     ``relay/backends/_nats_schedules.py``): published without acknowledgements, then waited for."""
-    from relay.backends.nats_kv import _encode
+    from relay.backends._nats_kv_state import key_token as _encode
 
     last: dict[str, Any] = {}
     for name, definition, version, revision, updated, by, created in rows:

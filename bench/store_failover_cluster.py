@@ -42,7 +42,9 @@ def per_step(url: str, count: int) -> dict[str, dict[str, float]]:
         "wait_replicas=1": RedisLeaseBackend.from_url(f"{url}?wait_replicas=1&prefix=w:"),
         "off": RedisLeaseBackend.from_url(f"{url}?prefix=o:"),
     }
-    timings = {kind: {step: [] for step in STEPS} for kind in backends}
+    timings: dict[str, dict[str, list[float]]] = {
+        kind: {step: [] for step in STEPS} for kind in backends
+    }
     base = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
     clock = time.perf_counter
     for i in range(count):

@@ -117,8 +117,12 @@ class Cluster:
             app.conf.broker_transport_options = {"global_keyprefix": f"{self.queue}:"}
         queue = Queue(self.queue, queue_arguments={"x-expires": 120_000})
         with app.connection_for_write() as connection:
+            # celery-types says a queue's name; Celery takes a kombu Queue too (its arguments kept).
             app.send_task(
-                f"{APP}.record", connection=connection, queue=queue, headers={HEADER: run_headers}
+                f"{APP}.record",
+                connection=connection,
+                queue=queue,  # type: ignore[arg-type]
+                headers={HEADER: run_headers},
             )
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:

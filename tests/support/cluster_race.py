@@ -25,6 +25,7 @@ from typing import Any
 
 from relay import open_backend
 from relay.backends._redis import job_base
+from relay.contract import LeaseBackend
 from relay.runs import run_id
 from tests.support.procs import stop_all
 from tests.support.redis_cluster import Failover, own_redis_cluster_with_replicas
@@ -133,6 +134,7 @@ def race(folder: Path, query: str, *, failovers: int, lag: float, pause: float =
         finally:
             stop_all(procs)  # a run in flight finishes first: a SIGTERM waits for it
         backend = open_backend(url)
+        assert isinstance(backend, LeaseBackend)
         records = {r.id: r.state.value for r in backend.runs(JOB, limit=10_000)}
         backend.close()
     return Race(_read(folder), done, window, records)

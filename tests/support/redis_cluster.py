@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from tests.support.redis_server import RedisServer, wait_for_link
 

@@ -236,7 +236,8 @@ class SentinelTopology:
 
     def stop(self) -> None:
         """Kill every process (a frozen one too: SIGKILL needs no SIGCONT)."""
-        for process in [*self.sentinels, *self.nodes]:
+        processes: list[SentinelProcess | DataNode] = [*self.sentinels, *self.nodes]
+        for process in processes:
             process.kill()
 
     def _named_primary_port(self) -> int:
@@ -273,7 +274,7 @@ class SentinelTopology:
         return (
             info.get("role") == "slave"
             and info.get("master_link_status") == "up"
-            and int(info.get("master_port", 0)) == primary.port
+            and int(str(info.get("master_port", 0))) == primary.port
         )
 
     def _known_replica(self, node: DataNode) -> bool:

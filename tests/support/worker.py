@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from relay.backends import open_backend
-from relay.contract import AcquireRequest, Outcome
+from relay.contract import AcquireRequest, LeaseBackend, Outcome
 from relay.errors import LeaseLost
 from relay.fencing import SQLFence
 
@@ -32,6 +32,7 @@ def slot(ms: int) -> datetime:
 def race_acquire(args: dict[str, Any]) -> None:
     """Acquire every slot in ``slots`` (ms) of ``job``, in batches; report the ones won."""
     backend = open_backend(args["url"])
+    assert isinstance(backend, LeaseBackend)
     emit(event="ready")
     while time.time() < args["start_at"]:
         time.sleep(0.001)
