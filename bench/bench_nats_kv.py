@@ -35,7 +35,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -96,18 +97,39 @@ def relay_round(url: str, n: int) -> dict[str, tuple[float, float]]:
     return {step: (took[step] / n, requests[step] / n) for step in STEPS}
 
 
+@dataclass
+class RawBucket:
+    """A fresh KV bucket of raw keys on a connection of its own, for the raw baselines: each key
+    created with ``{}``, and its latest revision."""
+
+    nc: Any
+    kv: Any
+    name: str
+    revisions: list[int]
+
+    @classmethod
+    async def open(cls, url: str, keys: Sequence[str] = ("bench",)) -> RawBucket:
+        """Connect, create the bucket and its ``keys``."""
+        name = f"bench_{secrets.token_hex(3)}"
+        nc = await nats.connect(url)
+        kv = await nc.jetstream().create_key_value(bucket=name, history=5)
+        return cls(nc, kv, name, [await kv.create(key, b"{}") for key in keys])
+
+    async def close(self) -> None:
+        """Delete the bucket and close the connection."""
+        await self.nc.jetstream().delete_key_value(self.name)
+        await self.nc.close()
+
+
 async def raw_round(url: str, n: int) -> float:
     """Seconds per raw ``update`` on the revision the last one returned."""
-    bucket = f"bench_{secrets.token_hex(3)}"
-    nc = await nats.connect(url)
-    kv = await nc.jetstream().create_key_value(bucket=bucket, history=5)
-    revision = await kv.create("bench", b"{}")
+    raw = await RawBucket.open(url)
+    revision = raw.revisions[0]
     started = time.perf_counter()
     for _ in range(n * len(STEPS)):
-        revision = await kv.update("bench", b"{}", last=revision)
+        revision = await raw.kv.update("bench", b"{}", last=revision)
     elapsed = time.perf_counter() - started
-    await nc.jetstream().delete_key_value(bucket)
-    await nc.close()
+    await raw.close()
     return elapsed / (n * len(STEPS))
 
 
@@ -119,24 +141,14 @@ def hop_round(url: str, n: int) -> float:
     scheduler's thread; its ratio to :func:`raw_round` shows in the same run how much of that
     floor is the hop itself."""
     loop = LoopThread("relay-bench-hop")
-    bucket = f"bench_{secrets.token_hex(3)}"
-
-    async def open_raw() -> tuple[Any, Any, int]:
-        nc = await nats.connect(url)
-        kv = await nc.jetstream().create_key_value(bucket=bucket, history=5)
-        return nc, kv, await kv.create("bench", b"{}")
-
-    async def close_raw() -> None:
-        await nc.jetstream().delete_key_value(bucket)
-        await nc.close()
-
     try:
-        nc, kv, revision = loop.run(open_raw(), 30)
+        raw = loop.run(RawBucket.open(url), 30)
+        revision = raw.revisions[0]
         started = time.perf_counter()
         for _ in range(n * len(STEPS)):
-            revision = loop.run(kv.update("bench", b"{}", last=revision), 30)
+            revision = loop.run(raw.kv.update("bench", b"{}", last=revision), 30)
         elapsed = time.perf_counter() - started
-        loop.run(close_raw(), 30)
+        loop.run(raw.close(), 30)
     finally:
         loop.close()
     return elapsed / (n * len(STEPS))
@@ -200,19 +212,16 @@ def server_steps(server: NatsServer, n: int) -> dict[str, dict[str, float]]:
     then finish each. Each job has run once before (not counted), so each is open alone, as in a
     live app."""
     url, found = server.url, {}
-    bucket = f"bench_{secrets.token_hex(3)}"
 
     async def raw_updates() -> None:
-        nc = await nats.connect(url)
-        kv = await nc.jetstream().create_key_value(bucket=bucket, history=5)
-        revision = await kv.create("bench", b"{}")
+        raw = await RawBucket.open(url)
+        revision = raw.revisions[0]
         # Timed from here: the connection and the bucket are made above.
         before = _server_counters(server)
         for _ in range(n):
-            revision = await kv.update("bench", b"{}", last=revision)
+            revision = await raw.kv.update("bench", b"{}", last=revision)
         found["raw update"] = _delta(before, _server_counters(server), n)
-        await nc.jetstream().delete_key_value(bucket)
-        await nc.close()
+        await raw.close()
 
     asyncio.run(raw_updates())
     lease_bucket = f"bench_{secrets.token_hex(3)}"
@@ -264,19 +273,13 @@ def batched_heartbeats(url: str, runs: int = 10, rounds: int = 100) -> dict[str,
         run = backend.acquire(AcquireRequest(f"job{i}", base, "me", 30)).run
         assert run is not None
         held.append((run.id, run.token))
-    raw_bucket = f"bench_{secrets.token_hex(3)}"
     loop = asyncio.new_event_loop()
-
-    async def open_raw() -> tuple[Any, Any, list[int]]:
-        nc = await nats.connect(url)
-        kv = await nc.jetstream().create_key_value(bucket=raw_bucket, history=5)
-        return nc, kv, [await kv.create(f"raw{i}", b"{}") for i in range(runs)]
-
-    nc, kv, revisions = loop.run_until_complete(open_raw())
+    raw = loop.run_until_complete(RawBucket.open(url, [f"raw{i}" for i in range(runs)]))
+    revisions = raw.revisions
 
     async def updates() -> None:
         for i in range(runs):
-            revisions[i] = await kv.update(f"raw{i}", b"{}", last=revisions[i])
+            revisions[i] = await raw.kv.update(f"raw{i}", b"{}", last=revisions[i])
 
     def single() -> None:
         for run_id, token in held:
@@ -300,12 +303,7 @@ def batched_heartbeats(url: str, runs: int = 10, rounds: int = 100) -> dict[str,
     finally:
         backend.close()
         delete_bucket(url, bucket)
-
-        async def close_raw() -> None:
-            await nc.jetstream().delete_key_value(raw_bucket)
-            await nc.close()
-
-        loop.run_until_complete(close_raw())
+        loop.run_until_complete(raw.close())
         loop.close()
     return {way: statistics.median(values) for way, values in took.items()}
 
