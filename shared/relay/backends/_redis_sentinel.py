@@ -87,8 +87,8 @@ def sentinel_client(parsed: BackendURL, ours: Sequence[str], **options: Any) -> 
     if "sentinel_username" in parsed.options:
         own["username"] = parsed.options["sentinel_username"]
     sentinels = [(host, port or DEFAULT_PORT) for host, port in parsed.hosts]
-    manager = Sentinel(sentinels, sentinel_kwargs=own)  # type: ignore[no-untyped-call]
-    client: redis.Redis = manager.master_for(service, **kwargs)  # type: ignore[no-untyped-call]
+    manager = Sentinel(sentinels, sentinel_kwargs=own)  # type: ignore[no-untyped-call, unused-ignore]
+    client: redis.Redis = manager.master_for(service, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     return client
 
 
