@@ -60,6 +60,17 @@ def test_passwords_are_masked_in_messages() -> None:
     assert "secret" not in redacted and "sentinel_password=***" in redacted
 
 
+def test_a_sentinel_that_failed_is_named_by_its_address_not_its_client_settings() -> None:
+    # redis-py 8.2 lists each sentinel's failure after the repr of its client, every setting.
+    url = "redis+sentinel://127.0.0.1:1,127.0.0.1:2/relay/0?socket_connect_timeout=1"
+    with pytest.raises(BackendUnavailable) as caught:
+        open_backend(url)
+    message = str(caught.value)
+    assert "no sentinel names a primary" in message
+    assert "ConnectionPool" not in message and "socket_keepalive" not in message
+    assert "127.0.0.1:1" in message and "127.0.0.1:2" in message
+
+
 def test_the_url_parts_go_to_the_data_nodes_and_the_sentinels() -> None:
     url = (
         "rediss+sentinel://user:pw@a:1,b/my%20service/3?sentinel_password=sp&sentinel_username=su"

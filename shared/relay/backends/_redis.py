@@ -114,6 +114,11 @@ def _permission_hint(exc: ResponseError) -> str:
     return f"{missing}; Relay's user needs: {acl_rule('<prefix>', '<user>')} (docs/security.md)"
 
 
+# redis-py 8.2+ names each sentinel that failed by its client's repr, every connection setting
+# in it: the address is what an operator needs.
+_SENTINEL_CLIENT = re.compile(r"<redis\.client\.Redis\(.*?host=([^,]+),port=(\d+),.*?\)>\)>\)>")
+
+
 @contextmanager
 def translated(where: str) -> Iterator[None]:
     """Raise redis-py's errors as :class:`~relay.errors.BackendUnavailable` naming ``where``."""
@@ -124,10 +129,17 @@ def translated(where: str) -> Iterator[None]:
             f"{where} refused a command for lack of permission ({exc}): {_permission_hint(exc)}"
         ) from exc
     except MasterNotFoundError as exc:
+        reasons = _SENTINEL_CLIENT.sub(r"sentinel \1:\2", str(exc))
+        if "unknown command 'SENTINEL'" in reasons:
+            fix = "a redis+sentinel:// URL lists the sentinels (port 26379), not the data nodes"
+        else:
+            fix = (
+                "check that the sentinels run, that the URL lists them (host:port, port 26379 "
+                "by default) and names the service they monitor, and that a failover is not "
+                "under way"
+            )
         raise BackendUnavailable(
-            f"{where}: no sentinel names a primary ({exc}): check that the sentinels run, that "
-            "the URL lists them (host:port, port 26379 by default) and names the service they "
-            "monitor, and that a failover is not under way"
+            f"{where}: no sentinel names a primary ({reasons}): {fix}"
         ) from exc
     except AuthenticationError as exc:
         raise BackendUnavailable(
