@@ -85,6 +85,26 @@ def test_a_sentinel_url_opens_the_lease_backend_on_the_primary(url: str) -> None
         reader.close()
 
 
+def _asking_sentinels(topology: SentinelTopology) -> int:
+    """Connections open to the sentinels whose last command asked for the primary."""
+    asked = 0
+    for sentinel in topology.sentinels:
+        with sentinel.client() as client:
+            asked += sum(c["cmd"].startswith("sentinel|") for c in client.client_list())
+    return asked
+
+
+def test_closing_the_backend_closes_its_connections_to_the_sentinels(
+    topology: SentinelTopology, url: str
+) -> None:
+    before = _asking_sentinels(topology)
+    backend = lease_backend(url)
+    assert backend.acquire(request(0)).outcome is Outcome.WON
+    assert _asking_sentinels(topology) > before
+    backend.close()
+    assert _asking_sentinels(topology) <= before
+
+
 def test_a_read_only_open_of_a_prefix_with_no_key_says_so(topology: SentinelTopology) -> None:
     with pytest.raises(StoreNotFound, match="no key with prefix"):
         open_backend(topology.url(query="prefix=nothing-here:"), read_only=True)

@@ -93,4 +93,5 @@ def test_the_url_parts_go_to_the_data_nodes_and_the_sentinels() -> None:
         }
     finally:
         client.close()
-        manager.close()
+        for sentinel in manager.sentinels:
+            sentinel.close()

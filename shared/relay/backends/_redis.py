@@ -114,9 +114,17 @@ def _permission_hint(exc: ResponseError) -> str:
     return f"{missing}; Relay's user needs: {acl_rule('<prefix>', '<user>')} (docs/security.md)"
 
 
-# redis-py 8.2+ names each sentinel that failed by its client's repr, every connection setting
-# in it: the address is what an operator needs.
-_SENTINEL_CLIENT = re.compile(r"<redis\.client\.Redis\(.*?host=([^,]+),port=(\d+),.*?\)>\)>\)>")
+# redis-py names each sentinel that failed by its client's repr (since 8.2 with every connection
+# setting in it): the address is what an operator needs.
+_SENTINEL_CLIENT = re.compile(
+    r"<redis\.client\.Redis\(.*?host=([^,]+),port=(\d+),.*?\)>\)>\)>"  # 8.2 and later
+    r"|Redis<ConnectionPool<\w*Connection<host=([^,]+),port=(\d+)[^>]*>>>"  # before 8.2
+)
+
+
+def _sentinel_address(found: re.Match[str]) -> str:
+    """``sentinel host:port`` for one repr :data:`_SENTINEL_CLIENT` found."""
+    return f"sentinel {found[1] or found[3]}:{found[2] or found[4]}"
 
 
 @contextmanager
@@ -129,7 +137,7 @@ def translated(where: str) -> Iterator[None]:
             f"{where} refused a command for lack of permission ({exc}): {_permission_hint(exc)}"
         ) from exc
     except MasterNotFoundError as exc:
-        reasons = _SENTINEL_CLIENT.sub(r"sentinel \1:\2", str(exc))
+        reasons = _SENTINEL_CLIENT.sub(_sentinel_address, str(exc))
         if "unknown command 'SENTINEL'" in reasons:
             fix = "a redis+sentinel:// URL lists the sentinels (port 26379), not the data nodes"
         else:

@@ -115,4 +115,5 @@ def close_sentinels(client: Any) -> None:
     """Close the connections to the sentinels behind a client :func:`sentinel_client` made."""
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     if isinstance(manager, Sentinel):
-        manager.close()
+        for sentinel in manager.sentinels:  # not manager.close(): new in redis-py 8.1
+            sentinel.close()
