@@ -88,7 +88,7 @@ class RedisClusterNodes:
             for replica in replicas:
                 replica.freeze()
             with redis.Redis(port=old.port) as client:
-                client.client_kill_filter(_type="replica")
+                client.execute_command("CLIENT", "KILL", "TYPE", "replica")  # any redis-py
             time.sleep(lag)
         old.kill()
         killed_at = time.time()

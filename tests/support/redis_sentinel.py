@@ -223,7 +223,7 @@ class SentinelTopology:
                     {k: r.get(k) for k in ("port", "flags", "master-link-status", "master-port")}
                     for r in client.sentinel_slaves(SERVICE)
                 ]
-                primary = client.sentinel_get_master_addr_by_name(SERVICE)
+                primary = _primary_address(client)
         except redis.RedisError as exc:
             return f"(state unknown: {exc})"
         return f"node {mine}; sentinel 0: primary {primary}, replicas {seen}"
@@ -232,7 +232,7 @@ class SentinelTopology:
         """Close the primary's links to its replicas (``CLIENT KILL TYPE replica``), as a network
         partition between them would: a frozen replica then misses every later write."""
         with redis.Redis(port=primary.port, socket_timeout=5) as client:
-            client.client_kill_filter(_type="replica")
+            client.execute_command("CLIENT", "KILL", "TYPE", "replica")  # any redis-py
 
     def stop(self) -> None:
         """Kill every process (a frozen one too: SIGKILL needs no SIGCONT)."""
@@ -245,7 +245,7 @@ class SentinelTopology:
         for sentinel in self.sentinels:
             try:
                 with sentinel.client() as client:
-                    address = client.sentinel_get_master_addr_by_name(SERVICE)
+                    address = _primary_address(client)
             except redis.RedisError:
                 continue
             if address:
@@ -258,7 +258,7 @@ class SentinelTopology:
         try:
             for sentinel in self.sentinels:
                 with sentinel.client() as client:
-                    address = client.sentinel_get_master_addr_by_name(SERVICE)
+                    address = _primary_address(client)
                 if not address or int(address[1]) != node.port:
                     return False
             return _info(node)["role"] == "master"
@@ -306,8 +306,20 @@ class SentinelTopology:
 
     def _sentinel_ready(self, sentinel: SentinelProcess) -> bool:
         with sentinel.client() as client:
-            state = client.sentinel_master(SERVICE)
+            # Sent as is: redis-py's parser of SENTINEL MASTER fails in some versions (6.4), and
+            # some parse the reply into a dict while others leave it a flat list.
+            reply = client.execute_command("SENTINEL", "MASTER", SERVICE)
+        state = (
+            reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+        )
         return int(state["num-other-sentinels"]) == 2 and int(state["num-slaves"]) == 1
+
+
+def _primary_address(client: redis.Redis) -> tuple[str, str] | None:
+    """The primary a sentinel names (host, port). Sent as is: redis-py 6.4 to 7.x fail to parse
+    SENTINEL GET-MASTER-ADDR-BY-NAME on a plain client."""
+    reply = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)  # type: ignore[no-untyped-call, unused-ignore]
+    return (str(reply[0]), str(reply[1])) if reply else None
 
 
 def _info(node: DataNode) -> dict[str, object]:
