@@ -127,13 +127,19 @@ def test_a_prefix_with_braces_is_refused(prefix: str) -> None:
     check_prefix("relay:app:")  # no braces: accepted
 
 
+CHECKED = "ssl_check_hostname=true"
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
         ("redis://h:6379/0?prefix=p:&retention=5", "redis://h:6379/0"),
         ("valkey://h:6379/2?prefix=p:", "redis://h:6379/2"),
-        ("valkeys://h:6379?socket_timeout=3", "rediss://h:6379?socket_timeout=3"),
-        ("rediss://u:pw@h:6379/1", "rediss://u:pw@h:6379/1"),
+        # TLS checks the host name on every redis-py (before 6.0 it did not by default)
+        ("valkeys://h:6379?socket_timeout=3", "rediss://h:6379?socket_timeout=3&" + CHECKED),
+        ("rediss://u:pw@h:6379/1", "rediss://u:pw@h:6379/1?" + CHECKED),
+        ("rediss://h/1?ssl_check_hostname=false", "rediss://h/1?ssl_check_hostname=false"),
+        ("rediss://h/1?ssl_cert_reqs=none", "rediss://h/1?ssl_cert_reqs=none"),
     ],
 )
 def test_driver_url_drops_our_options_and_spells_valkey_redis(url: str, expected: str) -> None:

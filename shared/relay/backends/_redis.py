@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import redis
 from redis.exceptions import (
@@ -89,7 +90,24 @@ def driver_url(parsed: BackendURL, ours: Sequence[str]) -> str:
             "number, as in redis://localhost:6379/0"
         )
     url = parsed.without_options(ours)
-    return _SCHEMES.get(parsed.scheme, parsed.scheme) + url[len(parsed.scheme) :]
+    return hostname_checked(_SCHEMES.get(parsed.scheme, parsed.scheme) + url[len(parsed.scheme) :])
+
+
+def hostname_checked(url: str) -> str:
+    """A ``rediss://`` driver URL that checks the server's host name unless it says otherwise.
+
+    redis-py checks it by default only since 6.0; before, a certificate of any host was taken.
+    The URL's ``ssl_check_hostname`` wins, and ``ssl_cert_reqs=none`` (no verification) needs none.
+    """
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme != "rediss" or "ssl_check_hostname" in query:
+        return url
+    if query.get("ssl_cert_reqs", "").lower() in ("none", "cert_none"):
+        return url
+    return urlunsplit(
+        parts._replace(query="&".join(filter(None, [parts.query, "ssl_check_hostname=true"])))
+    )
 
 
 def acl_rule(prefix: str = DEFAULT_PREFIX, user: str = "relay") -> str:

@@ -24,6 +24,7 @@ from redis.connection import SSLConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from relay.backends._redis import hostname_checked
 from relay.backends._url import BackendURL
 from relay.errors import ConfigurationError
 
@@ -100,7 +101,7 @@ def _data_node_kwargs(parsed: BackendURL, ours: Sequence[str], database: str) ->
     url = f"{'rediss' if tls else 'redis'}://{credentials}{'@' if credentials else ''}sentinel"
     url += f"/{database}" + (f"?{query}" if query else "")
     try:
-        kwargs: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+        kwargs: dict[str, Any] = parse_url(hostname_checked(url))  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ConfigurationError(
             f"Sentinel URL {parsed.redacted()!r} is malformed: {exc}; expected {_EXAMPLE}"
@@ -115,5 +116,8 @@ def close_sentinels(client: Any) -> None:
     """Close the connections to the sentinels behind a client :func:`sentinel_client` made."""
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     if isinstance(manager, Sentinel):
-        for sentinel in manager.sentinels:  # not manager.close(): new in redis-py 8.1
+        # Not manager.close(), new in redis-py 8.1; and the pool too: before 5.1, a client's
+        # close() leaves the pool it made connected.
+        for sentinel in manager.sentinels:
             sentinel.close()
+            sentinel.connection_pool.disconnect()
