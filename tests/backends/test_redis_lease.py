@@ -53,9 +53,14 @@ def test_default_prefix_and_name_hide_the_password() -> None:
     backend = open_backend(base)
     assert isinstance(backend, RedisLeaseBackend) and backend.prefix == "relay:"
     backend.close()
-    named = RedisLeaseBackend.from_url(base.replace("redis://", "redis://:secret@", 1))
-    assert "secret" not in named.name and "***" in named.name
-    named.close()
+    try:
+        named = RedisLeaseBackend.from_url(base.replace("redis://", "redis://:secret@", 1))
+    except BackendUnavailable as exc:  # redis-py 6 refuses AUTH to a server with no password
+        shown = str(exc)
+    else:
+        shown = named.name
+        named.close()
+    assert "secret" not in shown and "***" in shown
 
 
 @pytest.mark.parametrize(
