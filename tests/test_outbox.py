@@ -27,7 +27,7 @@ pytestmark = [
     # more than once. @app.task shares tasks with every app finalized later, so the second app
     # also receives the first app's tasks under the same names; Celery 5.7 warns about that.
     # One load per process, as in production, never does. (By its text: the warning's class is
-    # new in 5.7, and Relay supports Celery 5.5.)
+    # new in 5.7, and Relay supports Celery 5.6.)
     pytest.mark.filterwarnings(
         "ignore:Task name .* is already registered:celery.exceptions.CeleryWarning"
     ),
