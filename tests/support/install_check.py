@@ -131,6 +131,8 @@ def check_testing() -> None:
         "    relay_clock.advance(hours=1)\n"
         "    assert len(runs_of('tick')) == 13\n"
     )
+    # An ini file of its own: pytest would otherwise take any pyproject.toml above the folder.
+    (TMP / "pytest.ini").write_text("[pytest]\n")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_kit.py"],
         cwd=TMP, capture_output=True, text=True, timeout=120,
