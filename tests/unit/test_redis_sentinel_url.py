@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from relay.backends import capability_of, open_backend
-from relay.backends._redis_sentinel import sentinel_client
+from relay.backends._redis_sentinel import close_sentinels, sentinel_client
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable, ConfigurationError, RelayError
 
@@ -93,5 +93,4 @@ def test_the_url_parts_go_to_the_data_nodes_and_the_sentinels() -> None:
         }
     finally:
         client.close()
-        for sentinel in manager.sentinels:
-            sentinel.close()
+        close_sentinels(client)
