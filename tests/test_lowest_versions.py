@@ -16,11 +16,9 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 PINS = ROOT / "tests" / "lowest-versions.txt"
-USER_EXTRAS = (
-    "redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django", "metrics", "otel",
-    "testing", "yaml",
-)  # fmt: skip
-"""The extras a user installs Relay with (the test, docs and dev tools are the project's own)."""
+OUTSIDE_ALL = ("testing", "yaml")
+"""User extras that ``[all]`` leaves out; with those it names, what a user installs Relay with (the
+test, docs and dev tools are the project's own)."""
 UNPINNED = {"typing-extensions": "the suite's FastAPI, pydantic and mypy need 4.16 or newer"}
 """Floors the suite cannot run at, and why."""
 
@@ -32,9 +30,10 @@ def declared_floors() -> dict[str, Version]:
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     lines = list(project["dependencies"])
-    for extra in USER_EXTRAS:
-        lines += project["optional-dependencies"][extra]
+    for extra in (*Requirement(extras["all"][0]).extras, *OUTSIDE_ALL):
+        lines += extras[extra]
     floors: dict[str, Version] = {}
     for line in lines:
         requirement = Requirement(line)
