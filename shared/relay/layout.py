@@ -24,8 +24,10 @@ the store at start ("made by a newer Relay").
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from relay.errors import StoreTooNew
 
@@ -34,8 +36,12 @@ __all__ = [
     "FIRST_RELEASE",
     "FLOOR",
     "Layout",
+    "LayoutStore",
+    "from_json",
     "legacy_version",
     "running",
+    "to_json",
+    "to_record",
     "version_key",
 ]
 
@@ -87,7 +93,40 @@ class Layout:
             raise StoreTooNew(store, self.layout, self.min_relay, running())
 
 
+@runtime_checkable
+class LayoutStore(Protocol):
+    """A store that keeps a layout record: every lease store (claim stores keep none)."""
+
+    def layout(self) -> Layout | None:
+        """The store's record; ``None`` where none was written (Relay 0.1's layout)."""
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the store's record (``relay migrate --contract``)."""
+
+
 def legacy_version(layout: int, legacy: int, min_relay: str) -> int:
     """The schema version to keep where Relay 0.1 reads it: its own (``legacy``) while it may
     still use the store, the real ``layout`` once the floor is above it."""
     return legacy if version_key(min_relay) <= version_key(FIRST_RELEASE) else layout
+
+
+def from_json(data: str | bytes) -> Layout:
+    """The record a key-value store keeps as JSON; fields a newer Relay added are ignored."""
+    value = json.loads(data)
+    return Layout(int(value["layout"]), str(value["min_relay"]))
+
+
+def to_json(layout: Layout) -> str:
+    """The JSON :func:`from_json` reads."""
+    return json.dumps({"layout": layout.layout, "min_relay": layout.min_relay})
+
+
+def to_record(found: Layout | None, own: int) -> Layout | None:
+    """The record an instance of this Relay writes at open, given the one ``found`` (``None``:
+    none yet) and its own layout ``own``: ``None`` if the store's is at or past it. Migrations
+    only add, so the floor stays where it was (:data:`FLOOR` at least)."""
+    if found is None:
+        return Layout(own, FLOOR)
+    if found.layout >= own:
+        return None
+    return Layout(own, max(FLOOR, found.min_relay, key=version_key))

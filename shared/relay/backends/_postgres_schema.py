@@ -44,6 +44,7 @@ __all__ = [
     "migration_required",
     "migrations_after",
     "read_layout",
+    "record_layout",
     "schema_state",
     "sections",
 ]
@@ -231,6 +232,11 @@ def contract(conn: psycopg.Connection[Any], schema: str) -> tuple[Layout, list[s
             conn.execute(sql.SQL(statement).format(schema=name))
         _record_layout(conn, name, max(found.layout, SCHEMA_VERSION), CONTRACT_FLOOR)
     return found, list(CONTRACTIONS)
+
+
+def record_layout(conn: psycopg.Connection[Any], schema: str, layout: Layout) -> None:
+    """Write ``layout`` as the schema's record (in the caller's transaction)."""
+    _record_layout(conn, sql.Identifier(schema), layout.layout, layout.min_relay)
 
 
 def _record_layout(

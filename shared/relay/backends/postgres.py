@@ -38,11 +38,13 @@ from relay.backends._postgres_replication import (
 )
 from relay.backends._postgres_schedules import PostgresSchedules
 from relay.backends._postgres_schema import (
+    _LOCK,
     SCHEMA_VERSION,
     check_newer,
     grants,
     migrate,
     read_layout,
+    record_layout,
     sections,
 )
 from relay.backends._url import BackendURL
@@ -385,6 +387,18 @@ class PostgresLeaseBackend(PostgresSchedules):
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
+
+    def layout(self) -> Layout:
+        """The schema's layout record (:mod:`relay.layout`)."""
+        with self._connection() as conn:
+            return read_layout(conn, self.schema)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the schema's layout record, and ``meta``'s schema version beside it, under the
+        schema's lock (``relay migrate --contract``; tests). Needs the schema's owner."""
+        with self._connection() as conn, conn.transaction():
+            conn.execute(_LOCK, (self.schema,))
+            record_layout(conn, self.schema, layout)
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a schema no scheduler of this version opened yet

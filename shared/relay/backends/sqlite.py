@@ -38,7 +38,7 @@ from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.instances import InstanceInfo
-from relay.layout import FLOOR, version_key
+from relay.layout import FLOOR, Layout, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -381,6 +381,16 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                     json.dumps(list(info.tasks)),
                 ),
             )  # fmt: skip
+
+    def layout(self) -> Layout:
+        """The file's layout record (:mod:`relay.layout`)."""
+        with self._read() as conn:
+            return read_layout(conn, _installed_version(conn) or 0, SCHEMA_VERSION)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the file's layout record (``relay migrate --contract``; tests)."""
+        with self._write() as (conn, _):
+            record_layout(conn, layout.layout, layout.min_relay)
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a file no scheduler of this version opened yet
