@@ -202,16 +202,22 @@ def read_layout_of(version: int) -> Layout:
 
 
 def migrations_after(layout: int) -> list[str]:
-    """The file names of the migrations that bring ``layout`` to :data:`SCHEMA_VERSION`, each
-    with its first comment line (what it changes): ``relay migrate --plan`` lists them."""
+    """The migrations that bring ``layout`` to :data:`SCHEMA_VERSION`, each as its file name and
+    the first sentence of its header (what it changes): ``relay migrate --plan`` lists them."""
     folder = resources.files("relay.backends").joinpath("postgres_migrations")
-    names = sorted(f.name for f in folder.iterdir() if f.name.endswith(".sql"))
-    out = []
-    for name in names:
-        if int(name[:4]) > layout:
-            first = _MIGRATIONS[int(name[:4])].lstrip().splitlines()[0]
-            out.append(f"{name}: {first.lstrip('- ').strip()}" if first.startswith("--") else name)
-    return out
+    names = {int(f.name[:4]): f.name for f in folder.iterdir() if f.name.endswith(".sql")}
+    return [f"{names[v]}: {_header(_MIGRATIONS[v])}" for v in sorted(names) if v > layout]
+
+
+def _header(text: str) -> str:
+    """The first sentence of a migration's leading comment."""
+    words = []
+    for line in text.lstrip().splitlines():
+        if not line.startswith("--"):
+            break
+        words.append(line.lstrip("- ").strip())
+    sentence = " ".join(words).split(". ")[0].split("; ")[0]
+    return sentence.rstrip(".")
 
 
 def contract(conn: psycopg.Connection[Any], schema: str) -> tuple[Layout, list[str]]:

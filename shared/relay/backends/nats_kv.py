@@ -137,6 +137,8 @@ class NatsLeaseBackend(NatsSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = LAYOUT
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ from relay.backends._postgres_schema import (
     _LOCK,
     SCHEMA_VERSION,
     check_newer,
+    contract,
     grants,
     migrate,
     read_layout,
@@ -117,6 +118,8 @@ class PostgresLeaseBackend(PostgresSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = SCHEMA_VERSION
+    """The layout this Relay writes (:mod:`relay.layout`): the schema version."""
 
     def __init__(
         self,
@@ -399,6 +402,13 @@ class PostgresLeaseBackend(PostgresSchedules):
         with self._connection() as conn, conn.transaction():
             conn.execute(_LOCK, (self.schema,))
             record_layout(conn, self.schema, layout)
+
+    def contract(self) -> list[str]:
+        """``relay migrate --contract``: remove what only Relays older than this one used and
+        raise the floor to this release; the statements run. Needs the schema's owner; the
+        caller checked the live instances first."""
+        with self._connection() as conn:
+            return contract(conn, self.schema)[1]
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a schema no scheduler of this version opened yet

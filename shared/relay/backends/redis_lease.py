@@ -131,6 +131,8 @@ class RedisLeaseBackend(RedisSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = LAYOUT
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,

@@ -134,6 +134,8 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = SCHEMA_VERSION
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,
