@@ -37,7 +37,7 @@ def migrate_command(url: str, show_plan: bool, contracting: bool) -> None:
     --contract finds a live instance of an older Relay.
 
     \b
-    Examples:
+    Example:
       relay migrate --backend postgresql://owner@db.example/app --plan
       relay migrate --backend postgresql://owner@db.example/app
       relay migrate --backend postgresql://owner@db.example/app --contract
