@@ -39,7 +39,7 @@ from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.engine.renewing import Renewals
 from relay.engine.unacknowledged import HandBackLater, hand_back
-from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
+from relay.errors import BackendError, BackendUnavailable, LeaseLost, NotAcknowledged
 from relay.events import (
     EventBus,
     FencedOff,
@@ -262,7 +262,7 @@ class Runner:
         except LeaseLost as exc:
             ActiveRun(self, run).fenced_off("release", str(exc))
             return
-        except BackendUnavailable as exc:
+        except BackendError as exc:  # unavailable, or a layout this Relay can no longer use
             self.abandoned(run, "release", "", str(exc))
             return
         self.events.emit(RunHandedOver(*_values(run, self.owner)))
