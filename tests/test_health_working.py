@@ -146,3 +146,29 @@ def test_store_too_new_is_a_backend_and_a_configuration_error() -> None:
         "schema 'relay' is at layout version 18, made by a newer Relay, which needs Relay 0.3 or "
         "newer; this is Relay 0.2: upgrade Relay"
     )
+
+
+@pytest.mark.postgres
+def test_a_running_run_whose_store_needs_a_newer_relay_is_let_go_not_raised(pg_url: str) -> None:
+    from relay import AcquireRequest
+    from relay.engine.running import Runner
+    from relay.events import RunAbandoned
+
+    store = open_backend(pg_url)
+    seen: list[Event] = []
+    bus = EventBus(log=False)
+    bus.on(Event, seen.append)
+    try:
+        slot = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+        won = store.acquire(AcquireRequest("job", slot, "me:1:aa", 30)).run  # type: ignore[union-attr]
+        assert won is not None
+        active = Runner(store, owner="me:1:aa", lease=30, heartbeat=3600, events=bus).begin(won)
+        assert active is not None
+        with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{store.schema}".runs RENAME TO runs_0_3')  # type: ignore[attr-defined]
+        store.record_layout(Layout(store.LAYOUT + 2, "0.3.0"))  # type: ignore[attr-defined]
+        assert active.succeed() is None  # not recorded, and nothing raised into the host
+        [abandoned] = [e for e in seen if isinstance(e, RunAbandoned)]
+        assert abandoned.operation == "finish" and "needs Relay 0.3" in abandoned.error
+    finally:
+        store.close()
