@@ -155,4 +155,9 @@ def _own_layout(backend: object, found: int) -> tuple[int, list[str]]:
         from relay.backends._postgres_schema import migrations_after
 
         return own, migrations_after(found)
-    return own, [f"step {v}" for v in range(found + 1, own + 1)]
+    if type(backend).__name__ == "SQLiteLeaseBackend":
+        from relay.backends.sqlite import _MIGRATIONS
+
+        steps = range(found + 1, own + 1)
+        return own, [f"version {v}: {statement}" for v in steps for statement in _MIGRATIONS[v]]
+    return own, [f"layout {v}" for v in range(found + 1, own + 1)]
