@@ -72,6 +72,22 @@ class Control(ScheduleControl):
         statuses = [self._status(store, info, now) for info in store.jobs()]
         return self._with_stored(statuses, now)
 
+    def jobs_page(
+        self, offset: int = 0, limit: int = 50, contains: str = ""
+    ) -> tuple[list[JobStatus], int]:
+        """A page of :meth:`jobs`: the jobs whose name contains ``contains``, by name, from
+        ``offset``, at most ``limit`` of them, and how many there are in all. Only the page's
+        jobs have their runs and stored-schedule notes read (the web console's jobs page)."""
+        store = self._lease("jobs")
+        now = store.now()
+        infos = {info.name: info for info in store.jobs()}
+        stored = {s.name: s for s in self.schedules()} if stores_schedules(store) else {}
+        names = sorted(name for name in infos.keys() | stored.keys() if contains in name)
+        page = names[max(0, offset) : max(0, offset) + max(0, limit)]
+        statuses = [self._status(store, infos[name], now) for name in page if name in infos]
+        shown = {name: stored[name] for name in page if name in stored}
+        return self._with_stored(statuses, now, shown), len(names)
+
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
         """The most recent runs (of ``job``, or of every job), newest slot first; a run of a
         stored schedule has the ``schedule_version`` it was first leased with."""
