@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,6 +58,7 @@ class Console:
             lstrip_blocks=True,
         )
         self.templates.filters["path"] = _path_part
+        self.templates.filters["t"] = _time
 
     # -- the store -------------------------------------------------------------------------
 
@@ -197,6 +199,13 @@ def _lease(backend: ClaimBackend | LeaseBackend) -> LeaseBackend:
             "lease store (sqlite, postgresql, redis, nats)"
         )
     return backend
+
+
+def _time(value: datetime | None) -> str:
+    """A time as the pages show it: UTC, to the second (blank for none)."""
+    if value is None:
+        return ""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _path_part(value: object) -> str:
