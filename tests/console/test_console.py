@@ -7,6 +7,7 @@ import html
 import re
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -24,6 +25,7 @@ from relay.errors import ConfigurationError
 from relay.runs import RunState, format_slot
 from tests.console.conftest import csrf_of, wait_for
 from tests.console.instance import HOSTILE
+from tests.support.backends import postgres_lease
 
 LOCAL = ("127.0.0.1", 40000)
 """A loopback client: the console answers it without an auth hook."""
@@ -81,7 +83,11 @@ def test_every_page_shows_the_store_escaped(client: TestClient, site: dict[str, 
     assert 'class="run"' not in failed.text  # tick never fails
 
     run = client.get(f"/run/{path(last.id)}")
-    assert run.status_code == 200 and "slot due" in run.text and "won: leased" in run.text
+    assert (
+        run.status_code == 200
+        and "slot due" in run.text
+        and f"fencing token {last.token}" in run.text
+    )
 
     instances = client.get("/instances")
     assert "inst-a:" in instances.text and "echo" in instances.text
@@ -385,3 +391,25 @@ def test_wsgi_app_serves_the_same_pages(site: dict[str, Any]) -> None:
     }  # fmt: skip
     body = b"".join(app(environ, lambda status, headers, *rest: statuses.append(status)))
     assert statuses == ["200 OK"] and b"inst-a:" in body
+
+
+@pytest.mark.postgres
+def test_no_page_shows_the_store_urls_password(tmp_path: Path) -> None:
+    password = "hunter2-secret"
+    with postgres_lease(tmp_path) as url:
+        assert url.startswith("postgresql://postgres@"), url
+        secret_url = url.replace("postgres@", f"postgres:{password}@", 1)
+        with Control(secret_url) as control:  # the store exists, with a job
+            control.backend.register_jobs({"tick": '{"every": 60, "schedule": "every 60s"}'})  # type: ignore[union-attr]
+        missing = secret_url.replace("schema=", "schema=none_", 1)
+        for store in (secret_url, missing):
+            app = asgi_app(store)
+            try:
+                local = TestClient(app, client=LOCAL)
+                paths = ["/", "/runs", "/instances", "/timeline", "/schedules", "/jobs/tick"]
+                pages = [local.get(p).text for p in [*paths, "/run/tick@2026-01-01T00:00:00Z"]]
+                assert all(password not in page for page in pages)
+                shown = "none_" in " ".join(pages)
+                assert shown == (store == missing)  # the missing store's error is shown
+            finally:
+                app.state.console.close()

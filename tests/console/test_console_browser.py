@@ -294,5 +294,5 @@ def test_pages_stay_live_and_leave_what_did_not_change(
 
     browser.get(base + "/runs?job=tick")
     click(browser, "tr.run a")
-    assert "won: leased" in text(browser, "ol.story")
+    assert "fencing token" in text(browser, "ol.story")
     shot(browser, served, "run")

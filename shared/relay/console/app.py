@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
-from datetime import datetime, timezone
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 

@@ -88,7 +88,8 @@ async def job(request: Request, form: Any = None, status: int = 200) -> Response
     except RelayError as exc:
         error = str(exc)
     return console.render(
-        request, "job.html", fragment="job_state.html", viewer=viewer, name=name, job=found,
+        request, "job.html", fragment="job_state.html" if found else None, viewer=viewer,
+        name=name, job=found,
         coming=coming, runs=latest, note=note, error=error, form=form, status=status,
     )  # fmt: skip
 
@@ -151,8 +152,8 @@ def story(record: RunRecord, now: datetime) -> list[Step]:
         reason = record.reason or "skipped"
         return [*steps, Step(record.scheduled_for, MARKS.get(reason, f"skipped: {reason}"))]
     if record.token:
-        won = f"won: leased {record.token} time(s) in all (fencing token {record.token} is "
-        steps.append(Step(None, won + "the latest; an older token is refused)"))
+        won = f"won: its latest lease carries fencing token {record.token} (each new lease of "
+        steps.append(Step(None, won + "the run gets a higher one; an older token is refused)"))
     for mark in bar_of(record, now).marks:
         if mark.kind != "manual":
             steps.append(Step(mark.at, mark.text))
@@ -203,7 +204,8 @@ async def run(request: Request) -> Response:
     except RelayError as exc:
         error = str(exc)
     return console.render(
-        request, "run.html", fragment="run_story.html", viewer=viewer, run_id=run_id,
+        request, "run.html", fragment="run_story.html" if record else None, viewer=viewer,
+        run_id=run_id,
         run=record, steps=steps, error=error,
     )  # fmt: skip
 
