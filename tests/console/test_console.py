@@ -413,3 +413,30 @@ def test_no_page_shows_the_store_urls_password(tmp_path: Path) -> None:
                 assert shown == (store == missing)  # the missing store's error is shown
             finally:
                 app.state.console.close()
+
+
+def test_the_jobs_page_reads_one_page_at_a_time(tmp_path: Path) -> None:
+    from relay import open_backend
+    from relay.console import pages
+
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    store = open_backend(url)
+    names = [f"job-{n:03d}" for n in range(pages.PAGE * 2 + 5)]
+    store.register_jobs({name: '{"every": 60, "schedule": "every 60s"}' for name in names})  # type: ignore[union-attr]
+    store.close()
+    app = asgi_app(url)
+    try:
+        local = TestClient(app, client=LOCAL)
+        shown: list[str] = []
+        page = local.get("/")
+        while True:
+            shown += re.findall(r'data-job="([^"]+)"', page.text)
+            after = re.search(r'href="\?q=&amp;after=([^"]+)" class="next"', page.text)
+            if not after:
+                break
+            page = local.get(f"/?after={after[1]}")
+        assert shown == names
+        found = local.get("/", params={"q": "-1"})
+        assert re.findall(r'data-job="([^"]+)"', found.text) == [n for n in names if "-1" in n]
+    finally:
+        app.state.console.close()

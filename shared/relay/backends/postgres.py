@@ -409,6 +409,22 @@ class PostgresLeaseBackend(PostgresSchedules):
             rows = conn.execute(self._queries["jobs"]).fetchall()
         return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
 
+    def job_page(self, after: str = "", limit: int = 50, contains: str = "") -> list[JobInfo]:
+        if self._version < 5:  # read-only on a schema no scheduler of this version opened yet
+            return [i for i in self.jobs() if i.name > after and contains in i.name][:limit]
+        params = {"after": after, "contains": contains, "limit": limit}
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["job_page"], params).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        if self._version < 5:
+            wanted = set(names)
+            return [info for info in self.jobs() if info.name in wanted]
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["job_infos"], {"names": list(names)}).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
     def pause(self, job: str, reason: str, by: str) -> bool:
         params = {"job": job, "reason": reason, "by": by}
         with self._connection() as conn:

@@ -423,6 +423,35 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             for job, spec, at, by, why in rows
         ]
 
+    def job_page(self, after: str = "", limit: int = 50, contains: str = "") -> list[JobInfo]:
+        # The partial index of job rows gives them in name order, from `after`.
+        return self._job_rows(
+            "job > ? AND instr(job, ?) > 0 ORDER BY job LIMIT ?", (after, contains, limit)
+        )
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        found: list[JobInfo] = []
+        for start in range(0, len(names), 500):
+            part = list(names[start : start + 500])
+            marks = ", ".join("?" * len(part))
+            found += self._job_rows(f"run_id IN ({marks})", tuple(_job_row_id(job) for job in part))
+        return sorted(found, key=lambda info: info.name)
+
+    def _job_rows(self, where: str, params: tuple[object, ...]) -> list[JobInfo]:
+        columns = (
+            "spec, paused_ms, paused_by, paused_reason"
+            if self._version >= 5
+            else ("NULL, NULL, NULL, NULL")
+        )
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' AND {where}", params
+            ).fetchall()
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(at), by, why)
+            for job, spec, at, by, why in rows
+        ]
+
     def pause(self, job: str, reason: str, by: str) -> bool:
         with self._write() as (conn, now_ms):
             _add_live(conn, job, 0)

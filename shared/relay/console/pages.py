@@ -44,22 +44,21 @@ def _number(text: str | None, default: int) -> int:
 
 
 async def jobs(request: Request) -> Response:
-    """Every job (paged, by name): schedule, state, pause and why, last outcome, next run, the
-    owner of a live run; a stored schedule's note."""
+    """Every job (a page at a time, by name): schedule, state, pause and why, last outcome, next
+    run, the owner of a live run; a stored schedule's note."""
     console = _console(request)
     viewer = console.viewer(request)
-    page = _number(request.query_params.get("page"), 1)
+    after = request.query_params.get("after", "")
     contains = request.query_params.get("q", "").strip()
     rows: list[Any] = []
-    total, error = 0, ""
+    more, error = False, ""
     try:
-        rows, total = await console.read(lambda c: c.jobs_page((page - 1) * PAGE, PAGE, contains))
+        rows, more = await console.read(lambda c: c.jobs_page(after, PAGE, contains))
     except RelayError as exc:
         error = str(exc)
-    pages = max(1, -(-total // PAGE))
     return console.render(
-        request, "jobs.html", fragment="jobs_table.html", viewer=viewer, rows=rows,
-        total=total, page=page, pages=pages, q=contains, error=error,
+        request, "jobs.html", fragment="jobs_table.html", viewer=viewer, rows=rows, more=more,
+        after=after, q=contains, error=error,
     )  # fmt: skip
 
 
