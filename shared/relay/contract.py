@@ -406,10 +406,10 @@ class PagedJobs(LeaseBackend, Protocol):
     :meth:`LeaseBackend.jobs` (every job) otherwise. Reads only.
     """
 
-    def job_page(self, after: str = "", limit: int = 50, contains: str = "") -> list[JobInfo]:
-        """At most ``limit`` jobs whose names sort after ``after`` and contain ``contains``, by
-        name: what :meth:`LeaseBackend.jobs` says of them, in one read of the store's index of
-        job names where it has one."""
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        """At most ``limit`` jobs whose names sort after ``after`` and start with ``prefix``, by
+        name: what :meth:`LeaseBackend.jobs` says of them, in one range read of the store's
+        index of job names where it has one."""
         ...
 
     def job_infos(self, names: Sequence[str]) -> list[JobInfo]:

@@ -73,22 +73,24 @@ class Control(ScheduleControl):
         return self._with_stored(statuses, now)
 
     def jobs_page(
-        self, after: str = "", limit: int = 50, contains: str = ""
+        self, after: str = "", limit: int = 50, prefix: str = ""
     ) -> tuple[list[JobStatus], bool]:
         """A page of :meth:`jobs`: at most ``limit`` jobs whose names sort after ``after`` and
-        contain ``contains``, by name, and whether more follow (the next page starts after the
+        start with ``prefix``, by name, and whether more follow (the next page starts after the
         last name). Only the page's jobs are read, with their runs and stored-schedule notes, on
         a store that reads its jobs a page at a time (:class:`~relay.contract.PagedJobs`)."""
         store = self._lease("jobs")
         now = store.now()
         if pages_jobs(store):
-            found = store.job_page(after, limit + 1, contains)
+            found = store.job_page(after, limit + 1, prefix)
         else:
-            found = [i for i in store.jobs() if i.name > after and contains in i.name]
+            found = [i for i in store.jobs() if i.name > after and i.name.startswith(prefix)]
         infos = {info.name: info for info in found}
         stored: dict[str, Any] = {}
         if stores_schedules(store):
-            stored = {s.name: s for s in self.schedules() if s.name > after and contains in s.name}
+            stored = {
+                s.name: s for s in self.schedules() if s.name > after and s.name.startswith(prefix)
+            }
         names = sorted(infos.keys() | stored.keys())
         page = names[:limit]
         statuses = [self._status(store, infos[name], now) for name in page if name in infos]

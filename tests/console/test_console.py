@@ -436,7 +436,21 @@ def test_the_jobs_page_reads_one_page_at_a_time(tmp_path: Path) -> None:
                 break
             page = local.get(f"/?after={after[1]}")
         assert shown == names
-        found = local.get("/", params={"q": "-1"})
-        assert re.findall(r'data-job="([^"]+)"', found.text) == [n for n in names if "-1" in n]
+        found = local.get("/", params={"q": "job-1"})
+        shown = re.findall(r'data-job="([^"]+)"', found.text)
+        assert shown == [n for n in names if n.startswith("job-1")]
     finally:
         app.state.console.close()
+
+
+def test_a_poll_sets_no_cookie_and_keeps_the_message_for_the_page(client: TestClient) -> None:
+    token = csrf_of(client.get("/schedules/add").text)
+    cookie = client.cookies["relay_console"]
+    done = client.post(
+        "/schedule/enable/none-such", data={"csrf": token, "version": "1"}, follow_redirects=False
+    )
+    assert done.status_code == 303
+    polled = client.get("/schedules", params={"fragment": "1"})
+    assert "set-cookie" not in polled.headers and client.cookies["relay_console"] != cookie
+    page = client.get("/schedules")
+    assert "Could not change none-such" in page.text  # the poll left the message in place

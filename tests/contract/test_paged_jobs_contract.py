@@ -31,8 +31,9 @@ def test_pages_and_lookups_say_what_jobs_says(lease_backend: LeaseBackend) -> No
     assert store.job_page(limit=2) == every[:2]
     assert store.job_page(after=every[1].name, limit=2) == every[2:4]
     assert store.job_page(after=every[-1].name) == []
-    assert store.job_page(contains="b-", limit=100) == every[1:3]
-    assert store.job_page(after="b-<x>", contains="b-") == every[2:3]
+    assert store.job_page(prefix="b-", limit=100) == every[1:3]
+    assert store.job_page(after="b-<x>", prefix="b-") == every[2:3]
+    assert store.job_page(prefix="é") == every[4:] and store.job_page(prefix="z") == []
 
     found = store.job_infos(["c", "nope", "b-y"])
     assert found == [every[2], every[3]] and found[0].paused_reason == "why <not>"

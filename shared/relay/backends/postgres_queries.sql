@@ -118,7 +118,7 @@ SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs ORDER 
 
 -- name: job_page
 SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
-WHERE name > %(after)s AND strpos(name, %(contains)s) > 0 ORDER BY name LIMIT %(limit)s
+WHERE name > %(after)s AND name >= %(prefix)s AND name < %(below)s ORDER BY name LIMIT %(limit)s
 
 -- name: job_infos
 SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs

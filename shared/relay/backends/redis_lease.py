@@ -411,11 +411,11 @@ class RedisLeaseBackend(RedisSchedules):
             for job, (spec, at, by, why) in zip(names, replies, strict=True)
         ]
 
-    def job_page(self, after: str = "", limit: int = 50, contains: str = "") -> list[JobInfo]:
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
         # The names are one set: read them all (names only), then the page's jobs alone.
         with self._errors():
             names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
-        return self._infos([n for n in names if n > after and contains in n][:limit])
+        return self._infos([n for n in names if n > after and n.startswith(prefix)][:limit])
 
     def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
         with self._errors():  # SISMEMBER, not SMISMEMBER: Redis 6.0 has only the first

@@ -423,10 +423,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             for job, spec, at, by, why in rows
         ]
 
-    def job_page(self, after: str = "", limit: int = 50, contains: str = "") -> list[JobInfo]:
-        # The partial index of job rows gives them in name order, from `after`.
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The partial index of job rows gives them in name order: one range of it.
         return self._job_rows(
-            "job > ? AND instr(job, ?) > 0 ORDER BY job LIMIT ?", (after, contains, limit)
+            "job > ? AND job >= ? AND job < ? ORDER BY job LIMIT ?",
+            (after, prefix, prefix + _LAST, limit),
         )
 
     def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
@@ -814,6 +815,11 @@ def _live_runs(conn: sqlite3.Connection, job: str, live: int, columns: str = _CO
         "AND state IN ('running', 'pending') ORDER BY run_id DESC LIMIT ?",
         (*_job_range(job), live),
     ).fetchall()
+
+
+_LAST = "\U0010ffff"
+"""Sorts after every other character (UTF-8 and code point order agree): ``p + _LAST`` bounds the
+names that start with ``p``."""
 
 
 def _job_row_id(job: str) -> str:

@@ -113,16 +113,17 @@ class Console:
         poll that sends the same ETag back gets 304 and no body."""
         viewer = context.pop("viewer", None) or self.viewer(request)
         root = request.scope.get("root_path", "")
+        polled = fragment is not None and bool(request.query_params.get("fragment"))
         shared = {
             "request": request, "viewer": viewer, "root": root, "title": self.title,
             "csrf": csrf_token(request), "refresh": self.refresh,
-            "flashes": request.session.pop("flash", []),
+            "flashes": [] if polled else request.session.pop("flash", []),
         }  # fmt: skip
         part, etag = "", ""
         if fragment is not None:
             part = self.templates.get_template(fragment).render(**shared, **context)
             etag = '"' + hashlib.sha256(part.encode()).hexdigest()[:32] + '"'
-            if request.query_params.get("fragment"):
+            if polled:
                 if request.headers.get("if-none-match") == etag:
                     return Response(status_code=304, headers={"ETag": etag})
                 return HTMLResponse(part, headers={"ETag": etag, "Cache-Control": "no-store"})
@@ -142,15 +143,24 @@ class Console:
 
 
 class _Headers:
-    """Every answer refuses framing and scripts from elsewhere, and leaks no address."""
+    """Every answer refuses framing and scripts from elsewhere, and leaks no address; a poll's
+    answer sets no cookie."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # A poll's answer never sets the session cookie: one in flight while a form is sent
+        # would put back the session the form's answer just changed (its message, its token).
+        polled = b"fragment=1" in scope.get("query_string", b"")
+
         async def with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
+                if polled:
+                    message["headers"] = [
+                        (k, v) for k, v in message["headers"] if k.lower() != b"set-cookie"
+                    ]
                 message["headers"] += [
                     (b"content-security-policy", _CSP),
                     (b"x-frame-options", b"DENY"),

@@ -49,16 +49,16 @@ async def jobs(request: Request) -> Response:
     console = _console(request)
     viewer = console.viewer(request)
     after = request.query_params.get("after", "")
-    contains = request.query_params.get("q", "").strip()
+    prefix = request.query_params.get("q", "").strip()
     rows: list[Any] = []
     more, error = False, ""
     try:
-        rows, more = await console.read(lambda c: c.jobs_page(after, PAGE, contains))
+        rows, more = await console.read(lambda c: c.jobs_page(after, PAGE, prefix))
     except RelayError as exc:
         error = str(exc)
     return console.render(
         request, "jobs.html", fragment="jobs_table.html", viewer=viewer, rows=rows, more=more,
-        after=after, q=contains, error=error,
+        after=after, q=prefix, error=error,
     )  # fmt: skip
 
 
