@@ -424,10 +424,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         ]
 
     def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
-        # The partial index of job rows gives them in name order: one range of it.
+        # The partial index of job rows gives them in name order: one range of it, whose lower
+        # bound is one term (given two, SQLite bounds the range by one and filters by the other).
+        lower = "job > ?" if after >= prefix else "job >= ?"
         return self._job_rows(
-            "job > ? AND job >= ? AND job < ? ORDER BY job LIMIT ?",
-            (after, prefix, prefix + _LAST, limit),
+            f"{lower} AND job < ? ORDER BY job LIMIT ?", (max(after, prefix), prefix + _LAST, limit)
         )
 
     def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
