@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from relay import timeline
 from relay.console.app import Console
+from relay.contract import LeaseBackend, is_lease
 from relay.control import Control
 from relay.errors import ConfigurationError, RelayError
 from relay.health import is_alive
@@ -34,6 +35,13 @@ TIMELINE_RUNS = 2000
 def _console(request: Request) -> Console:
     console: Console = request.app.state.console
     return console
+
+
+def _store(control: Control) -> LeaseBackend:
+    """The console's store: a lease store (the console opens no other)."""
+    store = control.backend
+    assert is_lease(store)
+    return store
 
 
 def _number(text: str | None, default: int) -> int:
@@ -104,7 +112,7 @@ async def runs(request: Request) -> Response:
     page = _number(query.get("page"), 1)
 
     def read(control: Control) -> tuple[list[RunRecord], bool]:
-        now = control.backend.now()  # type: ignore[union-attr]  # a lease store: checked
+        now = _store(control).now()
         start = timeline.parse_since(since, now) if since else None
         end = timeline.parse_since(until, now) if until else None
         found = control.runs(job_name or None, RUNS_READ)
@@ -191,7 +199,7 @@ async def run(request: Request) -> Response:
     def read(control: Control) -> tuple[RunRecord | None, datetime]:
         name, _ = parse_run_id(run_id)
         found = [r for r in control.runs(name, RUNS_READ) if r.id == run_id]
-        return (found[0] if found else None), control.backend.now()  # type: ignore[union-attr]
+        return (found[0] if found else None), _store(control).now()
 
     record, steps, error = None, [], ""
     try:
@@ -215,8 +223,8 @@ async def instances(request: Request) -> Response:
     viewer = console.viewer(request)
 
     def read(control: Control) -> tuple[list[Any], datetime]:
-        store = control.backend
-        return store.instances(), store.now()  # type: ignore[union-attr]  # a lease store
+        store = _store(control)
+        return store.instances(), store.now()
 
     rows: list[Any] = []
     error = ""
@@ -239,9 +247,9 @@ async def timeline_page(request: Request) -> Response:
     since = request.query_params.get("since", "").strip()
 
     def read(control: Control) -> tuple[str, str]:
-        store = control.backend
-        start = timeline.parse_since(since, store.now()) if since else None  # type: ignore[union-attr]
-        drawn = timeline.read(store, chosen, start, limit=TIMELINE_RUNS)  # type: ignore[arg-type]
+        store = _store(control)
+        start = timeline.parse_since(since, store.now()) if since else None
+        drawn = timeline.read(store, chosen, start, limit=TIMELINE_RUNS)
         return timeline.render_svg(drawn), timeline.summary(drawn)
 
     drawing = summary = error = ""
