@@ -454,3 +454,31 @@ def test_a_poll_sets_no_cookie_and_keeps_the_message_for_the_page(client: TestCl
     assert "set-cookie" not in polled.headers and client.cookies["relay_console"] != cookie
     page = client.get("/schedules")
     assert "Could not change none-such" in page.text  # the poll left the message in place
+
+
+def test_the_runs_page_pages_and_filters(tmp_path: Path) -> None:
+    from relay import open_backend
+    from relay.console import pages
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = open_backend(url)
+    start = store.now().replace(microsecond=0) - timedelta(hours=3)  # type: ignore[union-attr]
+    slots = [start + timedelta(minutes=n) for n in range(pages.PAGE * 2 + 20)]
+    store.skip_many([("a", slot) for slot in slots], "missed")  # type: ignore[union-attr]
+    store.close()
+    app = asgi_app(url)
+    try:
+        local = TestClient(app, client=LOCAL)
+        ids = [re.findall(r'data-run="([^"]+)"', local.get("/runs", params={"page": n}).text)
+               for n in (1, 2, 3)]  # fmt: skip
+        assert [len(i) for i in ids] == [pages.PAGE, pages.PAGE, 20]
+        assert [i for part in ids for i in part] == [f"a@{format_slot(s)}" for s in reversed(slots)]
+        assert (
+            "page=2" in local.get("/runs").text and "page=4" not in local.get("/runs?page=3").text
+        )
+        since = format_slot(slots[-10])
+        recent = local.get("/runs", params={"since": since, "state": "skipped"})
+        assert len(re.findall(r'data-run="', recent.text)) == 10 and "10 run(s)" in recent.text
+        assert 'data-run="' not in local.get("/runs", params={"state": "failed"}).text
+    finally:
+        app.state.console.close()

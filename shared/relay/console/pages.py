@@ -110,19 +110,21 @@ async def runs(request: Request) -> Response:
     state = query.get("state", "").strip()
     since, until = query.get("since", "").strip(), query.get("until", "").strip()
     page = _number(query.get("page"), 1)
+    # Unfiltered, the pages up to this one are enough (and one more run, for a next page).
+    window = RUNS_READ if state or since or until else min(RUNS_READ, page * PAGE + 1)
 
     def read(control: Control) -> tuple[list[RunRecord], bool]:
         now = _store(control).now()
         start = timeline.parse_since(since, now) if since else None
         end = timeline.parse_since(until, now) if until else None
-        found = control.runs(job_name or None, RUNS_READ)
+        found = control.runs(job_name or None, window)
         kept = [
             r for r in found
             if (not state or r.state.value == state)
             and (start is None or r.scheduled_for >= start)
             and (end is None or r.scheduled_for <= end)
         ]  # fmt: skip
-        return kept, len(found) >= RUNS_READ
+        return kept, window == RUNS_READ and len(found) >= RUNS_READ
 
     shown: list[RunRecord] = []
     more, error = False, ""
@@ -136,7 +138,7 @@ async def runs(request: Request) -> Response:
         request, "runs.html", fragment="runs_table.html", viewer=viewer, runs=shown,
         total=total, page=page, pages=max(1, -(-total // PAGE)), job=job_name, state=state,
         since=since, until=until, states=[s.value for s in RunState], more=more,
-        read=RUNS_READ, error=error,
+        read=RUNS_READ, filtered=window == RUNS_READ, error=error,
     )  # fmt: skip
 
 
