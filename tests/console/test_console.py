@@ -482,3 +482,11 @@ def test_the_runs_page_pages_and_filters(tmp_path: Path) -> None:
         assert 'data-run="' not in local.get("/runs", params={"state": "failed"}).text
     finally:
         app.state.console.close()
+
+
+def test_the_command_names_a_bad_auth_hook(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    for hook, said in (("nocolon", "is not module:function"), ("no.such:hook", "cannot import")):
+        result = CliRunner().invoke(relay_cli, ["console", "--backend", url, "--auth", hook])
+        assert result.exit_code == 2 and said in result.output, result.output
+    assert not (tmp_path / "x.db").exists()  # nothing was opened
