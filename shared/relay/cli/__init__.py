@@ -15,17 +15,7 @@ from __future__ import annotations
 
 import click
 
-from relay.cli import (
-    console,
-    control,
-    demo,
-    doctor,
-    instances,
-    migrate,
-    runs,
-    schedules,
-    timeline,
-)
+from relay.cli import console, control, demo, doctor, instances, migrate, runs, schedules, timeline
 from relay.cli._options import RelayGroup
 from relay.cli.instances import instances_table
 from relay.cli.runs import runs_table
