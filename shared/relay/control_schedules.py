@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
 from itertools import islice
@@ -210,12 +211,19 @@ class ScheduleControl:
         now = store.now()
         return {i.owner: i.tasks for i in store.instances() if is_alive(i, now)}
 
-    def _with_stored(self, statuses: list[JobStatus], now: datetime) -> list[JobStatus]:
+    def _with_stored(
+        self,
+        statuses: list[JobStatus],
+        now: datetime,
+        stored: Mapping[str, Schedule] | None = None,
+    ) -> list[JobStatus]:
         """``relay jobs``'s rows, with each stored schedule's note (and a row for each stored
-        schedule no instance registered: one no live instance can run)."""
+        schedule no instance registered: one no live instance can run); ``stored``: only these
+        stored schedules (default: every one)."""
         if not stores_schedules(self.backend):
             return statuses
-        stored = {s.name: s for s in self.schedules()}
+        if stored is None:
+            stored = {s.name: s for s in self.schedules()}
         allowed = self.allowed_tasks()
         by_name = {status.name: status for status in statuses}
         for name, schedule in stored.items():

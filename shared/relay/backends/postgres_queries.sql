@@ -116,6 +116,14 @@ SELECT name FROM {schema}.jobs ORDER BY name
 -- name: jobs
 SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs ORDER BY name
 
+-- name: job_page
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
+WHERE name > %(after)s AND name >= %(prefix)s AND name < %(below)s ORDER BY name LIMIT %(limit)s
+
+-- name: job_infos
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
+WHERE name = ANY(%(names)s) ORDER BY name
+
 -- name: pause
 INSERT INTO {schema}.jobs AS j (name, token, paused_at, paused_by, paused_reason)
 VALUES (%(job)s, 0, clock_timestamp(), %(by)s, %(reason)s)

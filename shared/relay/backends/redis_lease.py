@@ -419,6 +419,28 @@ class RedisLeaseBackend(RedisSchedules):
             for job, (spec, at, by, why) in zip(names, replies, strict=True)
         ]
 
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The names are one set: read them all (names only), then the page's jobs alone.
+        with self._errors():
+            names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        return self._infos([n for n in names if n > after and n.startswith(prefix)][:limit])
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        with self._errors():  # SISMEMBER, not SMISMEMBER: Redis 6.0 has only the first
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.sismember(self._jobs_key(), name)
+            members = pipe.execute() if names else []
+        return self._infos(sorted(n for n, known in zip(names, members, strict=True) if known))
+
+    def _infos(self, names: list[str]) -> list[JobInfo]:
+        calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
+        replies = self._call_many("control", calls, wait=False) if calls else []
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
+            for job, (spec, at, by, why) in zip(names, replies, strict=True)
+        ]
+
     def pause(self, job: str, reason: str, by: str) -> bool:
         (done,) = self._control(job, ["pause", by, reason])
         return bool(done)

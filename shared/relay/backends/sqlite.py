@@ -448,6 +448,37 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             for job, spec, at, by, why in rows
         ]
 
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The partial index of job rows gives them in name order: one range of it, whose lower
+        # bound is one term (given two, SQLite bounds the range by one and filters by the other).
+        lower = "job > ?" if after >= prefix else "job >= ?"
+        return self._job_rows(
+            f"{lower} AND job < ? ORDER BY job LIMIT ?", (max(after, prefix), prefix + _LAST, limit)
+        )
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        found: list[JobInfo] = []
+        for start in range(0, len(names), 500):
+            part = list(names[start : start + 500])
+            marks = ", ".join("?" * len(part))
+            found += self._job_rows(f"run_id IN ({marks})", tuple(_job_row_id(job) for job in part))
+        return sorted(found, key=lambda info: info.name)
+
+    def _job_rows(self, where: str, params: tuple[object, ...]) -> list[JobInfo]:
+        columns = (
+            "spec, paused_ms, paused_by, paused_reason"
+            if self._version >= 5
+            else ("NULL, NULL, NULL, NULL")
+        )
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' AND {where}", params
+            ).fetchall()
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(at), by, why)
+            for job, spec, at, by, why in rows
+        ]
+
     def pause(self, job: str, reason: str, by: str) -> bool:
         with self._write() as (conn, now_ms):
             _add_live(conn, job, 0)
@@ -832,6 +863,11 @@ def _live_runs(conn: sqlite3.Connection, job: str, live: int, columns: str = _CO
         "AND state IN ('running', 'pending') ORDER BY run_id DESC LIMIT ?",
         (*_job_range(job), live),
     ).fetchall()
+
+
+_LAST = "\U0010ffff"
+"""Sorts after every other character (UTF-8 and code point order agree): ``p + _LAST`` bounds the
+names that start with ``p``."""
 
 
 def _job_row_id(job: str) -> str:
