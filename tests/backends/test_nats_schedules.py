@@ -214,8 +214,7 @@ def test_a_batch_whose_writer_died_after_its_commit_is_seen_whole(
     monkeypatch.setattr(backend, "_roll_forward", dies_after_commit)
     monkeypatch.setattr(steps, "CHUNK_BYTES", 200)
     names = [f"s{n:02}" for n in range(20)]
-    with pytest.raises(BackendUnavailable):
-        backend.apply_schedules(_batch(names), "ann")
+    backend.apply_schedules(_batch(names), "ann")  # committed: the copies are logged as not done
     monkeypatch.setattr(backend, "_roll_forward", roll_forward)
     staged = _staged_keys(backend)
     assert len(staged) > 1

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 from uuid import uuid4
@@ -55,6 +56,7 @@ from relay.stored import ScheduleChange, StoredRow
 __all__ = ["NatsSchedules"]
 
 T = TypeVar("T")
+log = logging.getLogger("relay.backends.nats")
 REVISION = "schedules.rev"
 CAS_TRIES = 64
 FULL_READ = 500
@@ -112,8 +114,13 @@ class NatsSchedules:
         return self._change(name, None, changes, by, version)
 
     def apply_schedules(self, writes: Sequence[ScheduleWrite], by: str) -> None:
-        if writes:
-            self._call(self._commit_batch(list(writes), by), jobs=len(writes))
+        if not writes:
+            return
+        change = self._call(self._commit_batch(list(writes), by), jobs=len(writes))
+        try:  # the copies: three writes a change, with a deadline of their own
+            self._call(self._roll_forward_batch(change), jobs=4 * len(writes))
+        except BackendUnavailable as exc:  # committed all the same: the next reader rolls it
+            log.warning("stored schedules: batch committed, its copies not all written: %s", exc)
 
     def stored_schedule(self, name: str) -> StoredRow | None:
         async def read() -> StoredRow | None:
@@ -203,13 +210,18 @@ class NatsSchedules:
                 return _row(fields)
         raise BackendUnavailable(f"{CAS_TRIES} changes of stored schedules in a row lost a race")
 
-    async def _commit_batch(self, writes: list[ScheduleWrite], by: str) -> None:
-        """Check, stage and commit ``writes`` (see the module's docstring), then roll it forward."""
+    async def _commit_batch(self, writes: list[ScheduleWrite], by: str) -> dict[str, Any]:
+        """Check, stage and commit ``writes`` (see the module's docstring); return the commit."""
         for _ in range(CAS_TRIES):
             data, at = await self._get(REVISION)
             latest = json.loads(data) if data else {"revision": 0}
             await self._roll_forward(latest)
-            rows = {fields["name"]: fields for fields in await self._row_fields()}
+            rows = {
+                fields["name"]: (fields, entry.revision or 0)
+                for entry in await self._watch("schedules.row.*", meta_only=False)
+                if entry.value
+                for fields in (json.loads(entry.value),)
+            }
             now = await self._now_ms()
             staged = [
                 _staged(write, rows.get(write.name), by, revision, now)
@@ -220,14 +232,17 @@ class NatsSchedules:
             keys = [f"schedules.batch.{batch}.{n}" for n in range(len(chunks))]
             await asyncio.gather(*(self._swap(k, c, 0) for k, c in zip(keys, chunks, strict=True)))
             change = {"revision": staged[-1]["revision"], "batch": batch, "chunks": len(chunks)}
-            committed = await self._swap(REVISION, json.dumps(change).encode(), at)
-            if committed:
-                await self._roll_forward(change)
-                await self._settle()
+            if await self._swap(REVISION, json.dumps(change).encode(), at):
+                return change
             await asyncio.gather(*(self._purge(key) for key in keys))
-            if committed:
-                return
         raise BackendUnavailable(f"{CAS_TRIES} changes of stored schedules in a row lost a race")
+
+    async def _roll_forward_batch(self, change: dict[str, Any]) -> None:
+        """Roll a committed batch forward, settle it, then delete its staged keys."""
+        await self._roll_forward(change)
+        await self._settle()
+        keys = [f"schedules.batch.{change['batch']}.{n}" for n in range(int(change["chunks"]))]
+        await asyncio.gather(*(self._purge(key) for key in keys))
 
     async def _pending(self, change: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The changes (revision, row, history entry) a commit holds; ``None`` if it was a
@@ -275,18 +290,29 @@ class NatsSchedules:
             await asyncio.gather(*map(self._roll_one, entries[first : first + FULL_READ]))
 
     async def _roll_one(self, change: dict[str, Any]) -> None:
-        """Write the copies of one committed change: its row, history entry and feed entry."""
+        """Write the copies of one committed change, all at once: its row, history entry and
+        feed entry."""
         row = change["row"]
         encoded = _encode(row["name"])
-        for _ in range(CAS_TRIES):
-            data, at = await self._get(f"schedules.row.{encoded}")
-            if data is not None and json.loads(data)["version"] >= row["version"]:
-                break
-            if await self._swap(f"schedules.row.{encoded}", json.dumps(row).encode(), at):
-                break
         history = json.dumps(change["history"]).encode()
-        await self._swap(f"schedules.hist.{encoded}.{row['version']}", history, 0)
-        await self._swap(f"schedules.log.{change['revision']}", row["name"].encode(), 0)
+        await asyncio.gather(
+            self._roll_row(row, change.get("row_at")),
+            self._swap(f"schedules.hist.{encoded}.{row['version']}", history, 0),
+            self._swap(f"schedules.log.{change['revision']}", row["name"].encode(), 0),
+        )
+
+    async def _roll_row(self, row: dict[str, Any], at: int | None) -> None:
+        """Write ``row`` unless its key holds that version or a later one; ``at``, the key's
+        revision when a batch was checked, saves a read when the key has not moved since."""
+        key, value = f"schedules.row.{_encode(row['name'])}", json.dumps(row).encode()
+        if at is not None and await self._swap(key, value, at):
+            return
+        for _ in range(CAS_TRIES):
+            data, at = await self._get(key)
+            if data is not None and json.loads(data)["version"] >= row["version"]:
+                return
+            if await self._swap(key, value, at):
+                return
 
     async def _changes_since(self, since: int, limit: int | None) -> list[StoredRow]:
         for _ in range(CAS_TRIES):
@@ -367,9 +393,11 @@ def _fields(
 
 
 def _staged(
-    write: ScheduleWrite, current: dict[str, Any] | None, by: str, revision: int, now: int
+    write: ScheduleWrite, read: tuple[dict[str, Any], int] | None, by: str, revision: int, now: int
 ) -> dict[str, Any]:
-    """One change of a batch, checked against the schedule's row ``current``, as committed."""
+    """One change of a batch, checked against the schedule's row as ``read`` (its fields and its
+    key's revision), as committed."""
+    current, at = read if read is not None else (None, 0)
     checked_write(None if current is None else _row(current), write)
     fields = _fields(write.name, write.definition, current, by, created=write.action == "add")
     fields.update(revision=revision, updated_ms=now)
@@ -377,7 +405,7 @@ def _staged(
         fields["created_ms"] = now
     entry = {"version": fields["version"], "at_ms": now, "by": by, "action": write.action,
              "changes": write.changes}  # fmt: skip
-    return {"revision": revision, "row": fields, "history": entry}
+    return {"revision": revision, "row": fields, "history": entry, "row_at": at}
 
 
 def _chunked(staged: list[dict[str, Any]]) -> list[bytes]:
