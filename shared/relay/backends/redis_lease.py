@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from importlib import resources
@@ -57,7 +57,7 @@ from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentine
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.deadlines import Deadline, deadline_of
+from relay.deadlines import PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -156,6 +156,8 @@ class RedisLeaseBackend(RedisSchedules):
         self.deadline = deadline
         """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._redis = client
+        self._slow_client: Callable[[float], redis.Redis | RedisCluster] | None = None
+        """A client like ``client`` whose replies wait the seconds given longer (from a URL)."""
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
         self.jobs_per_call = jobs_per_call
@@ -207,7 +209,7 @@ class RedisLeaseBackend(RedisSchedules):
         # and wait for its replicas behind each step (WAIT).
         waits = wait.timeout if wait.replicas else 0.0
         deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
-        return cls(
+        backend = cls(
             _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout, waits),
             prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
@@ -215,6 +217,10 @@ class RedisLeaseBackend(RedisSchedules):
             deadline=deadline,
             **kwargs,
         )
+        backend._slow_client = lambda extra: _connect(
+            parsed, cluster, f"{kind} at {where}", deadline.timeout, waits + extra
+        )
+        return backend
 
     @property
     def name(self) -> str:
@@ -643,6 +649,30 @@ class RedisLeaseBackend(RedisSchedules):
         except (RedisError, RedisClusterException):
             with self._errors():
                 raise
+
+    def _call_long(self, step: str, keys: list[str], args: list[Any], changes: int) -> Any:
+        """One script call making ``changes`` changes at once (a batch of stored schedules): its
+        reply may take :data:`~relay.deadlines.PER_JOB` longer per change, so it goes on a client
+        of its own that waits that much longer (then WAIT, when ``wait_replicas`` asks)."""
+        slow = self._slow_client
+        client = self._redis if slow is None else slow(changes * PER_JOB)
+        wait = bool(self.wait_replicas) and step in _WAITED
+        try:
+            with self._errors():
+                if wait and isinstance(client, RedisCluster):
+                    replies, confirmed = self._send_by_node(client, step, [(keys, args)], None)
+                else:
+                    replies, confirmed = self._pipelined(
+                        client, step, [(keys, args)], None, wait=wait
+                    )
+        except _PartlyDone as exc:
+            with self._errors():
+                raise exc.error from None
+        finally:
+            if client is not self._redis:
+                client.close()
+        self._confirm(step, confirmed)
+        return replies[0]
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]
