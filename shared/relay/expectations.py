@@ -96,8 +96,6 @@ def expected_by(
     if within is not None:
         return slot + timedelta(seconds=within)
     following = next_slot(schedule, slot)
-    interval = (
-        FALLBACK_INTERVAL if following is None else (following - slot).total_seconds()
-    )
+    interval = FALLBACK_INTERVAL if following is None else (following - slot).total_seconds()
     grace = max(MIN_GRACE, interval * GRACE_FRACTION)
     return slot + timedelta(seconds=interval + grace + jitter)

@@ -34,7 +34,7 @@ from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
 from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.instances import InstanceInfo
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
@@ -334,6 +334,47 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 value = row.fetchone()[0]
                 found[job] = None if value is None else from_ms(value)
         return found
+
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        # Each query walks one job's key range from its newest id and stops early.
+        found = {}
+        with self._read() as conn:
+            for job in jobs:
+                recent = conn.execute(
+                    f"SELECT {self._columns} FROM relay_runs WHERE run_id > ? AND run_id < ? "
+                    "ORDER BY run_id DESC LIMIT ?",
+                    (*_slot_range(job), depth + 1),  # one more: see last_slots
+                ).fetchall()
+                wins = [
+                    row
+                    for bounds in (_slot_range(job), _manual_range(job))
+                    for row in conn.execute(
+                        f"SELECT {self._columns} FROM relay_runs WHERE run_id > ? AND run_id < ? "
+                        "AND state = 'succeeded' ORDER BY run_id DESC LIMIT 2",
+                        bounds,
+                    )
+                ]
+                recent.sort(key=lambda row: row[2], reverse=True)
+                best = max(wins, key=lambda row: row[2], default=None)
+                found[job] = JobHistory(
+                    tuple(_record(row) for row in recent[:depth]),
+                    None if best is None else _record(best),
+                )
+        return found
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._write() as (conn, now_ms):
+            conn.execute(
+                "DELETE FROM relay_meta WHERE key >= 'once:' AND key < 'once;' "
+                "AND CAST(value AS INTEGER) <= ?",
+                (now_ms,),
+            )
+            return bool(
+                conn.execute(
+                    "INSERT OR IGNORE INTO relay_meta (key, value) VALUES (?, ?)",
+                    (f"once:{key}", str(now_ms + _ms(ttl))),
+                ).rowcount
+            )
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         now_ms = self._now_ms()
