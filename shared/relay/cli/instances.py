@@ -16,6 +16,7 @@ from relay.cli._format import console, iso, plain
 from relay.cli._options import backend_option, json_option
 from relay.cli._stores import read_only
 from relay.health import ROLES, InstanceInfo, is_alive
+from relay.overdue import ranked, read_health
 
 __all__ = ["health", "instances", "instances_table"]
 
@@ -52,10 +53,23 @@ def instances(url: str, as_json: bool) -> None:
 @click.option("--role", type=click.Choice(ROLES), default=None, help="Only instances of this role.")
 @click.option("--owner", default=None, help="Only the instance with this owner name.")
 @click.option("--host", default=None, help='Only instances on this host (e.g. "$HOSTNAME").')
+@click.option(
+    "--jobs",
+    "check_jobs",
+    is_flag=True,
+    help="Also exit 1 if a job is overdue or failing (see `relay overdue`).",
+)
 def health(
-    url: str, max_age: float | None, role: str | None, owner: str | None, host: str | None
+    url: str,
+    max_age: float | None,
+    role: str | None,
+    owner: str | None,
+    host: str | None,
+    check_jobs: bool = False,
 ) -> None:
     """Exit 0 if a matching instance beat recently, 1 if none did: a liveness/readiness probe.
+
+    With --jobs, also exit 1 if a job is overdue or failing (`relay overdue` lists them).
 
     \b
     Example:
@@ -63,6 +77,9 @@ def health(
     """
     with read_only(url) as backend:
         found, now = backend.instances(), backend.now()
+        alerting = [h for h in read_health(backend) if h.alerting] if check_jobs else []
+    for job in ranked(alerting):
+        click.echo(f"{job.state}: job {job.job}: {job.detail}")
     wanted = [
         i
         for i in found
@@ -78,6 +95,9 @@ def health(
             f"{verdict}: {info.role} {info.owner} (pid {info.pid} on {info.host}) beat "
             f"{_age(info, now):.1f}s ago (max age {limit:g}s)"
         )
+    if alerting and alive:
+        click.echo(f"unhealthy: {len(alerting)} job(s) overdue or failing in {backend.name}")
+        sys.exit(1)
     if not alive:
         what = " ".join(
             f"{k}={v}" for k, v in (("role", role), ("owner", owner), ("host", host)) if v
