@@ -84,9 +84,7 @@ def test_a_manual_success_counts_as_the_latest_success(lease_backend: LeaseBacke
     populate(backend)
     manual = backend.trigger("history-b")
     won = backend.acquire(
-        AcquireRequest(
-            job="history-b", slot=manual.scheduled_for, owner="a", lease=60, manual=True
-        )
+        AcquireRequest(job="history-b", slot=manual.scheduled_for, owner="a", lease=60, manual=True)
     )
     assert won.run is not None
     backend.start(won.run.id, won.run.token, "a", 60)
