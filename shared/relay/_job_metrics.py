@@ -9,6 +9,7 @@ does not answer, the gauges are left out of the scrape (Prometheus keeps their l
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import threading
@@ -51,7 +52,8 @@ class JobHealthCollector:
         found = self._health()
         if found is None:
             return
-        core = prometheus().core
+        prometheus()  # installed, or MissingDependency naming the extra
+        core = importlib.import_module("prometheus_client.core")
         ns = self.namespace
         last = core.GaugeMetricFamily(
             f"{ns}_job_last_success_timestamp_seconds",
