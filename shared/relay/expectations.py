@@ -18,8 +18,10 @@ Both need a store that keeps outcomes: on a claim backend they raise
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Hashable
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, cast
 
 from relay.durations import Duration, seconds
 from relay.errors import ConfigurationError
@@ -83,8 +85,17 @@ def check_alert_after_failures(value: object) -> int | None:
 
 
 def next_slot(schedule: Schedule, slot: datetime) -> datetime | None:
-    """The schedule's first slot after ``slot``, within 400 days."""
-    return next(iter(schedule.slots_between(slot, slot + _HORIZON)), None)
+    """The schedule's first slot after ``slot``, within 400 days.
+
+    Cached: jobs share their schedules (:func:`relay.schedules.make_schedule`), and many jobs of
+    one schedule ask for the same slots (a cron step costs croniter a fraction of a millisecond).
+    """
+    return _next_slot(cast(Hashable, schedule), slot)
+
+
+@functools.lru_cache(maxsize=4096)
+def _next_slot(schedule: Hashable, slot: datetime) -> datetime | None:
+    return next(iter(cast(Schedule, schedule).slots_between(slot, slot + _HORIZON)), None)
 
 
 def expected_by(

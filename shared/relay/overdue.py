@@ -23,7 +23,7 @@ the histories of :data:`BATCH` jobs per call (:class:`~relay.contract.ReadsHisto
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -115,48 +115,48 @@ def decide(
     paused: bool = False,
 ) -> JobHealth:
     """The standing of ``job`` at ``now`` from its ``history`` (a pure function)."""
-    base = JobHealth(job, "ok", now, alert_after_failures=alert_after_failures)
     won = history.last_success
+    # Built once, at the end: 100,000 jobs make 100,000 of them.
+    fields: dict[str, Any] = {"alert_after_failures": alert_after_failures}
     if won is not None:
-        base = _replace(
-            base, last_success=won.finished_at or won.scheduled_for,
-            last_success_slot=won.scheduled_for,
-        )  # fmt: skip
+        fields["last_success"] = won.finished_at or won.scheduled_for
+        fields["last_success_slot"] = won.scheduled_for
     if paused:
-        return _replace(base, state="paused", detail="paused: its slots are skipped")
+        return JobHealth(job, "paused", now, detail="paused: its slots are skipped", **fields)
     if within is False and alert_after_failures is None:
-        return _replace(base, state="off", detail="expect_success_within=False")
-    since_success = [
-        r for r in history.recent if won is None or r.scheduled_for > won.scheduled_for
-    ]
-    if won is not None:
-        anchor = won.scheduled_for
+        return JobHealth(job, "off", now, detail="expect_success_within=False", **fields)
+    after = won.scheduled_for if won is not None else None
+    since_success = [r for r in history.recent if after is None or r.scheduled_for > after]
+    if after is not None:
+        anchor = after
     elif history.recent:
         anchor = min(r.scheduled_for for r in history.recent) - _EPS
     else:
-        return _replace(
-            base, state="waiting", expected_by=_first_expected(schedule, now, within, jitter),
-            detail="no run recorded yet",
-        )  # fmt: skip
+        expected = _first_expected(schedule, now, within, jitter)
+        return JobHealth(
+            job, "waiting", now, expected_by=expected, detail="no run recorded yet", **fields
+        )
     first = next_slot(schedule, anchor)
-    by_slot = {r.scheduled_for: r for r in since_success}
     if first is None or first > now:
         expected = None if first is None else expected_by(schedule, first, within, jitter)
-        return _replace(base, expected_by=expected, detail="every slot that came succeeded")
+        return JobHealth(
+            job, "ok", now, expected_by=expected, detail="every slot that came succeeded", **fields
+        )
+    by_slot = {r.scheduled_for: r for r in since_success}
     expected = expected_by(schedule, first, within, jitter)
     overdue = expected is not None and now > expected
     failures = _failures(schedule, anchor, now, since_success, by_slot, history, within, jitter)
     failing = alert_after_failures is not None and failures >= alert_after_failures
     outcome = _outcome(by_slot.get(first))
-    state = "overdue" if overdue else "failing" if failing else "ok"
     words = []
     if overdue:
         words.append(f"slot {_iso(first)} ({outcome}) not succeeded by {_iso(expected)}")
     if failing:
         words.append(f"{failures} slots in a row failed, missed or stale")
-    return _replace(
-        base, state=state, slot=first, outcome=outcome, expected_by=expected, failures=failures,
-        overdue=overdue, failing=failing, detail="; ".join(words),
+    return JobHealth(
+        job, "overdue" if overdue else "failing" if failing else "ok", now, slot=first,
+        outcome=outcome, expected_by=expected, failures=failures, overdue=overdue,
+        failing=failing, detail="; ".join(words), **fields,
     )  # fmt: skip
 
 
@@ -215,10 +215,6 @@ def _iso(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat(timespec="seconds")
 
 
-def _replace(health: JobHealth, **changes: Any) -> JobHealth:
-    return JobHealth(**{**asdict(health), **changes})
-
-
 # -- reading the store ------------------------------------------------------------------------
 
 
@@ -249,7 +245,7 @@ def read_health(
     """
     now = store.now()
     infos = {info.name: info for info in store.jobs()}
-    plans = {name: _plan_of_spec(info) for name, info in infos.items()}
+    plans = _plans_of_specs(infos.values())
     lease = store
     if stores_schedules(store):
         for row in store.schedule_changes(0):
@@ -299,6 +295,18 @@ def _histories(store: LeaseBackend, jobs: Sequence[str], depth: int) -> dict[str
         won = next((r for r in runs if r.state is RunState.SUCCEEDED), None)
         found[job] = JobHistory(tuple(slots[:depth]), won)
     return found
+
+
+def _plans_of_specs(infos: Iterable[JobInfo]) -> dict[str, _Plan | None]:
+    """Each job's plan; jobs registered with the same definition share it (read once)."""
+    shared: dict[tuple[str | None, bool], _Plan | None] = {}
+    plans = {}
+    for info in infos:
+        key = (info.spec, info.paused)
+        if key not in shared:
+            shared[key] = _plan_of_spec(info)
+        plans[info.name] = shared[key]
+    return plans
 
 
 def _plan_of_spec(info: JobInfo) -> _Plan | None:
