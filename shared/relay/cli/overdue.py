@@ -13,8 +13,8 @@ from rich.table import Table
 
 from relay.cli._format import console, iso
 from relay.cli._options import backend_option, json_option
-from relay.cli._stores import control as _control
-from relay.overdue import JobHealth
+from relay.cli._stores import read_only
+from relay.overdue import JobHealth, ranked, read_health
 from relay.prometheus_rules import prometheus_rules
 
 __all__ = ["alert_rules", "health_table", "overdue"]
@@ -37,8 +37,8 @@ def overdue(url: str, as_json: bool, every: bool, jobs: tuple[str, ...]) -> None
     Example:
       relay overdue --backend postgresql://relay@db/relay --json
     """
-    with _control(url, read_only=True) as control:
-        found = control.health(list(jobs) or None)
+    with read_only(url) as backend:
+        found = ranked(read_health(backend, list(jobs) or None))
     alerting = [h for h in found if h.alerting]
     shown = found if every else alerting
     if as_json:
