@@ -67,7 +67,7 @@ def test_a_bad_expectation_is_refused_with_the_fix(store: Any, value: Any, words
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, "3"])
 def test_a_bad_failure_count_is_refused(store: Any, value: Any) -> None:
-    with pytest.raises(ConfigurationError, match="alert_after_failures=.* whole number >= 1"):
+    with pytest.raises(ConfigurationError, match=r"alert_after_failures=.* whole number >= 1"):
         make_job(store, name="job", every=60, alert_after_failures=value)
 
 
