@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.durations import Duration
@@ -100,6 +100,8 @@ class ScheduleControl:
         description: str = "",
         by: str | None = None,
         force: bool = False,
+        expect_success_within: Duration | Literal[False] | None = None,
+        alert_after_failures: int | None = None,
     ) -> Schedule:
         """Store a new schedule: every running instance that allows ``task`` runs it from its
         first slot after now (never at once). Returns it at version 1.
@@ -115,6 +117,7 @@ class ScheduleControl:
             enabled=enabled, start=start, end=end, max_runs=max_runs, overlap=overlap,
             catch_up=catch_up, max_attempts=max_attempts, stale_after=stale_after,
             jitter=jitter, options=options, description=description,
+            expect_success_within=expect_success_within, alert_after_failures=alert_after_failures,
         )  # fmt: skip
         self._check_name(store, name)
         self._check_at(store, schedule)
