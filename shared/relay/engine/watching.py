@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from relay import clock as relay_clock
 from relay.contract import LeaseBackend, marks_once
+from relay.errors import RelayError
 from relay.events import (
     EventBus,
     JobFailing,
@@ -147,4 +148,8 @@ class Watch:
         if not marks_once(self.backend):
             return True
         key = f"{event.job}|{event.type}|{format_slot(event.slot)}"
-        return self.backend.mark_once(key, MARK_TTL)
+        try:
+            return self.backend.mark_once(key, MARK_TTL)
+        except RelayError as exc:  # better twice than never: announce it unmarked
+            log.warning("could not mark %s in the store (%s); announcing it all the same", key, exc)
+            return True
