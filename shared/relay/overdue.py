@@ -42,6 +42,8 @@ __all__ = [
     "STATES",
     "JobHealth",
     "decide",
+    "overdue_stretches",
+    "plans_of",
     "ranked",
     "read_health",
 ]
@@ -160,6 +162,31 @@ def decide(
     )  # fmt: skip
 
 
+def overdue_stretches(
+    schedule: Schedule,
+    records: Sequence[RunRecord],
+    now: datetime,
+    within: Within = None,
+    jitter: float = 0.0,
+) -> list[tuple[datetime, datetime]]:
+    """When the job was overdue, as far as ``records`` (its runs, any order) tell: from the
+    expectation of the first slot after each success to the next success's finish (or ``now``).
+
+    Before the first success among ``records`` nothing is known, so nothing is drawn there.
+    """
+    wins = sorted(
+        (r for r in records if r.state is RunState.SUCCEEDED), key=lambda r: r.scheduled_for
+    )
+    stretches = []
+    for won, following in zip(wins, [*wins[1:], None], strict=True):
+        first = next_slot(schedule, won.scheduled_for)
+        expected = None if first is None else expected_by(schedule, first, within, jitter)
+        end = now if following is None else following.finished_at or following.scheduled_for
+        if expected is not None and expected < min(end, now):
+            stretches.append((expected, min(end, now)))
+    return stretches
+
+
 def _failures(
     schedule: Schedule,
     anchor: datetime,
@@ -245,7 +272,7 @@ def read_health(
     """
     now = store.now()
     infos = {info.name: info for info in store.jobs()}
-    plans = _plans_of_specs(infos.values())
+    plans = plans_of(infos.values())
     lease = store
     if stores_schedules(store):
         for row in store.schedule_changes(0):
@@ -297,8 +324,10 @@ def _histories(store: LeaseBackend, jobs: Sequence[str], depth: int) -> dict[str
     return found
 
 
-def _plans_of_specs(infos: Iterable[JobInfo]) -> dict[str, _Plan | None]:
-    """Each job's plan; jobs registered with the same definition share it (read once)."""
+def plans_of(infos: Iterable[JobInfo]) -> dict[str, _Plan | None]:
+    """What the decision needs of each job (its schedule, expectation, jitter, failure count,
+    pause), read from its registered spec (``None``: no usable schedule). Jobs registered with
+    the same definition share it (parsed once)."""
     shared: dict[tuple[str | None, bool], _Plan | None] = {}
     plans = {}
     for info in infos:
