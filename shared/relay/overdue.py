@@ -54,8 +54,9 @@ DEPTH = 3
 """Runs read per job at least (more when ``alert_after_failures`` asks for more)."""
 MAX_DEPTH = 100
 """Runs read per job at most."""
-_MAX_UNRECORDED = 1000
-"""Slots with no record walked per job at most (a fleet dead for long, a fast schedule)."""
+_MAX_UNRECORDED = 100
+"""Slots with no record walked per job at most (a fleet dead for long, a fast schedule): the
+count of failures stops there."""
 STATES = ("overdue", "failing", "ok", "waiting", "paused", "off", "unknown")
 """Every state a job can be in, the ones to look at first first."""
 ALERTING = ("overdue", "failing")
@@ -83,7 +84,8 @@ class JobHealth:
     expected_by: datetime | None = None
     """When ``slot`` (or, with none, the next slot) should have succeeded."""
     failures: int = 0
-    """Slots since the last success that ended failed, missed or stale."""
+    """Slots since the last success that ended failed, missed or stale (slots with no record
+    counted up to a hundred)."""
     alert_after_failures: int | None = None
     overdue: bool = False
     failing: bool = False
