@@ -84,6 +84,20 @@ def test_healthchecks_registers_each_job_and_pings_start_and_end(
     assert services.healthchecks.status("refresh", datetime.now(UTC)) == "down"
 
 
+def test_a_worker_that_did_not_register_finds_the_checks_by_name(
+    services: FakeServices, scheduler: relay.Scheduler[Any]
+) -> None:
+    Healthchecks(API_KEY, api_url=services.url).register(scheduler.jobs.values())
+    worker = Healthchecks(API_KEY, api_url=services.url)  # another process: nothing registered
+    worker.send_pings(scheduler.on)
+    run_once(scheduler)
+    assert worker.flush()
+    assert [kind for kind, _, _ in services.healthchecks.checks["refresh"].pings] == [
+        "start", "fail",
+    ]  # fmt: skip
+    assert sorted(worker.ping_urls) == ["nightly.export", "refresh"]
+
+
 def test_healthchecks_names_the_fix_for_a_refused_key(services: FakeServices) -> None:
     with pytest.raises(BackendUnavailable, match="api_key is the project's read-write API key"):
         Healthchecks("wrong", api_url=services.url).register(

@@ -6,9 +6,10 @@ They implement the request shapes the services document, and refuse what the ser
   with the project's key in ``X-Api-Key`` and a JSON check (``name``, ``grace`` and ``timeout``
   of at least 60 s, or a ``schedule`` with its ``tz``; ``unique`` makes it an upsert: 201 when
   created, 200 when an existing check was updated), answered with the check and its
-  ``ping_url``; pings to ``/ping/<uuid>``, ``/ping/<uuid>/start`` and ``/ping/<uuid>/fail``,
-  with an optional ``rid``. :meth:`FakeHealthchecks.status` says what the service would show at a
-  given time: ``down`` once a ping is later than its period plus grace, as Healthchecks does.
+  ``ping_url``; ``GET /api/v3/checks/`` (``tag`` filters) lists them; pings to
+  ``/ping/<uuid>``, ``/ping/<uuid>/start`` and ``/ping/<uuid>/fail``, with an optional ``rid``.
+  :meth:`FakeHealthchecks.status` says what the service would show at a given time: ``down``
+  once a ping is later than its period plus grace, as Healthchecks does.
 * Sentry (https://develop.sentry.dev/sdk/envelopes/, /sdk/check-ins/): envelopes ``POST``-ed to
   ``/api/<project>/envelope/``, whose ``check_in`` items are kept.
 """
@@ -61,6 +62,15 @@ class FakeHealthchecks:
                 found = self.checks[body["name"]] = Check(str(uuid.uuid4()), {})
             found.body = {k: v for k, v in body.items() if k != "unique"}
         return status, {**found.body, "ping_url": f"{self.base}/ping/{found.uuid}"}
+
+    def listed(self, tag: str | None) -> list[dict[str, Any]]:
+        """The checks, those with ``tag`` among their space-separated tags if given."""
+        with self.lock:
+            return [
+                {**c.body, "ping_url": f"{self.base}/ping/{c.uuid}"}
+                for c in self.checks.values()
+                if tag is None or tag in str(c.body.get("tags", "")).split()
+            ]
 
     def ping(self, check_uuid: str, kind: str, rid: str | None) -> bool:
         with self.lock:
@@ -169,6 +179,12 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.services  # type: ignore[attr-defined,no-any-return]
 
     def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/api/v3/checks/":
+            if self.headers.get("X-Api-Key") != API_KEY:
+                return self._answer(401, {"error": "wrong api key"})
+            tag = parse_qs(url.query).get("tag", [None])[0]
+            return self._answer(200, {"checks": self.services.healthchecks.listed(tag)})
         self._ping()
 
     def do_HEAD(self) -> None:

@@ -64,8 +64,9 @@ class Healthchecks:
         self._key = api_key
         self.ping_urls: dict[str, str] = {}
         """Each registered job's ping URL."""
-        self._queue: queue.SimpleQueue[str | threading.Event] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[str, str] | threading.Event] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._listed = False
 
     def register(self, jobs: Iterable[Job]) -> dict[str, str]:
         """Create or update a check per job; return each job's ping URL.
@@ -79,8 +80,13 @@ class Healthchecks:
         return dict(self.ping_urls)
 
     def send_pings(self, on: On) -> Callable[[], None]:
-        """Ping each registered job's check as its runs start and end (``on``: ``scheduler.on``,
-        ``relay_celery.on`` or ``RelayMiddleware.on``); returns a function that unsubscribes."""
+        """Ping each job's check as its runs start and end (``on``: ``scheduler.on``,
+        ``relay_celery.on`` or ``RelayMiddleware.on``); returns a function that unsubscribes.
+
+        A process that did not :meth:`register` the jobs (a Celery or Dramatiq worker) finds
+        their checks by name, tagged ``relay``, with one ``GET /api/v3/checks/?tag=relay`` at
+        its first ping; a run of a job with no check sends nothing.
+        """
         offs = [
             on(RunStarted, lambda e: self._ping(e, "/start")),
             on(RunSucceeded, lambda e: self._ping(e, "")),
@@ -102,12 +108,23 @@ class Healthchecks:
         return done.wait(timeout)
 
     def _ping(self, event: RunEvent, suffix: str) -> None:
-        base = self.ping_urls.get(event.job)
-        if base is None:
-            return  # not registered here: another monitor's job
         rid = uuid.uuid5(uuid.NAMESPACE_URL, f"relay:{event.run_id}").hex
-        self._queue.put(f"{base}{suffix}?rid={rid}")
+        self._queue.put((event.job, f"{suffix}?rid={rid}"))
         self._start()
+
+    def _url(self, job: str) -> str | None:
+        """The job's ping URL; the project's checks are listed once if it is not known."""
+        if job not in self.ping_urls and not self._listed:
+            self._listed = True
+            try:
+                listed = self._request("GET", "/api/v3/checks/?tag=relay", None)
+            except BackendUnavailable as exc:
+                log.warning("could not list the Healthchecks checks: %s", exc)
+                self._listed = False  # tried again at the next ping
+                return None
+            for check in listed.get("checks", []):
+                self.ping_urls.setdefault(str(check["name"]), str(check["ping_url"]))
+        return self.ping_urls.get(job)
 
     def _start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -118,10 +135,15 @@ class Healthchecks:
 
     def _send_forever(self) -> None:
         while True:
-            url = self._queue.get()
-            if isinstance(url, threading.Event):
-                url.set()
+            item = self._queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
                 continue
+            job, tail = item
+            base = self._url(job)
+            if base is None:
+                continue  # a job with no check: another monitor's
+            url = base + tail
             try:
                 with urllib.request.urlopen(
                     urllib.request.Request(url, method="POST", data=b""), timeout=self.timeout
@@ -130,9 +152,10 @@ class Healthchecks:
             except OSError as exc:
                 log.warning("could not ping Healthchecks (%s): %s", url.split("?")[0], exc)
 
-    def _request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         request = urllib.request.Request(
-            self.api_url + path, method=method, data=json.dumps(body).encode(),
+            self.api_url + path, method=method,
+            data=None if body is None else json.dumps(body).encode(),
             headers={"X-Api-Key": self._key, "Content-Type": "application/json"},
         )  # fmt: skip
         try:
