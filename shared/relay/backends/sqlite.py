@@ -336,25 +336,29 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         return found
 
     def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
-        # Each query walks one job's key range from its newest id and stops early.
+        # One statement per job, each part walking one key range from its newest id: its slot
+        # runs (one more than asked: see last_slots), then its latest slot and manual successes.
+        columns = self._columns
+        part = f"SELECT * FROM (SELECT {columns}, {{kind}} FROM relay_runs WHERE run_id > ? AND "
+        statement = " UNION ALL ".join(
+            part.format(kind=kind) + f"run_id < ?{where} ORDER BY run_id DESC LIMIT ?)"
+            for kind, where in (
+                (0, ""),
+                (1, " AND state = 'succeeded'"),
+                (2, " AND state = 'succeeded'"),
+            )
+        )
         found = {}
         with self._read() as conn:
             for job in jobs:
-                recent = conn.execute(
-                    f"SELECT {self._columns} FROM relay_runs WHERE run_id > ? AND run_id < ? "
-                    "ORDER BY run_id DESC LIMIT ?",
-                    (*_slot_range(job), depth + 1),  # one more: see last_slots
+                rows = conn.execute(
+                    statement,
+                    (*_slot_range(job), depth + 1, *_slot_range(job), 2, *_manual_range(job), 2),
                 ).fetchall()
-                wins = [
-                    row
-                    for bounds in (_slot_range(job), _manual_range(job))
-                    for row in conn.execute(
-                        f"SELECT {self._columns} FROM relay_runs WHERE run_id > ? AND run_id < ? "
-                        "AND state = 'succeeded' ORDER BY run_id DESC LIMIT 2",
-                        bounds,
-                    )
-                ]
-                recent.sort(key=lambda row: row[2], reverse=True)
+                recent = sorted(
+                    (r[:-1] for r in rows if r[-1] == 0), key=lambda r: r[2], reverse=True
+                )
+                wins = [r[:-1] for r in rows if r[-1] != 0]
                 best = max(wins, key=lambda row: row[2], default=None)
                 found[job] = JobHistory(
                     tuple(_record(row) for row in recent[:depth]),
