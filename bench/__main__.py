@@ -51,6 +51,7 @@ BENCHES = [
     "schedules",
     "host_schedules",
     "console",
+    "overdue",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

@@ -96,6 +96,9 @@ class InlineScheduler:
         at = math.inf if due is None else due.timestamp()
         if self._sweeps:
             at = min(at, self._sweeps[0])
+        watch = self.scheduler.loop.watch
+        if watch is not None:  # a job's expectation passes: announce it on time
+            at = min(at, watch.wake_at)
         return max(at, self._retry_at)
 
     def poke(self, now: float) -> None:
