@@ -5,8 +5,9 @@ message, which names the fix, and exit status 1), and the parsers of option valu
 Every option value is parsed by one of the types here (or a click type), so that a wrong value
 is refused before anything is opened, with exit status 2 and a message naming the option:
 :class:`Duration` (finite, within :data:`relay.durations.MAX_SECONDS`, never NaN, with a floor
-where a smaller one would spin a core), :class:`Instant`, :class:`Since`, :class:`OutputFile`
-(a file to write, in a folder that exists) and :func:`count` (a whole number within bounds).
+where a smaller one would spin a core), :class:`Instant`, :class:`Since`, :class:`InputFile`,
+:class:`OutputFile` (a file to write, in a folder that exists) and :func:`count` (a whole number
+within bounds).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from relay.errors import RelayError
 
 __all__ = [
     "Duration",
+    "InputFile",
     "Instant",
     "OutputFile",
     "RelayGroup",
@@ -89,10 +91,10 @@ def instant(text: str, option: str) -> datetime:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise click.BadParameter(
-            f"{text!r} is not an ISO 8601 time, such as 2026-11-01T00:00:00Z", param_hint=option
+            f"{text!r} is not an ISO 8601 time, such as 2026-11-01T00:00:00Z", param_hint=[option]
         ) from None
     if value.tzinfo is None:
-        raise click.BadParameter(f"{text!r} has no time zone: add Z or +01:00", param_hint=option)
+        raise click.BadParameter(f"{text!r} has no time zone: add Z or +01:00", param_hint=[option])
     return value
 
 
@@ -111,16 +113,16 @@ def duration(text: str, option: str, floor: float = 0.0, why: str = "") -> float
     if math.isnan(value):
         raise click.BadParameter(
             f"{text!r} is not a duration: use seconds or a number with s, m, h or d, such as 30d",
-            param_hint=option,
+            param_hint=[option],
         )
     least = f"{floor:g}" if floor else "0"
     if value < floor:
         reason = f"below {least}s: {why}" if floor and value >= 0 else "negative"
-        raise click.BadParameter(f"{text!r} is {reason}; use {least} or more", param_hint=option)
+        raise click.BadParameter(f"{text!r} is {reason}; use {least} or more", param_hint=[option])
     if value > MAX_SECONDS:
         raise click.BadParameter(
             f"{text!r} is more than a century; use a shorter duration, such as 30d",
-            param_hint=option,
+            param_hint=[option],
         )
     return value
 
@@ -173,6 +175,19 @@ class Since(_ParamType):
         return str(value)
 
 
+class InputFile(click.Path):
+    """A file a command reads: it exists, is not a folder, and may be read."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=True, dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The path, or a usage error saying what is wrong with it."""
+        if "\0" in str(value):
+            self.fail(f"{str(value)!r} is not a file name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class OutputFile(_ParamType):
     """A file a command writes: not a folder, in a folder that exists and may be written."""
 
@@ -211,7 +226,7 @@ def integer(text: str, option: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a whole number", param_hint=option) from None
+        raise click.BadParameter(f"{text!r} is not a whole number", param_hint=[option]) from None
 
 
 def count(low: int, high: int) -> click.IntRange:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from time import sleep
 
 import click
 from rich.markup import escape
@@ -133,7 +133,7 @@ def _follow(
                     seen[record.id] = record
                     click.echo(_run_line(record, as_json))
             sys.stdout.flush()
-            time.sleep(interval)
+            sleep(interval)
             records = filtered.read(backend)
     except KeyboardInterrupt:
         return

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from relay.cli._format import piped
 from relay.cli._options import (
+    InputFile,
     OutputFile,
     backend_option,
     duration,
@@ -39,7 +40,7 @@ def _json_value(text: str, option: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not JSON", param_hint=option) from None
+        raise click.BadParameter(f"{text!r} is not JSON", param_hint=[option]) from None
 
 
 # Each option of a definition: its flag, how its text becomes a value, and its help.
@@ -236,7 +237,7 @@ def export(url: str, file: Path) -> None:
 
 @schedules.command("apply")
 @backend_option
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=InputFile())
 @click.option("--prune", is_flag=True, help="Remove the stored schedules FILE does not name.")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--by", default=None, help="Who makes the changes (default: user@host).")
