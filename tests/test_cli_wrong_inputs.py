@@ -390,6 +390,9 @@ def test_the_wrong_inputs_of_the_issue_exit_with_a_line_naming_the_fix(
         (["runs", *b, "--limit", "99999999999999999999999"], 2, "--limit"),
         (["jobs", "--backend", "gopher://localhost/x"], 1, "gopher"),
         (["demo", "--duration", "nan"], 2, "--duration"),
+        (["--bogus"], 2, "No such option"),
+        (["nope"], 2, "No such command"),
+        (["schedules", "nope"], 2, "No such command"),
     ]
     with no_real_loops(monkeypatch):
         for args, status, fix in cases:
