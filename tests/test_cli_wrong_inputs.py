@@ -376,6 +376,7 @@ def test_the_wrong_inputs_of_the_issue_exit_with_a_line_naming_the_fix(
         (["schedules", "apply", *b, str(tmp_path / "bad.yaml")], 1, "is not valid YAML"),
         (["schedules", "apply", *b, str(tmp_path / "binary.yaml")], 1, "is not text"),
         (["schedules", "apply", *b, str(tmp_path / "deep.json")], 1, "nests too deep"),
+        (["schedules", "apply", *b, "/dev/zero"], 2, "is not a regular file"),
         ([*add, "--every", "60", "--max-runs", "abc"], 2, "'abc' is not a whole number"),
         ([*add, "--every", "nan"], 2, "'nan' is not a duration"),
         ([*add, "--every", "inf"], 2, "more than a century"),

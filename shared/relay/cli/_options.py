@@ -185,7 +185,10 @@ class InputFile(click.Path):
         """The path, or a usage error saying what is wrong with it."""
         if "\0" in str(value):
             self.fail(f"{str(value)!r} is not a file name", param, ctx)
-        return super().convert(value, param, ctx)
+        path = super().convert(value, param, ctx)
+        if not os.path.isfile(path):  # a device or a pipe could be read for ever
+            self.fail(f"{str(value)!r} is not a regular file: give a YAML or JSON file", param, ctx)
+        return path
 
 
 class OutputFile(_ParamType):
