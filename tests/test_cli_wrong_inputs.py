@@ -308,7 +308,7 @@ def test_no_command_gives_a_traceback_on_sqlite(
         files = Files(Path(folder))
 
         @settings(
-            max_examples=40, deadline=None, database=None,
+            max_examples=20, deadline=None, database=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
         )  # fmt: skip
         @given(data=st.data())
@@ -342,7 +342,7 @@ def test_no_command_gives_a_traceback_on_a_server(
         files = Files(tmp_path)
 
         @settings(
-            max_examples=15, deadline=None, database=None,
+            max_examples=6, deadline=None, database=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
         )  # fmt: skip
         @given(data=st.data())
