@@ -46,13 +46,15 @@ app.conf.update(
         "close-day": {
             "task": "outbox.close_day",
             "schedule": crontab(minute=5, hour=0),
-            "relay": {"max_attempts": 5, "catch_up": 6 * 3600},
         },
         "publish-outbox": {
             "task": "outbox.publish",
             "schedule": timedelta(seconds=5),
-            "relay": {"overlap": "skip"},
         },
+    },
+    relay_jobs={
+        "close-day": {"max_attempts": 5, "catch_up": 6 * 3600},
+        "publish-outbox": {"overlap": "skip"},
     },
 )
 relay_celery.install(app)

@@ -66,7 +66,7 @@ def test_timeline_explains_a_bad_since(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["timeline", "--backend", url, "--since", "soon", "--html", str(tmp_path / "t.html")]
     )
-    assert result.exit_code == 1 and "neither a duration" in result.output
+    assert result.exit_code == 2 and "neither a duration" in result.output
 
 
 def test_timeline_draws_stored_schedules_and_their_edits_on_every_lease_backend(

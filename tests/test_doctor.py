@@ -133,8 +133,10 @@ def test_doctor_reads_every_lease_store_and_creates_or_changes_nothing(lease_url
         assert f["cost"] in ("nothing", "run twice", "unknown") and f["why"]
         assert bool(f["fix"]) == (f["cost"] == "run twice"), f
     assert set(report) == {
-        "store", "facts", "findings", "warnings", "runs_twice", "unknown", "passes_strict",
+        "store", "facts", "findings", "warnings", "relay_data", "runs_twice", "unknown",
+        "passes_strict",
     }  # fmt: skip
+    assert report["relay_data"] is True
     found = costs(report)
     assert report["runs_twice"] == ("run twice" in found.values())
     assert report["unknown"] == [failure for failure, cost in found.items() if cost == "unknown"]
@@ -143,12 +145,45 @@ def test_doctor_reads_every_lease_store_and_creates_or_changes_nothing(lease_url
     assert costs(report)["instance crash"] == "nothing"
 
 
-def test_doctor_of_a_missing_store_fails_and_creates_nothing(lease_url: str) -> None:
+def test_doctor_of_a_fresh_store_judges_its_server_and_creates_nothing(lease_url: str) -> None:
+    # Before the first deploy: no file, schema, key or bucket yet. The server's settings are
+    # judged all the same, the report says no Relay data was found, and nothing is created.
     assert not store_exists(lease_url)
-    result = doctor(lease_url)
-    assert result.exit_code == 1, result.output
-    assert "not exist" in result.output or "no key" in result.output
+    report = report_of(lease_url)
+    assert report["relay_data"] is False
+    assert [f["failure"] for f in report["findings"]] == list(FAILURES)
+    assert report["facts"]["store"] in ("sqlite", "postgresql", "redis", "nats")
+    shown = doctor(lease_url)
+    assert shown.exit_code == 0, shown.output
+    assert "No Relay data found in" in shown.output
+    assert "nothing was created" in " ".join(shown.output.split())
+    assert doctor(lease_url, "--strict").exit_code == (0 if report["passes_strict"] else 1)
     assert not store_exists(lease_url), "relay doctor created the store"
+
+
+def test_doctor_json_is_json_on_every_path(tmp_path: Path) -> None:
+    sqlite = f"sqlite:///{tmp_path / 'relay.db'}"
+    refused = {
+        "no backend": (["doctor", "--json"], 2),
+        "unknown option": (["doctor", "--json", "--backend", sqlite, "--colour"], 2),
+        "unknown scheme": (["doctor", "--json", "--backend", "gopher://h/x"], 1),
+        "claim store": (["doctor", "--json", "--backend", f"{sqlite}?strategy=claim"], 1),
+        "a host in a SQLite URL": (["doctor", "--backend", "sqlite://host/x.db", "--json"], 1),
+        "no such folder": (["doctor", "--json", "--backend", "sqlite:///no/such/dir/x.db"], 0),
+        "not a SQLite file": (["doctor", "--json", "--backend", f"sqlite:///{tmp_path}/x"], 1),
+    }
+    (tmp_path / "x").write_bytes(bytes(range(256)) * 8)
+    for what, (args, status) in refused.items():
+        result = CliRunner().invoke(main, args, env={"RELAY_BACKEND": ""})
+        assert result.exit_code == status, (what, result.output)
+        printed = json.loads(result.output)  # one JSON document, nothing else
+        assert isinstance(printed, dict), what
+        if status:
+            assert printed == {"error": printed["error"], "exit_code": status}, what
+            assert "\n" not in printed["error"], what
+        else:
+            assert printed["relay_data"] is False, what
+    assert not (tmp_path / "relay.db").exists()
 
 
 def test_relay_backend_in_the_environment_is_the_default(tmp_path: Path) -> None:

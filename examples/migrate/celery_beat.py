@@ -2,8 +2,9 @@
 
 Before, one ``celery -A celery_beat beat`` ran, with its state in a local ``celerybeat-schedule``
 file. After, any number run (``celery -A celery_beat beat``, several times, on several hosts) and
-every run is published by exactly one of them. Two settings changed; the schedule did not, except
-for the optional ``"relay"`` options. See docs/migrate/celery-beat.md.
+every run is published by exactly one of them. Two settings changed; the schedule did not: Relay's
+options for its entries live beside it, in ``relay_jobs``, which the stock scheduler ignores, so a
+rollback is one setting. See docs/migrate/celery-beat.md.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ app.conf.beat_schedule = {
         "task": "reports.build",
         "schedule": crontab(minute=30, hour=2),  # 02:30 Paris time, DST included
         "args": ("daily",),
-        "relay": {"max_attempts": 3, "catch_up": 6 * 3600},  # new: retry, and catch up
     },
     "poll-payments": {
         "task": "payments.poll",
         "schedule": timedelta(seconds=30),
-        "relay": {"overlap": "skip"},  # new: never two polls at once
     },
+}
+# New, and optional: Relay's options per entry (the stock beat ignores this setting).
+app.conf.relay_jobs = {
+    "nightly-report": {"max_attempts": 3, "catch_up": 6 * 3600},  # retry, and catch up
+    "poll-payments": {"overlap": "skip"},  # never two polls at once
 }
 # The two lines of the migration: beat decides through Relay, on a store every beat shares.
 app.conf.beat_scheduler = "relay_celery.RelayScheduler"

@@ -27,9 +27,9 @@ app.conf.update(
         "sync-crm": {
             "task": "crm.sync",
             "schedule": crontab(minute="*/15"),
-            "relay": {"overlap": "skip", "max_attempts": 2},
         },
         "expire-sessions": {"task": "auth.expire_sessions", "schedule": 60.0},
     },
+    relay_jobs={"sync-crm": {"overlap": "skip", "max_attempts": 2}},  # Relay's options per entry
 )
 relay_celery.install(app)

@@ -10,6 +10,10 @@ ACL refused it). Each :class:`Finding` names the settings it read and the one to
 
 Claim stores are not judged: they remember only who won, so any loss of that record lets a second
 instance win the run; :func:`claim_store_refusal` says so.
+
+A store with no Relay data yet (no file, schema, key under the prefix or bucket) is judged too:
+:func:`diagnose_url` reads its server's settings, creating nothing, and the report says no Relay
+data was found (:attr:`DoctorReport.relay_data`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from relay.backends import capability_of, open_backend
+from relay.backends._url import BackendURL
 from relay.doctor_rules import (
     FAILURES,
     READ_HINTS,
@@ -41,6 +47,7 @@ __all__ = [
     "Finding",
     "claim_store_refusal",
     "diagnose",
+    "diagnose_url",
 ]
 
 
@@ -79,6 +86,9 @@ class DoctorReport:
     warnings: tuple[str, ...] = field(default=())
     """States that stop or slow every step now (a replica in the URL, a synchronous standby
     missing), whatever fails next."""
+    relay_data: bool = True
+    """Whether the store holds Relay's data yet (``False``: the settings are the server's, or
+    those Relay will create the store with, and nothing was created to read them)."""
 
     @property
     def runs_twice(self) -> bool:
@@ -106,7 +116,7 @@ class DoctorReport:
                  "fix": f.fix}
                 for f in self.findings
             ],
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "relay_data": self.relay_data,
             "runs_twice": self.runs_twice, "unknown": list(self.unknown),
             "passes_strict": self.passes_strict,
         }  # fmt: skip
@@ -126,7 +136,8 @@ def diagnose(backend: object) -> DoctorReport:
             f"{name} does not report its settings (no durability_facts()): relay doctor knows "
             "SQLite, PostgreSQL, Redis and NATS KV lease stores"
         )
-    values = backend.durability_facts()
+    values = dict(backend.durability_facts())
+    relay_data = bool(values.pop("relay_data", True))
     table = TABLES[str(values["store"])]
     findings = tuple(_judge(failure, table[failure], values) for failure in FAILURES)
     warnings = tuple(
@@ -134,7 +145,23 @@ def diagnose(backend: object) -> DoctorReport:
         for when, text in WARNINGS.get(str(values["store"]), ())
         if _holds(when, Facts(values))
     )
-    return DoctorReport(name, values, findings, warnings)
+    return DoctorReport(name, values, findings, warnings, relay_data)
+
+
+def diagnose_url(url: str) -> DoctorReport:
+    """:func:`diagnose` the lease store ``url`` names, opened read-only: one with no Relay data
+    yet is judged on its server's settings, and nothing is created to read them.
+
+    Raises :class:`ConfigurationError` for a claim URL before opening it (opening one may create
+    its queue or stream), and what :func:`relay.open_backend` raises for a URL it cannot open.
+    """
+    if capability_of(url) != "lease":
+        raise ConfigurationError(claim_store_refusal(BackendURL(url).redacted()))
+    backend = open_backend(url, read_only=True, empty_ok=True)
+    try:
+        return diagnose(backend)
+    finally:
+        backend.close()
 
 
 def claim_store_refusal(store: str) -> str:

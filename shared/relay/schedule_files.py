@@ -60,12 +60,30 @@ class Plan:
 
 def load(path: Path) -> list[dict[str, Any]]:
     """The definitions a YAML or JSON file holds (a ``schedules:`` list, or a bare list)."""
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"{path} is not text (byte {exc.start} is not UTF-8): give a YAML or JSON file"
+        ) from None
     if path.suffix in (".yaml", ".yml"):
-        data = _yaml().safe_load(text)
+        yaml = _yaml()
+        try:
+            data = yaml.safe_load(text)
+        except RecursionError:
+            raise ConfigurationError(f"{path} nests too deep to be a file of schedules") from None
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+            problem = getattr(exc, "problem", None) or "malformed"
+            raise ConfigurationError(
+                f"{path} is not valid YAML ({problem}{at}); fix it, or check it with a YAML linter"
+            ) from None
     else:
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise ConfigurationError(f"{path} nests too deep to be a file of schedules") from None
         except ValueError as exc:
             raise ConfigurationError(f"{path} is not JSON ({exc}); name YAML files .yaml") from None
     items = data.get("schedules") if isinstance(data, dict) else data

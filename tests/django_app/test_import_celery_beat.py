@@ -109,6 +109,9 @@ def test_import_maps_each_row_lists_the_rest_and_changes_nothing_twice(
         planned, _ = imported(env, "--dry-run")
         assert planned["clash"][0] == "not imported" and "pass --update" in planned["clash"][1]
         assert "no live instance allows task 'app.report'" in planned["nightly report"][1]
+        hint = planned["nightly report"][1]  # a Celery user's fix, not the standalone API's
+        assert "@relay_celery.schedulable" in hint and "RELAY['SCHEDULABLE_TASKS']" in hint
+        assert "@scheduler.task" not in hint
         assert versions(url) == before
 
         done, summary = imported(env, "--force", "--by", "importer")

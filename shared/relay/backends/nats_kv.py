@@ -128,7 +128,8 @@ class NatsLeaseBackend(NatsSchedules):
     ``memory``), ``replicas`` (default 1), ``history`` (revisions kept per key, default 5) and
     ``timeout`` (seconds per request, default 2; one step, a few requests, waits three times
     that at most). The bucket is created if missing, unless
-    ``read_only``: then a missing bucket raises :class:`~relay.errors.StoreNotFound`.
+    ``read_only``: then a missing bucket raises :class:`~relay.errors.StoreNotFound`, unless
+    ``empty_ok`` (for ``relay doctor``: only :meth:`durability_facts` may then be called).
 
     Instances' heartbeats live in a second bucket, ``<bucket>-instances``, one key per instance,
     created by the first heartbeat. Each record is read as expired past its own ``ttl``; the
@@ -152,6 +153,7 @@ class NatsLeaseBackend(NatsSchedules):
         read_only: bool = False,
         deadline: Deadline | None = None,
         tls: ssl.SSLContext | None = None,
+        empty_ok: bool = False,
     ) -> None:
         self._where = BackendURL(servers).redacted()
         self._tls = tls
@@ -169,9 +171,10 @@ class NatsLeaseBackend(NatsSchedules):
         self._clock = ServerClock(self._read_clock)
         self._known = _Known()
         self._no_consumers_until = 0.0
+        self._found = True
         try:
             self._nc, self._js = self._call(
-                self._open(servers, storage, replicas, history, read_only), timeout * 3
+                self._open(servers, storage, replicas, history, read_only, empty_ok), timeout * 3
             )
         except BaseException:
             self._loop.close()
@@ -219,7 +222,13 @@ class NatsLeaseBackend(NatsSchedules):
         servers. Only reads the stream's info."""
         from relay.backends._nats_facts import kv_facts
 
-        return self._call(kv_facts(self._nc, self._js, self._stream))
+        if not self._found:  # no bucket yet: the settings Relay would create it with
+            return {
+                "store": "nats", "version": str(self._nc.connected_server_version),
+                "storage": self._storage, "replicas": self._replicas, "peers_current": None,
+                "cluster": "", "servers_known": len(self._nc.servers), "relay_data": False,
+            }  # fmt: skip
+        return {**self._call(kv_facts(self._nc, self._js, self._stream)), "relay_data": True}
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -761,7 +770,13 @@ class NatsLeaseBackend(NatsSchedules):
     # -- connecting --------------------------------------------------------------------------
 
     async def _open(
-        self, servers: str, storage: str, replicas: int, history: int, read_only: bool
+        self,
+        servers: str,
+        storage: str,
+        replicas: int,
+        history: int,
+        read_only: bool,
+        empty_ok: bool = False,
     ) -> tuple[Client, JetStreamContext]:
         nc = await self._connect(servers)
         try:
@@ -773,7 +788,7 @@ class NatsLeaseBackend(NatsSchedules):
                 )
             js = nc.jetstream(timeout=self._timeout)
             if read_only:
-                await self._check_bucket(js)
+                await self._check_bucket(js, empty_ok)
             else:
                 await self._ensure_bucket(js, storage, replicas, history)
         except BaseException:
@@ -820,10 +835,13 @@ class NatsLeaseBackend(NatsSchedules):
             ) from exc
         return nc
 
-    async def _check_bucket(self, js: JetStreamContext) -> None:
+    async def _check_bucket(self, js: JetStreamContext, empty_ok: bool) -> None:
         try:
             await js.stream_info(self._stream)
         except nats.js.errors.NotFoundError:
+            self._found = False
+            if empty_ok:
+                return
             raise StoreNotFound(
                 f"KV bucket {self.bucket!r} does not exist on NATS at {self._where}; check "
                 "?bucket= in the URL (read-only commands never create it)"

@@ -110,7 +110,9 @@ class PostgresLeaseBackend(PostgresSchedules):
     so after a standby's promotion the pool reaches it without a restart.
 
     ``read_only`` neither creates nor migrates the schema: a schema that does not exist (or holds
-    no Relay tables) raises :class:`~relay.errors.StoreNotFound`.
+    no Relay tables) raises :class:`~relay.errors.StoreNotFound`; ``empty_ok`` (with
+    ``read_only``, for ``relay doctor``) opens it all the same, creating nothing: only
+    :meth:`durability_facts` may then be called.
 
     A schema missing or older than this Relay's is created or migrated at open by its owner;
     ``migrate=false`` in the URL (``migrate=False``), or a role that does not own the schema,
@@ -133,6 +135,7 @@ class PostgresLeaseBackend(PostgresSchedules):
         deadline: Deadline | None = None,
         require_sync: bool = False,
         migrate: bool = True,
+        empty_ok: bool = False,
     ) -> None:
         self.schema = _checked_schema(schema)
         self._display = display or "PostgreSQL"
@@ -142,7 +145,7 @@ class PostgresLeaseBackend(PostgresSchedules):
         statement = DEFAULT_TIMEOUT if deadline is None else deadline.timeout
         self._watchdog = Watchdog(statement, name=f"relay-pg-watchdog-{self.schema}")
         self._queries, self._version, self.found_version = _ensure_schema(
-            conninfo, self.schema, self._display, read_only, require_sync, migrate
+            conninfo, self.schema, self._display, read_only, require_sync, migrate, empty_ok
         )
         """The schema version found at open (0: none); ``relay migrate`` reports it."""
         if self._version < 7:  # read-only on a schema no scheduler of this version opened yet
@@ -225,6 +228,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             "standbys": len(states), "standby_names": [n for n, _ in replication.standbys],
             # sync_state is hidden from a user without pg_read_all_stats: unknown, then
             "sync_standbys": None if None in states else replication.sync_standbys,
+            "relay_data": self.found_version > 0,
         }  # fmt: skip
 
     # -- the lease contract ------------------------------------------------------------------
@@ -629,21 +633,23 @@ def _ensure_schema(
     read_only: bool,
     require_sync: bool = False,
     may_migrate: bool = True,
+    empty_ok: bool = False,
 ) -> tuple[dict[str, str], int, int]:
     """Check, create or migrate the schema on a direct connection: queries, version, version found.
 
     A direct connection (not the pool) so that a refused login surfaces as its real cause.
-    ``read_only`` checks that the schema exists and changes nothing. A writer also checks what
-    the server's replication may lose (``require_sync``: refuse, otherwise warn). A schema at this
-    Relay's version is only read, whoever connects: an instance without the owner's rights issues
-    no DDL.
+    ``read_only`` checks that the schema exists (``empty_ok``: or not) and changes nothing. A
+    writer also checks what the server's replication may lose (``require_sync``: refuse,
+    otherwise warn). A schema at this Relay's version is only read, whoever connects: an instance
+    without the owner's rights issues no DDL.
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
             layout = read_layout(conn, schema)
             found = version = layout.layout
             if read_only:
-                _check_readable(conn, schema, display, layout)
+                if not (empty_ok and version == 0):
+                    _check_readable(conn, schema, display, layout)
             else:
                 check_newer(schema, layout)
                 facts = replication_facts(conn)

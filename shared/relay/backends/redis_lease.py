@@ -124,6 +124,8 @@ class RedisLeaseBackend(RedisSchedules):
 
     ``read_only`` writes no key (loading the scripts writes none): a prefix under which no key
     exists raises :class:`~relay.errors.StoreNotFound`, and reads leave expired index entries be.
+    ``empty_ok`` (with ``read_only``, for ``relay doctor``) opens such a prefix all the same: only
+    :meth:`durability_facts` may then be called.
 
     ``wait_replicas`` (0: off) replicas must confirm each step that changes a run or a job within
     ``wait_timeout`` seconds, or it raises :class:`~relay.errors.NotAcknowledged` (see
@@ -146,6 +148,7 @@ class RedisLeaseBackend(RedisSchedules):
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         deadline: Deadline | None = None,
+        empty_ok: bool = False,
     ) -> None:
         if jobs_per_call < 1:
             raise ConfigurationError(f"jobs_per_call={jobs_per_call!r} must be at least 1")
@@ -179,7 +182,8 @@ class RedisLeaseBackend(RedisSchedules):
             with self._errors():
                 self._load_scripts()
                 if read_only:
-                    self._check_exists()
+                    if not empty_ok:
+                        self._check_exists()
                 else:
                     check_replication(self._replication(), self._wait, self.name)
                 self._open_layout(read_only)
@@ -233,7 +237,10 @@ class RedisLeaseBackend(RedisSchedules):
 
         with self._errors():
             facts = redis_facts(self._redis)
-        return {"store": "redis", **facts, "wait_replicas": self.wait_replicas}
+            found = self._holds_keys()
+        return {
+            "store": "redis", **facts, "wait_replicas": self.wait_replicas, "relay_data": found,
+        }  # fmt: skip
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -559,13 +566,17 @@ class RedisLeaseBackend(RedisSchedules):
         if record is not None:  # set only if none is there: a newer Relay's may land first
             self._redis.set(f"{self.prefix}layout", to_json(record), nx=found is None)
 
-    def _check_exists(self) -> None:
-        """Refuse a prefix under which the server holds no key (a read-only open)."""
+    def _holds_keys(self) -> bool:
+        """Whether the server holds a key under the prefix."""
         for key in (self._jobs_key(), self._instances_key()):
             if self._redis.exists(key):
-                return
+                return True
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*"
-        if next(iter(self._redis.scan_iter(match=pattern, count=1000)), None) is None:
+        return next(iter(self._redis.scan_iter(match=pattern, count=1000)), None) is not None
+
+    def _check_exists(self) -> None:
+        """Refuse a prefix under which the server holds no key (a read-only open)."""
+        if not self._holds_keys():
             raise StoreNotFound(
                 f"{self.name} holds no key with prefix {self.prefix!r}; check ?prefix= and the "
                 "database number in the URL"

@@ -140,7 +140,9 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     """Leases in one SQLite file: ``sqlite:///relay.db`` (relative) or ``sqlite:////abs/path.db``.
 
     ``read_only`` opens an existing file for reading only: a missing file raises
-    :class:`~relay.errors.StoreNotFound` and nothing is created or migrated.
+    :class:`~relay.errors.StoreNotFound` and nothing is created or migrated. ``empty_ok`` (with
+    ``read_only``, for ``relay doctor``) opens a file that is missing or holds no Relay schema yet
+    all the same, still creating nothing: only :meth:`durability_facts` may then be called.
     """
 
     capability: Literal["lease"] = "lease"
@@ -156,13 +158,17 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         read_only: bool = False,
         durability: Durability = "full",
         migrate: bool = True,
+        empty_ok: bool = False,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
         self._durable = DURABILITY[_checked_durability(durability)]
         self._synchronous: tuple[sqlite3.Connection | None, str] = (None, "")
         if read_only:
-            self._version = self._check_read_only(busy_timeout)
+            self._version = self._check_read_only(busy_timeout, empty_ok)
+            if not self.path.is_file():  # empty_ok, and no file to open: nothing is created
+                self._shared = SharedConnection(lambda: sqlite3.connect(":memory:"))
+                return
             self._shared = SharedConnection(lambda: self._open_read_only(busy_timeout))
             return
         try:
@@ -212,10 +218,15 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     def durability_facts(self) -> dict[str, object]:
         """What ``relay doctor`` judges (:mod:`relay.doctor`): the URL's durability and the
         file's journal mode. Only reads."""
-        with self._read() as conn:
-            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        mode = None  # no file yet: nothing to read (Relay creates it in WAL mode)
+        if self.path.is_file():
+            with self._read() as conn:
+                mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
         durability = "full" if self._durable == DURABILITY["full"] else "fast"
-        return {"store": "sqlite", "durability": durability, "journal_mode": mode}
+        return {
+            "store": "sqlite", "durability": durability, "journal_mode": mode,
+            "relay_data": self._version > 0,
+        }  # fmt: skip
 
     def _open_read_only(self, busy_timeout: float) -> sqlite3.Connection:
         """A connection that cannot write (``mode=ro``)."""
@@ -224,9 +235,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             isolation_level=None, check_same_thread=False,
         )  # fmt: skip
 
-    def _check_read_only(self, busy_timeout: float) -> int:
-        """The schema version of the file to read, which must exist and hold Relay's schema."""
+    def _check_read_only(self, busy_timeout: float, empty_ok: bool = False) -> int:
+        """The schema version of the file to read, which must exist and hold Relay's schema
+        (``empty_ok``: 0 for a file that is missing or holds none)."""
         if not self.path.is_file():
+            if empty_ok:
+                return 0
             raise StoreNotFound(
                 f"SQLite database {str(self.path)!r} does not exist (resolved to "
                 f"{str(self.path.absolute())!r}); check the path in the URL"
@@ -243,6 +257,8 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 f"cannot read SQLite database {str(self.path)!r}: {exc}"
             ) from exc
         if layout is None:
+            if empty_ok:
+                return 0
             raise StoreNotFound(f"SQLite file {str(self.path)!r} holds no Relay schema")
         layout.check(f"SQLite database {self.path}")
         return min(layout.layout, SCHEMA_VERSION)  # a newer layout whose floor we meet: as ours

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import click
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from relay.cli._format import iso, piped
-from relay.cli._options import backend_option, duration, instant, json_option
+from relay.cli._options import Duration, Instant, backend_option, count, json_option
 from relay.cli._stores import control as _control
 from relay.control import JobStatus
 from relay.overdue import STATES, JobHealth
@@ -75,18 +76,22 @@ def pause(url: str, job: str, reason: str) -> None:
     show_default=True,
     help="What happens to the slots that passed while paused.",
 )
-@click.option("--window", default=None, help="With --missed catch_up: how far back, e.g. 1h.")
-def resume(url: str, job: str, missed: str, window: str | None) -> None:
+@click.option(
+    "--window",
+    type=Duration(),
+    default=None,
+    help="With --missed catch_up: how far back, e.g. 1h.",
+)
+def resume(url: str, job: str, missed: str, window: float | None) -> None:
     """Resume JOB. Nothing runs because of it unless --missed catch_up.
 
     \b
     Example:
       relay resume nightly-report --backend sqlite:///relay.db --missed catch_up --window 1h
     """
-    span = None if window is None else duration(window, "--window")
     with _control(url) as control:
         back = control.resume(
-            job, missed="catch_up" if missed == "catch_up" else "skip", window=span
+            job, missed="catch_up" if missed == "catch_up" else "skip", window=window
         )
     click.echo(f"resumed {job}" + (f"; {len(back)} missed runs to catch up" if back else ""))
     for run_id in back:
@@ -118,8 +123,13 @@ def trigger(url: str, job: str, overlap: str) -> None:
 @click.command()
 @backend_option
 @click.argument("job")
-@click.option("--start", required=True, help="First slot, ISO 8601 with a zone.")
-@click.option("--end", required=True, help="Last slot, ISO 8601 with a zone (not in the future).")
+@click.option("--start", type=Instant(), required=True, help="First slot, ISO 8601 with a zone.")
+@click.option(
+    "--end",
+    type=Instant(),
+    required=True,
+    help="Last slot, ISO 8601 with a zone (not in the future).",
+)
 @click.option(
     "--overlap",
     type=click.Choice(["allow", "buffer_all"]),
@@ -127,7 +137,7 @@ def trigger(url: str, job: str, overlap: str) -> None:
     show_default=True,
     help="buffer_all: run them one at a time.",
 )
-def backfill(url: str, job: str, start: str, end: str, overlap: str) -> None:
+def backfill(url: str, job: str, start: datetime, end: datetime, overlap: str) -> None:
     """Create the runs of JOB's slots from --start to --end; a slot that ran is not run again.
 
     \b
@@ -135,10 +145,9 @@ def backfill(url: str, job: str, start: str, end: str, overlap: str) -> None:
       relay backfill nightly-report --backend sqlite:///relay.db \\
         --start 2026-11-01T00:00:00Z --end 2026-11-07T00:00:00Z
     """
-    first, last = instant(start, "--start"), instant(end, "--end")
     with _control(url) as control:
         created = control.backfill(
-            job, first, last, overlap="buffer_all" if overlap == "buffer_all" else "allow"
+            job, start, end, overlap="buffer_all" if overlap == "buffer_all" else "allow"
         )
     new = sum(1 for _, made in created if made)
     click.echo(f"{new} runs created, {len(created) - new} slots already had a run")
@@ -146,24 +155,27 @@ def backfill(url: str, job: str, start: str, end: str, overlap: str) -> None:
 
 @click.command()
 @backend_option
-@click.option("--older-than", "older_than", required=True, help="Age, e.g. 30d, 12h, 3600.")
-def prune(url: str, older_than: str) -> None:
+@click.option(
+    "--older-than", "older_than", type=Duration(), required=True, help="Age, e.g. 30d, 12h, 3600."
+)
+def prune(url: str, older_than: float) -> None:
     """Delete finished runs older than --older-than (never live or pending ones, nor the latest).
 
     \b
     Example:
       relay prune --backend sqlite:///relay.db --older-than 30d
     """
-    seconds = duration(older_than, "--older-than")
     with _control(url) as control:
-        deleted = control.prune(seconds)
+        deleted = control.prune(older_than)
     click.echo(f"pruned {deleted} runs")
 
 
 @click.command(name="next")
 @backend_option
 @click.argument("job")
-@click.option("--count", default=5, show_default=True, help="How many coming runs.")
+@click.option(
+    "--count", default=5, show_default=True, type=count(1, 1000), help="How many coming runs."
+)
 @json_option("One JSON object per run, for scripts.")
 def next_(url: str, job: str, count: int, as_json: bool) -> None:
     """JOB's next runs: each slot and when it starts after jitter, in UTC and the job's time

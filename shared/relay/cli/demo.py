@@ -7,12 +7,26 @@ import sys
 import click
 from rich.console import Console
 
+from relay.cli._options import Duration, count
+
 __all__ = ["demo"]
 
 
 @click.command()
-@click.option("--instances", default=3, show_default=True, help="Instance processes to start.")
-@click.option("--duration", default=25.0, show_default=True, help="Seconds to schedule runs for.")
+@click.option(
+    "--instances",
+    default=3,
+    show_default=True,
+    type=count(2, 16),
+    help="Instance processes to start (2 to 16).",
+)
+@click.option(
+    "--duration",
+    default=25.0,
+    show_default=True,
+    type=Duration(1.0, "no run would start"),
+    help="Seconds to schedule runs for.",
+)
 @click.option("--no-kill", is_flag=True, help="Do not kill an instance in the middle of a run.")
 def demo(instances: int, duration: float, no_kill: bool) -> None:
     """Race several instances on a temporary SQLite store, kill one mid-run, show the takeover.
@@ -23,7 +37,5 @@ def demo(instances: int, duration: float, no_kill: bool) -> None:
     """
     from relay.demo import run_demo  # the demo pulls in subprocess handling only when asked
 
-    if instances < 2:
-        raise click.BadParameter("the demo needs at least 2 instances", param_hint="--instances")
     ok = run_demo(instances=instances, duration=duration, kill=not no_kill, console=Console())
     sys.exit(0 if ok else 1)

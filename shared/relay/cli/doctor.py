@@ -5,24 +5,60 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from relay.backends import capability_of
-from relay.backends._url import BackendURL
 from relay.cli._options import backend_option, json_option
-from relay.cli._stores import control
-from relay.doctor import DoctorReport, claim_store_refusal
+from relay.doctor import DoctorReport, diagnose_url
+from relay.errors import RelayError
 
 __all__ = ["doctor", "doctor_table"]
 
 _COLOURS = {"nothing": "green", "run twice": "red", "unknown": "yellow"}
 
 
-@click.command()
+class _JsonErrors(click.Command):
+    """A command that, given ``--json``, prints its errors as JSON too: ``{"error": message,
+    "exit_code": status}`` on standard output, then exits with that status (2 for usage, else
+    1), so a script reads JSON on every path."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:  # fmt: skip
+        as_json = "--json" in args  # before parsing, which consumes args
+        try:
+            ctx = super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            if as_json:
+                _exit_json(exc)
+            raise
+        ctx.meta["json_errors"] = as_json
+        return ctx
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, RelayError) as exc:
+            if not ctx.meta.get("json_errors"):
+                raise
+            _exit_json(exc if isinstance(exc, click.ClickException) else _refusal(exc))
+
+
+def _refusal(exc: RelayError) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+def _exit_json(exc: click.ClickException) -> None:
+    click.echo(json.dumps({"error": exc.format_message(), "exit_code": exc.exit_code}))
+    raise click.exceptions.Exit(exc.exit_code)
+
+
+@click.command(cls=_JsonErrors)
 @backend_option
 @json_option("Print the report as JSON, for scripts.")
 @click.option(
@@ -35,15 +71,15 @@ def doctor(url: str, as_json: bool, strict: bool) -> None:
     or loses power, a replica is promoted, or the network splits.
 
     Reads the store's own settings (journal mode, fsync, replicas, persistence...) and creates
-    nothing. Exit 0, or with --strict 1 when a failure may run a run twice.
+    nothing: a store with no Relay data yet (before the first deploy) is judged on its server's
+    settings. Exit 0, or with --strict 1 when a failure may run a run twice. With --json, errors
+    are JSON too: {"error": ..., "exit_code": ...}.
 
     \b
     Example:
       relay doctor --backend postgresql://relay@db.example/app --strict
     """
-    _refuse_claim_store(url)
-    with control(url, read_only=True) as opened:
-        report = opened.doctor()
+    report = diagnose_url(url)
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -80,6 +116,13 @@ def _print(report: DoctorReport) -> None:
         console.print(f"[yellow]Cannot tell what these cost: {', '.join(report.unknown)}.[/]")
     if report.passes_strict:
         console.print("[green]No failure listed can run a run twice.[/]")
+    if not report.relay_data:
+        console.print(
+            f"[yellow]No Relay data found in {escape(report.store)} yet:[/] these are the server's "
+            "settings (and those Relay will create its store with); nothing was created to read "
+            "them.",
+            highlight=False,
+        )
 
 
 def _shown(value: object) -> str:
@@ -88,9 +131,3 @@ def _shown(value: object) -> str:
     if isinstance(value, list):
         return ",".join(map(str, value)) or "none"
     return repr(value) if value == "" else str(value)
-
-
-def _refuse_claim_store(url: str) -> None:
-    """A claim URL is refused before it is opened: opening one may create its queue or stream."""
-    if capability_of(url) != "lease":
-        raise click.ClickException(claim_store_refusal(BackendURL(url).redacted()))

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from relay.cli._format import console, iso, plain
-from relay.cli._options import backend_option, json_option
+from relay.cli._options import Duration, backend_option, json_option
 from relay.cli._stores import read_only
 from relay.health import ROLES, InstanceInfo, is_alive, is_healthy
 from relay.overdue import ranked, read_health
@@ -48,7 +48,7 @@ def instances(url: str, as_json: bool) -> None:
 @backend_option
 @click.option(
     "--max-age",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Duration(0.001, "no beat is that recent"),
     default=None,
     help="Seconds since the last beat that still count as alive "
     "[default: 3 of the instance's own beat intervals].",

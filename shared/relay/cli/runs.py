@@ -4,27 +4,38 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from time import sleep
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
 from relay.cli._format import console, iso, plain
-from relay.cli._options import backend_option, json_option
+from relay.cli._options import Duration, Since, backend_option, count, json_option
 from relay.cli._stores import RunsReader, read_runs
 from relay.runs import RunRecord, RunState, format_slot
 from relay.timeline.model import parse_since
 
-__all__ = ["RunFilter", "runs", "runs_table"]
+__all__ = ["MAX_LIMIT", "MIN_INTERVAL", "RunFilter", "runs", "runs_table"]
+
+MAX_LIMIT = 100_000
+"""Most runs ``--limit`` shows (filters read 100 times as many)."""
+MIN_INTERVAL = 0.1
+"""Fewest seconds between two reads of ``--follow``."""
 
 
 @click.command()
 @backend_option
 @click.option("--job", default=None, help="Only this job's runs (exit 1 if it has none).")
-@click.option("--limit", default=30, show_default=True, help="How many runs to show.")
+@click.option(
+    "--limit",
+    default=30,
+    show_default=True,
+    type=count(1, MAX_LIMIT),
+    help="How many runs to show.",
+)
 @click.option(
     "--state",
     "states",
@@ -32,9 +43,22 @@ __all__ = ["RunFilter", "runs", "runs_table"]
     type=click.Choice([s.value for s in RunState]),
     help="Only runs in this state (repeatable).",
 )
-@click.option("--since", default=None, help="Only runs whose slot is this recent: 2h, 7d or ISO.")
+@click.option(
+    "--since",
+    type=Since(),
+    default=None,
+    help="Only runs whose slot is this recent: 2h, 7d or ISO.",
+)
 @click.option("--follow", is_flag=True, help="Keep printing runs as they appear or change.")
-@click.option("--interval", default=1.0, show_default=True, help="Seconds between two reads.")
+@click.option(
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=Duration(
+        MIN_INTERVAL, "each read is a query to the store, and --follow would spin a core"
+    ),
+    help=f"Seconds between two reads (at least {MIN_INTERVAL:g}).",
+)
 @json_option("Print JSON, not a table.")
 def runs(
     url: str,
@@ -109,7 +133,7 @@ def _follow(
                     seen[record.id] = record
                     click.echo(_run_line(record, as_json))
             sys.stdout.flush()
-            time.sleep(interval)
+            sleep(interval)
             records = filtered.read(backend)
     except KeyboardInterrupt:
         return

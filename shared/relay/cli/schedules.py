@@ -15,7 +15,16 @@ from rich.console import Console
 from rich.table import Table
 
 from relay.cli._format import piped
-from relay.cli._options import backend_option, duration, instant, json_option
+from relay.cli._options import (
+    InputFile,
+    OutputFile,
+    backend_option,
+    duration,
+    instant,
+    integer,
+    json_option,
+    writing,
+)
 from relay.cli._stores import control as _control
 from relay.control_schedules import describe
 from relay.schedule_files import apply as apply_plan
@@ -31,7 +40,7 @@ def _json_value(text: str, option: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not JSON", param_hint=option) from None
+        raise click.BadParameter(f"{text!r} is not JSON", param_hint=[option]) from None
 
 
 # Each option of a definition: its flag, how its text becomes a value, and its help.
@@ -44,10 +53,10 @@ _FIELDS: list[tuple[str, Callable[[str, str], Any], str]] = [
     ("kwargs", _json_value, "The task's keyword arguments as a JSON object."),
     ("start", instant, "No slot before this ISO time."),
     ("end", instant, "No slot after this ISO time."),
-    ("max_runs", lambda t, o: int(t), "At most this many slots, then it ends."),
+    ("max_runs", integer, "At most this many slots, then it ends."),
     ("overlap", lambda t, o: t, "allow, skip or buffer_one."),
     ("catch_up", duration, "Run the slots missed this far back after downtime."),
-    ("max_attempts", lambda t, o: int(t), "Attempts per run."),
+    ("max_attempts", integer, "Attempts per run."),
     ("stale_after", duration, "Skip a run not started this long after its slot."),
     ("jitter", duration, "Start each slot up to this late (hashed, the same everywhere)."),
     ("options", _json_value, "The host's publish options as a JSON object."),
@@ -217,7 +226,7 @@ def history(url: str, name: str, as_json: bool) -> None:
 
 @schedules.command()
 @backend_option
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=OutputFile())
 def export(url: str, file: Path) -> None:
     """Write every stored schedule to FILE (YAML for .yaml/.yml, else JSON), for `apply`.
 
@@ -227,13 +236,14 @@ def export(url: str, file: Path) -> None:
     """
     with _control(url, read_only=True) as control:
         text = export_text(control.schedules(), file)
-    file.write_text(text)
+    with writing(file):
+        file.write_text(text)
     click.echo(f"wrote {file}")
 
 
 @schedules.command("apply")
 @backend_option
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=InputFile())
 @click.option("--prune", is_flag=True, help="Remove the stored schedules FILE does not name.")
 @click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
 @click.option("--by", default=None, help="Who makes the changes (default: user@host).")

@@ -305,7 +305,12 @@ def parse_since(text: str, now: datetime) -> datetime:
     it names no zone)."""
     match = _AGO.match(text)
     if match:
-        return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        try:
+            return now - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        except OverflowError:
+            raise ConfigurationError(
+                f"--since {text!r} reaches back before the year 1: use a shorter duration"
+            ) from None
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

@@ -16,19 +16,26 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils.safestring import mark_safe
 
 from relay import timeline
 from relay.contrib.django import control
 from relay.contrib.django.admin_base import StoreAdmin, changed_by
 from relay.contrib.django.admin_schedules import SCHEDULE_PERMISSION, ScheduleAdmin
-from relay.contrib.django.models import Job, Run
+from relay.contrib.django.models import Job, Run, Timeline
 from relay.contrib.django.store import job_rows, read_store
 from relay.errors import RelayError
 from relay.runs import RunState
 
-__all__ = ["CONTROL_PERMISSION", "SCHEDULE_PERMISSION", "JobAdmin", "RunAdmin", "ScheduleAdmin"]
+__all__ = [
+    "CONTROL_PERMISSION",
+    "SCHEDULE_PERMISSION",
+    "JobAdmin",
+    "RunAdmin",
+    "ScheduleAdmin",
+    "TimelineAdmin",
+]
 
 CONTROL_PERMISSION = "relay.control_job"
 """The permission the admin actions need."""
@@ -119,3 +126,22 @@ class RunAdmin(StoreAdmin):
             style=mark_safe(timeline.STYLE),  # Relay's own constant
             drawing=mark_safe(drawing),  # every value in it is escaped
         )  # fmt: skip
+
+
+@admin.register(Timeline)
+class TimelineAdmin(StoreAdmin):
+    """The admin index's link to the timeline of runs (the page itself is :class:`RunAdmin`'s),
+    shown to those who may view runs."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.has_perm("relay.view_run"))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:relay_run_timeline"))

@@ -302,9 +302,11 @@ def _refusal(
         )
     task_is_new = before is None or before.task != schedule.task
     if allowed is not None and task_is_new and schedule.task not in allowed:
+        # The rows are django-celery-beat's: their tasks run on Celery, allowed on Celery beat.
         return (
-            f"no live instance allows task {schedule.task!r}: allow it with "
-            f"@scheduler.task({schedule.task!r}) and start an instance, or pass --force"
+            f"no live instance allows task {schedule.task!r}: allow it on Celery beat with "
+            f"@relay_celery.schedulable above the task, or RELAY['SCHEDULABLE_TASKS'] = "
+            f"[{schedule.task!r}] in settings, and start beat; or pass --force"
         )
     return ""
 

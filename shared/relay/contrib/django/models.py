@@ -30,6 +30,17 @@ class Run(models.Model):
         verbose_name = "run"
 
 
+class Timeline(Run):
+    """The timeline of runs: a proxy of :class:`Run`, with no permission of its own, so that the
+    admin index lists the timeline page beside the others (``relay.view_run`` shows it)."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = "timeline"
+        verbose_name_plural = "timeline"
+
+
 class Schedule(models.Model):
     """A stored schedule in Relay's store (no table: the admin reads and changes it through
     :class:`relay.Control`)."""
