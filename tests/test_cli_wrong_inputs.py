@@ -97,7 +97,8 @@ values = st.one_of(
 @contextmanager
 def no_real_loops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     """``runs --follow`` reads once, then its sleep checks the interval and stops it; ``demo``
-    records its arguments instead of starting processes. Yields the intervals slept."""
+    records its arguments instead of starting processes, and ``console`` serves nothing. Yields
+    the intervals slept."""
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -112,8 +113,12 @@ def no_real_loops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
         )
         return True
 
+    def serve(app: Any, *, host: str, port: int, log_level: str) -> None:
+        assert 0 <= port <= 65535, port
+
     monkeypatch.setattr(runs_module, "sleep", sleep)
     monkeypatch.setattr("relay.demo.run_demo", demo)
+    monkeypatch.setattr("uvicorn.run", serve)  # relay console checks its input, serves nothing
     yield slept
 
 

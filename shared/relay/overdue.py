@@ -180,7 +180,8 @@ def overdue_stretches(
         (r for r in records if r.state is RunState.SUCCEEDED), key=lambda r: r.scheduled_for
     )
     stretches = []
-    for won, following in zip(wins, [*wins[1:], None], strict=True):
+    followers: list[RunRecord | None] = [*wins[1:], None] if wins else []
+    for won, following in zip(wins, followers, strict=True):
         first = next_slot(schedule, won.scheduled_for)
         expected = None if first is None else expected_by(schedule, first, within, jitter)
         end = now if following is None else following.finished_at or following.scheduled_for

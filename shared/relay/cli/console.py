@@ -63,5 +63,11 @@ def console(url: str, host: str, port: int, auth: str | None, secret: str | None
     click.echo(f"Relay console on http://{host}:{port}/ (Ctrl-C stops it)")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
+    except SystemExit as exc:  # uvicorn exits 3 when it cannot listen (it logged why)
+        if exc.code not in (0, None):
+            raise click.ClickException(
+                f"cannot serve on {host}:{port}; choose another --port or --host"
+            ) from None
+        raise
     finally:
         app.state.console.close()

@@ -66,7 +66,7 @@ _FIELDS: list[tuple[str, Callable[[str, str], Any], str]] = [
         lambda t, o: False if t.lower() == "off" else duration(t, o),
         "Overdue when a slot has not succeeded this long after its time; off: never.",
     ),
-    ("alert_after_failures", lambda t, o: int(t), "Failing after this many slots in a row fail."),
+    ("alert_after_failures", integer, "Failing after this many slots in a row fail."),
 ]
 
 
