@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     )),
     ("contract", (
         "relay.contract", "relay.jobs", "relay.lease_rules", "relay.deadlines", "relay.stored",
-        "relay.schedule_store",
+        "relay.schedule_store", "relay.definitions",
     )),
     ("backends", ("relay.backends",)),
     ("engine", ("relay.engine", "relay.health")),

@@ -86,6 +86,10 @@ class InstanceHeartbeat:
         self._next = now + self.info.interval
         return self.record()
 
+    def next_at(self) -> float:
+        """When (on its clock) :meth:`maybe_record` records the next beat (now before the first)."""
+        return self._clock() if self._next is None else self._next
+
     def record(self) -> bool:
         """Record a beat now; ``False`` (logged) if the store is a claim store or unavailable."""
         if not is_lease(self.backend):

@@ -6,10 +6,20 @@ lives with the hosts' helpers in :mod:`relay.health`, which re-exports these nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-__all__ = ["LATE_AFTER_BEATS", "ROLES", "InstanceInfo", "is_alive"]
+__all__ = [
+    "LATE_AFTER_BEATS",
+    "ROLES",
+    "InstanceInfo",
+    "definitions_json",
+    "is_alive",
+    "parse_definitions",
+]
 
 ROLES = ("scheduler", "beat", "worker", "dramatiq-scheduler", "dramatiq-worker")
 """What an instance does: the standalone scheduler, Celery beat, a Celery worker, the Dramatiq
@@ -44,6 +54,31 @@ class InstanceInfo:
     """When the store forgets it unless it beats again, on the store's clock."""
     tasks: tuple[str, ...] = ()
     """The tasks it allows stored schedules to run (``@scheduler.task("name")``), by name."""
+    definitions: Mapping[str, str] = field(default_factory=dict)
+    """The hash of each job's definition it decides (:mod:`relay.definitions`), by job name;
+    empty for an instance that declares none (a worker, Relay 0.1.0)."""
+    definition_texts: Mapping[str, str] = field(default_factory=dict)
+    """The readable form of each hash in :attr:`definitions`."""
+
+
+def definitions_json(info: InstanceInfo) -> str | None:
+    """``info``'s declared definitions as the JSON text stores keep (``None``: none declared)."""
+    if not info.definitions:
+        return None
+    return json.dumps({"jobs": dict(info.definitions), "texts": dict(info.definition_texts)})
+
+
+def parse_definitions(value: object) -> dict[str, Any]:
+    """The ``definitions`` and ``definition_texts`` of :class:`InstanceInfo` from what a store
+    kept (JSON text, its parsed value, or nothing). Keys a newer Relay added are ignored."""
+    if isinstance(value, str | bytes):
+        value = json.loads(value)
+    if not isinstance(value, dict):
+        return {}
+    return {
+        "definitions": dict(value.get("jobs") or {}),
+        "definition_texts": dict(value.get("texts") or {}),
+    }
 
 
 def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:

@@ -24,8 +24,10 @@ from psycopg import sql
 from relay.errors import ConfigurationError, MigrationRequired
 
 __all__ = [
+    "ADDITIVE",
     "SCHEMA_VERSION",
     "SchemaState",
+    "additive",
     "check_newer",
     "grants",
     "installed_version",
@@ -46,6 +48,31 @@ SELECT n.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
        EXISTS (SELECT 1 FROM pg_class AS c WHERE c.relnamespace = n.oid AND c.relname = 'meta')
 FROM (SELECT 1) AS one LEFT JOIN pg_namespace AS n ON n.nspname = %s
 """
+
+
+ADDITIVE = "ALTER TABLE {schema}.instances ADD COLUMN IF NOT EXISTS definitions text"
+"""A column added beside the numbered versions, by the schema's owner at open: a newer version
+would keep Relay 0.1.0 (which refuses one) from opening the schema, and it ignores the column. It
+holds the job definitions an instance declares (:mod:`relay.definitions`)."""
+_HAS_ADDITIVE = """
+SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s)
+               AND attname = 'definitions' AND NOT attisdropped)
+"""
+
+
+def additive(conn: psycopg.Connection[Any], schema: str, *, change: bool) -> bool:
+    """Whether ``schema``'s instances table has the :data:`ADDITIVE` column, adding it first
+    when ``change`` and the connected role owns the schema (never any DDL otherwise)."""
+    table = sql.SQL("{}.instances").format(sql.Identifier(schema)).as_string(conn)
+    row = conn.execute(_HAS_ADDITIVE, (table,)).fetchone()
+    if (row is not None and row[0]) or not change:
+        return bool(row and row[0])
+    if not schema_state(conn, schema).may_migrate:
+        return False
+    with conn.transaction():
+        conn.execute(_LOCK, (schema,))
+        conn.execute(sql.SQL(ADDITIVE).format(schema=sql.Identifier(schema)))
+    return True
 
 
 def sections(filename: str, marker: str) -> dict[str, str]:

@@ -578,6 +578,11 @@ class NatsLeaseBackend(NatsSchedules):
             "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
             "tasks": list(info.tasks),
         }  # fmt: skip
+        if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
+            value["definitions"] = {
+                "jobs": dict(info.definitions),
+                "texts": dict(info.definition_texts),
+            }
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         # One attempt, never waiting out an election: the scheduler's loop records its beat
         # between ticks, and a beat missed is only logged (the next one comes an interval later).

@@ -39,6 +39,7 @@ from relay.backends._postgres_replication import (
 from relay.backends._postgres_schedules import PostgresSchedules
 from relay.backends._postgres_schema import (
     SCHEMA_VERSION,
+    additive,
     check_newer,
     grants,
     installed_version,
@@ -55,7 +56,7 @@ from relay.errors import (
     NotAcknowledged,
     StoreNotFound,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json, parse_definitions
 from relay.runs import (
     Run,
     RunRecord,
@@ -378,7 +379,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             "owner": info.owner, "role": info.role, "host": info.host, "pid": info.pid,
             "started_at": info.started_at, "version": info.version,
             "interval": float(info.interval), "ttl": float(ttl),
-            "tasks": json.dumps(list(info.tasks)),
+            "tasks": json.dumps(list(info.tasks)), "definitions": definitions_json(info),
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
@@ -574,6 +575,8 @@ def _ensure_schema(
                 .as_string(conn)
                 for key, text in _QUERIES.items()
             }
+            if version >= 4 and not additive(conn, schema, change=not read_only and may_migrate):
+                queries = _without_definitions(queries)
             return queries, version, found
     except psycopg.OperationalError as exc:
         raise _connect_error(exc, display) from exc
@@ -584,6 +587,17 @@ def _ensure_schema(
             f"could not open Relay's schema {schema!r} on {display}: {_first_line(exc)}; "
             "check that the server is up and reachable"
         ) from exc
+
+
+def _without_definitions(queries: dict[str, str]) -> dict[str, str]:
+    """The instance queries for a schema without the additive ``definitions`` column (its role
+    may not add it): nothing declared is written, and none is read."""
+    record = queries["record_instance"]
+    for text in (", definitions = excluded.definitions", ",\n        %(definitions)s"):
+        record = record.replace(text, "")
+    record = record.replace(", tasks,\n     definitions)", ", tasks)")
+    listing = queries["instances"].replace(",\n       definitions", ", NULL")
+    return {**queries, "record_instance": record, "instances": listing}
 
 
 def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, version: int) -> None:
@@ -822,9 +836,11 @@ def _instance(
     beat: datetime,
     expires: datetime,
     tasks: str | None,
+    definitions: str | None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
         version=version, interval=interval, beat_at=beat.astimezone(UTC),
         expires_at=expires.astimezone(UTC), tasks=tuple(json.loads(tasks)) if tasks else (),
+        **parse_definitions(definitions),
     )  # fmt: skip

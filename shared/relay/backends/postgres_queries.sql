@@ -185,18 +185,23 @@ DELETE FROM {schema}.runs WHERE run_id IN (
 -- name: record_instance
 -- An instance's heartbeat, on the server's clock; expired records of any instance go on the way.
 WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())
+-- definitions is an additive column (see ADDITIVE in _postgres_schema.py): without it, the
+-- backend drops it from this statement and the next.
 INSERT INTO {schema}.instances
-    (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks)
+    (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
+     definitions)
 VALUES (%(owner)s, %(role)s, %(host)s, %(pid)s, %(started_at)s, %(version)s, %(interval)s,
-        clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s)
+        clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s,
+        %(definitions)s)
 ON CONFLICT (owner) DO UPDATE SET
     role = excluded.role, host = excluded.host, pid = excluded.pid,
     started_at = excluded.started_at, version = excluded.version,
     beat_interval = excluded.beat_interval, beat_at = excluded.beat_at,
-    expires_at = excluded.expires_at, tasks = excluded.tasks
+    expires_at = excluded.expires_at, tasks = excluded.tasks, definitions = excluded.definitions
 
 -- name: instances
-SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks
+SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
+       definitions
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
 
 -- name: durability

@@ -381,6 +381,11 @@ class RedisLeaseBackend(RedisSchedules):
             "started_ms": slot_ms(info.started_at), "version": info.version,
             "interval": info.interval, "tasks": list(info.tasks),
         }  # fmt: skip
+        if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
+            fields["definitions"] = {
+                "jobs": dict(info.definitions),
+                "texts": dict(info.definition_texts),
+            }
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
             self._scripts["instance"]([self._instances_key()], args)

@@ -36,7 +36,7 @@ from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json, parse_definitions
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -92,6 +92,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
+ADDITIVE = ("ALTER TABLE relay_instances ADD COLUMN definitions TEXT",)
+"""Columns added at every writable open, outside the numbered versions: a newer schema version
+would keep Relay 0.1.0 (which refuses one) from opening the file, and it ignores these. The
+``definitions`` column holds the job definitions an instance declares (:mod:`relay.definitions`)."""
 
 # A step's statements are constants: the driver's statement cache finds them by their text.
 _INSERT_NEW_RUN = (
@@ -374,12 +378,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._write() as (conn, now_ms):
             conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
             conn.execute(
-                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, definitions) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
                     info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
-                    json.dumps(list(info.tasks)),
+                    json.dumps(list(info.tasks)), definitions_json(info),
                 ),
             )  # fmt: skip
 
@@ -388,9 +392,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             return []
         tasks = "tasks" if self._version >= 6 else "NULL"
         with self._read() as conn:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(relay_instances)")}
+            declared = "definitions" if "definitions" in columns else "NULL"
             rows = conn.execute(
-                f"SELECT {_INSTANCE_COLUMNS}, {tasks} FROM relay_instances WHERE expires_ms > ? "
-                "ORDER BY role, owner",
+                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {declared} FROM relay_instances "
+                "WHERE expires_ms > ? ORDER BY role, owner",
                 (self._now_ms(),),
             ).fetchall()
         return [_instance(*row) for row in rows]
@@ -627,6 +633,9 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
                 version = _installed_version(conn) or 0
+            if version >= 4:  # the instances table exists
+                for statement in ADDITIVE:
+                    _migrate(conn, statement)
             if version == SCHEMA_VERSION:
                 return
             if version > SCHEMA_VERSION:
@@ -637,6 +646,8 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             for step in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS.get(step, ()):
                     _migrate(conn, statement)
+            for statement in ADDITIVE:
+                _migrate(conn, statement)
             conn.execute(
                 "UPDATE relay_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
@@ -927,11 +938,12 @@ def _instance(
     beat: int,
     expires: int,
     tasks: str | None,
+    definitions: str | None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
-        tasks=tuple(json.loads(tasks)) if tasks else (),
+        tasks=tuple(json.loads(tasks)) if tasks else (), **parse_definitions(definitions),
     )  # fmt: skip
 
 
