@@ -7,13 +7,18 @@ the old instances fire nothing of that job until they stop. On every lease store
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import relay
+from relay import open_backend
+from relay.cli import main
 from relay.events import DefinitionDeferred, DefinitionResumed, Event
+from relay.instances import InstanceInfo
 from relay.testing import FakeClock
 
 UTC = timezone.utc
@@ -128,3 +133,52 @@ def test_a_rollback_gives_the_job_back_to_the_old_definition(fleet: Fleet) -> No
     assert [slot for _, slot in fleet.ran] == [day.replace(hour=9)]
     resumed = [e for e in fleet.events if isinstance(e, DefinitionResumed)]
     assert [e.owner for e in resumed] == ["old-1"]
+
+
+def test_relay_jobs_shows_the_disagreement_while_it_lasts(fleet: Fleet) -> None:
+    fleet.start("old-1", cron="0 9 * * *")
+    fleet.clock.advance(minutes=1)
+    fleet.start("new-1", cron="0 10 * * *")
+    fleet.clock.advance(seconds=20)
+
+    table = CliRunner().invoke(main, ["jobs", "--backend", fleet.url], env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.output
+    assert "definitions" in table.output
+    assert "deciding: cron '0 10 * * *' (UTC)" in table.output
+    assert "not fired: cron '0 9 * * *' (UTC)" in table.output and "old-1" in table.output
+    listed = CliRunner().invoke(main, ["jobs", "--backend", fleet.url, "--json"])
+    definition = json.loads(listed.output)["definition"]
+    assert (definition["owner"], definition["holders"]) == ("new-1", ["new-1"])
+    [other] = definition["others"]
+    assert (other["text"], other["owners"]) == ("cron '0 9 * * *' (UTC)", ["old-1"])
+
+    if not fleet.url.startswith("sqlite"):
+        return  # a server's clock judges liveness: old-1 would stay alive for 30 real seconds
+    fleet.stop("old-1")  # gone: its beats stop, and after three of them it is dead
+    fleet.clock.advance(minutes=1)
+    with relay.Control(fleet.url) as control:
+        [status] = control.jobs()
+    assert not status.disagreement and status.definition is not None
+    assert status.definition.owner == "new-1"
+    table = CliRunner().invoke(main, ["jobs", "--backend", fleet.url], env={"COLUMNS": "250"})
+    assert "definitions" not in table.output
+
+
+def test_an_instance_of_relay_0_1_0_declaring_nothing_blocks_nobody(fleet: Fleet) -> None:
+    fleet.start("new-1", cron="0 9 * * *")
+    old = InstanceInfo(
+        "old-0.1.0", "scheduler", "h", 1, datetime.now(UTC), "0.1.0", 10.0
+    )  # started after new-1, an older release, and no definitions: what 0.1.0 records
+    store = open_backend(fleet.url)
+    assert store.capability == "lease"
+
+    def beat() -> float:
+        store.record_instance(old, ttl=600)
+        return 10.0
+
+    fleet.clock.drive(beat)
+    fleet.clock.advance(minutes=15)
+    fleet.clock.stop(beat)
+    store.close()
+    assert fleet.ran == [("new-1", START.replace(hour=9, minute=0))]
+    assert not [e for e in fleet.events if isinstance(e, DefinitionDeferred)]
