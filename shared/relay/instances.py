@@ -6,6 +6,7 @@ lives with the hosts' helpers in :mod:`relay.health`, which re-exports these nam
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,23 +63,55 @@ class InstanceInfo:
 
 
 def definitions_json(info: InstanceInfo) -> str | None:
-    """``info``'s declared definitions as the JSON text stores keep (``None``: none declared)."""
+    """``info``'s declared definitions as the JSON text stores keep (``None``: none declared).
+
+    Encoded once per pair of maps: an instance beats with the same ones until its jobs change,
+    and 100,000 jobs are a few megabytes to encode.
+    """
     if not info.definitions:
         return None
-    return json.dumps({"jobs": dict(info.definitions), "texts": dict(info.definition_texts)})
+    key = (id(info.definitions), id(info.definition_texts))
+    cached = _ENCODED.get(key)
+    if cached is not None and cached[0] is info.definitions and cached[1] is info.definition_texts:
+        return cached[2]
+    text = json.dumps(
+        {"jobs": dict(info.definitions), "texts": dict(info.definition_texts)},
+        separators=(",", ":"),
+    )
+    if len(_ENCODED) >= _ENCODED_KEPT:
+        _ENCODED.clear()
+    _ENCODED[key] = (info.definitions, info.definition_texts, text)
+    return text
+
+
+_ENCODED: dict[tuple[int, int], tuple[Mapping[str, str], Mapping[str, str], str]] = {}
+_ENCODED_KEPT = 16
+"""Encodings kept (the maps are held too, so an id is never reused while its entry lives)."""
 
 
 def parse_definitions(value: object) -> dict[str, Any]:
     """The ``definitions`` and ``definition_texts`` of :class:`InstanceInfo` from what a store
-    kept (JSON text, its parsed value, or nothing). Keys a newer Relay added are ignored."""
-    if isinstance(value, str | bytes):
-        value = json.loads(value)
+    kept (JSON text, its parsed value, or nothing). Keys a newer Relay added are ignored.
+
+    JSON text is decoded once per distinct text: peers beat with the same declaration until
+    their jobs change, so reading them every beat costs a hash of the text, not a decode.
+    """
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str):
+        return _decoded(value)
     if not isinstance(value, dict):
         return {}
     return {
         "definitions": dict(value.get("jobs") or {}),
         "definition_texts": dict(value.get("texts") or {}),
     }
+
+
+@functools.lru_cache(maxsize=64)
+def _decoded(text: str) -> dict[str, Any]:
+    """:func:`parse_definitions` of JSON text; the maps are shared: callers never change them."""
+    return parse_definitions(json.loads(text))
 
 
 def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:

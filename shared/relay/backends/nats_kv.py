@@ -67,7 +67,7 @@ from relay.errors import (
     RelayError,
     StoreNotFound,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json
 from relay.runs import (
     Run,
     RunRecord,
@@ -579,10 +579,8 @@ class NatsLeaseBackend(NatsSchedules):
             "tasks": list(info.tasks),
         }  # fmt: skip
         if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
-            value["definitions"] = {
-                "jobs": dict(info.definitions),
-                "texts": dict(info.definition_texts),
-            }
+            # As JSON text: decoding the record leaves it a string, decoded once per distinct one.
+            value["definitions"] = definitions_json(info)
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         # One attempt, never waiting out an election: the scheduler's loop records its beat
         # between ticks, and a beat missed is only logged (the next one comes an interval later).

@@ -65,7 +65,7 @@ from relay.errors import (
     NotAcknowledged,
     StoreNotFound,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json
 from relay.runs import (
     MANUAL,
     Run,
@@ -382,10 +382,8 @@ class RedisLeaseBackend(RedisSchedules):
             "interval": info.interval, "tasks": list(info.tasks),
         }  # fmt: skip
         if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
-            fields["definitions"] = {
-                "jobs": dict(info.definitions),
-                "texts": dict(info.definition_texts),
-            }
+            # As JSON text: decoding the record leaves it a string, decoded once per distinct one.
+            fields["definitions"] = definitions_json(info)
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
             self._scripts["instance"]([self._instances_key()], args)

@@ -25,6 +25,7 @@ from relay.engine.deciding import Decider
 from relay.errors import BackendUnavailable
 from relay.events import DefinitionDeferred, DefinitionResumed
 from relay.health import InstanceHeartbeat
+from relay.instances import is_alive
 from relay.jobs import Job
 
 __all__ = ["Agreement"]
@@ -102,11 +103,19 @@ class Agreement:
         if ours is None or ours.beat_at is None:
             return False  # expired between the beat and the read: judged at the next beat
         self.checked = True
-        choices = deciding(instances, ours.beat_at, self._declared)
         self.watching = any(
             i.owner != owner and not self._declared.keys().isdisjoint(i.definitions)
             for i in instances
         )  # alive or not: an idle peer in fake time beats late, and is alive again when stepped
+        live = [i for i in instances if i.definitions and is_alive(i, ours.beat_at)]
+        if all(i.definitions == ours.definitions for i in live):
+            # The usual case, outside a rollout that changed a job: every live instance declares
+            # what we do (one comparison of maps each), so nothing is deferred.
+            if not self._deferred:
+                return False
+            choices = {}
+        else:
+            choices = deciding(live, ours.beat_at, self._declared)
         changed = False
         for name, (_, definition) in self._declared.items():
             choice = choices.get(name)
