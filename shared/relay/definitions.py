@@ -78,7 +78,12 @@ class Held:
 
 
 def definition_of(job: Job) -> Definition | None:
-    """``job``'s definition, or ``None`` for a stored schedule's job (versioned in the store)."""
+    """``job``'s definition, or ``None`` for a stored schedule's job (versioned in the store).
+
+    Keep the hash the same across releases for the same options: a release that changed it would
+    make every job look changed while it rolls out (its instances, the newest release, would then
+    decide every job, and the older ones fire none).
+    """
     schedule = job.schedule
     if isinstance(schedule, BoundedSchedule):
         return None
