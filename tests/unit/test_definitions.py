@@ -122,3 +122,10 @@ def test_ties_on_release_and_start_go_to_the_greatest_owner_on_every_instance() 
 
 def test_only_the_jobs_asked_for_are_decided() -> None:
     assert deciding([instance("a", "one")], NOW, jobs=["other"]) == {}
+
+
+def test_the_hash_stays_the_same_across_releases() -> None:
+    # Pinned: a release that changed these would make every job look changed while it rolls out.
+    assert defined().hash == "d13cdea0d148"
+    assert defined(schedule=CronSchedule("0 10 * * *", "UTC")).hash == "9f7183096993"
+    assert defined(schedule=EverySchedule(60)).hash == "0f08fc42d38e"
