@@ -98,11 +98,11 @@ class Agreement:
         except BackendUnavailable as exc:
             log.warning("could not read the instances' job definitions: %s", exc)
             return False
+        self.checked = True
         owner = self.heartbeat.info.owner
         ours = next((i for i in instances if i.owner == owner), None)
         if ours is None or ours.beat_at is None:
             return False  # expired between the beat and the read: judged at the next beat
-        self.checked = True
         self.watching = any(
             i.owner != owner and not self._declared.keys().isdisjoint(i.definitions)
             for i in instances
