@@ -50,6 +50,7 @@ BENCHES = [
     "store_failover",
     "schedules",
     "host_schedules",
+    "definitions",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],
