@@ -50,6 +50,7 @@ BENCHES = [
     "store_failover",
     "schedules",
     "host_schedules",
+    "console",
     "definitions",
 ]
 QUICK_ARGS = {

@@ -58,7 +58,9 @@ __all__ = [
     "JobInfo",
     "LeaseBackend",
     "Outcome",
+    "PagedJobs",
     "is_lease",
+    "pages_jobs",
     "renews_many",
 ]
 
@@ -394,3 +396,30 @@ class BatchHeartbeat(LeaseBackend, Protocol):
 def renews_many(backend: LeaseBackend) -> TypeIs[BatchHeartbeat]:
     """Whether ``backend`` renews several runs in one round trip (:class:`BatchHeartbeat`)."""
     return callable(getattr(backend, "heartbeat_many", None))
+
+
+@runtime_checkable
+class PagedJobs(LeaseBackend, Protocol):
+    """A lease store that reads its jobs a page at a time (optional).
+
+    :class:`relay.Control` uses it for one job and for a page of jobs (the web console), and
+    :meth:`LeaseBackend.jobs` (every job) otherwise. Reads only.
+    """
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        """At most ``limit`` jobs whose names sort after ``after`` and start with ``prefix``, by
+        name: what :meth:`LeaseBackend.jobs` says of them, in one range read of the store's
+        index of job names where it has one."""
+        ...
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        """What :meth:`LeaseBackend.jobs` says of each of ``names`` the store knows, by name
+        (an unknown name is left out), read by name."""
+        ...
+
+
+def pages_jobs(backend: LeaseBackend) -> TypeIs[PagedJobs]:
+    """Whether ``backend`` reads its jobs a page at a time (:class:`PagedJobs`)."""
+    return callable(getattr(backend, "job_page", None)) and callable(
+        getattr(backend, "job_infos", None)
+    )

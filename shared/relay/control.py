@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from relay.backends import capability_of, open_backend
-from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
+from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease, pages_jobs
 from relay.control_schedules import JobStatus, ScheduleControl, operator
 from relay.definitions import Choice, deciding
 from relay.doctor import DoctorReport, diagnose
@@ -73,6 +73,31 @@ class Control(ScheduleControl):
         choices = deciding(store.instances(), now)
         statuses = [self._status(store, info, now, choices.get(info.name)) for info in store.jobs()]
         return self._with_stored(statuses, now)
+
+    def jobs_page(
+        self, after: str = "", limit: int = 50, prefix: str = ""
+    ) -> tuple[list[JobStatus], bool]:
+        """A page of :meth:`jobs`: at most ``limit`` jobs whose names sort after ``after`` and
+        start with ``prefix``, by name, and whether more follow (the next page starts after the
+        last name). Only the page's jobs are read, with their runs and stored-schedule notes, on
+        a store that reads its jobs a page at a time (:class:`~relay.contract.PagedJobs`)."""
+        store = self._lease("jobs")
+        now = store.now()
+        if pages_jobs(store):
+            found = store.job_page(after, limit + 1, prefix)
+        else:
+            found = [i for i in store.jobs() if i.name > after and i.name.startswith(prefix)]
+        infos = {info.name: info for info in found}
+        stored: dict[str, Any] = {}
+        if stores_schedules(store):
+            stored = {
+                s.name: s for s in self.schedules() if s.name > after and s.name.startswith(prefix)
+            }
+        names = sorted(infos.keys() | stored.keys())
+        page = names[:limit]
+        statuses = [self._status(store, infos[name], now) for name in page if name in infos]
+        shown = {name: stored[name] for name in page if name in stored}
+        return self._with_stored(statuses, now, shown), len(names) > limit
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
         """The most recent runs (of ``job``, or of every job), newest slot first; a run of a
@@ -203,6 +228,10 @@ class Control(ScheduleControl):
 
     @staticmethod
     def _known(store: LeaseBackend, job: str) -> JobInfo:
+        if pages_jobs(store):
+            found = store.job_infos([job])
+            if found:
+                return found[0]
         jobs = {info.name: info for info in store.jobs()}
         if job not in jobs:
             known = ", ".join(sorted(jobs)) or "none yet: start a scheduler first"

@@ -19,6 +19,7 @@ __all__ = [
     "InstanceInfo",
     "definitions_json",
     "is_alive",
+    "is_healthy",
     "parse_definitions",
 ]
 
@@ -60,6 +61,10 @@ class InstanceInfo:
     empty for an instance that declares none (a worker, Relay 0.1.0)."""
     definition_texts: Mapping[str, str] = field(default_factory=dict)
     """The readable form of each hash in :attr:`definitions`."""
+    problem: str | None = None
+    """Why the instance is not working although it beats: its ticks have failed for longer than
+    a lease, or its store needs a newer Relay (``None``: working). ``relay health`` counts it
+    unhealthy whatever its last beat; Relay 0.1 neither writes nor reads it."""
 
 
 def definitions_json(info: InstanceInfo) -> str | None:
@@ -123,3 +128,8 @@ def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) ->
         return False
     limit = LATE_AFTER_BEATS * info.interval if max_age is None else max_age
     return (now - info.beat_at).total_seconds() <= limit
+
+
+def is_healthy(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:
+    """Whether ``info`` is alive (:func:`is_alive`) and working: it recorded no ``problem``."""
+    return info.problem is None and is_alive(info, now, max_age)

@@ -1,21 +1,26 @@
 """Every lease store keeps the job definitions an instance declares with its heartbeat.
 
 An additive part of the instance's record (issue 39, item 7): a record written without it (Relay
-0.1.0, a worker) reads as declaring nothing, and SQLite and PostgreSQL gain its column at a
-writable open without a new schema version, so Relay 0.1.0 still opens them.
+0.1.0, a worker) reads as declaring nothing. SQLite and PostgreSQL gain its column in a layout step
+that only adds (SQLite 9, PostgreSQL 18), so Relay 0.1.0 still uses them (relay.layout).
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from relay import LeaseBackend, open_backend
+from relay.backends import _sqlite_layout
+from relay.backends import sqlite as sqlite_backend
+from relay.backends._postgres_schema import _META, _MIGRATIONS, LEGACY_VERSION
 from relay.instances import InstanceInfo, parse_definitions
 from tests.support.backends import postgres_lease
 from tests.support.services import SERVICES
@@ -65,25 +70,39 @@ def test_fields_a_newer_relay_adds_to_the_declaration_are_ignored() -> None:
     assert parse_definitions(None) == parse_definitions("[]") == {}
 
 
-def test_sqlite_gains_the_column_at_a_writable_open_without_a_new_version(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'relay.db'}"
-    open_backend(url).close()
-    with sqlite3.connect(tmp_path / "relay.db") as conn:  # the file as Relay 0.1.0 made it
-        conn.execute("ALTER TABLE relay_instances DROP COLUMN definitions")
-        version = conn.execute("SELECT value FROM relay_meta WHERE key = 'schema_version'")
-        before = version.fetchone()
+def test_sqlite_adds_the_column_in_its_layout_step_and_relay_0_1_still_opens_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "relay.db"
+    url = f"sqlite:///{path}"
+    with monkeypatch.context() as patched:  # the file as Relay 0.1.0 (layout 7) left it
+        patched.setattr(sqlite_backend, "SCHEMA_VERSION", _sqlite_layout.LEGACY_VERSION)
+        open_backend(url).close()
+    with closing(sqlite3.connect(path)) as conn, conn:  # a beat of Relay 0.1.0: its own columns
+        conn.execute(
+            "INSERT INTO relay_instances (owner, role, host, pid, started_ms, version, "
+            "interval_ms, beat_ms, expires_ms, tasks) "
+            "VALUES ('old:1', 'scheduler', 'h', 1, 0, '0.1.0', 10000, 0, 9999999999999, NULL)"
+        )
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(relay_instances)")}
+    assert "definitions" not in columns
     reader = open_backend(url, read_only=True)
-    assert reader.instances() == []  # type: ignore[union-attr]
-    reader.close()
-    writer = open_backend(url)
     try:
-        writer.record_instance(instance("a:1", {"report": "abc"}), ttl=600)  # type: ignore[union-attr]
-        assert [i.definitions for i in writer.instances()] == [{"report": "abc"}]  # type: ignore[union-attr]
+        assert [(i.owner, i.definitions) for i in reader.instances()] == [("old:1", {})]  # type: ignore[union-attr]
+    finally:
+        reader.close()
+    writer = open_backend(url)  # migrates: the definitions column comes with a layout step
+    try:
+        writer.record_instance(instance("new:2", {"report": "abc"}), ttl=600)  # type: ignore[union-attr]
+        found = {i.owner: i.definitions for i in writer.instances()}  # type: ignore[union-attr]
+        assert found == {"old:1": {}, "new:2": {"report": "abc"}}
     finally:
         writer.close()
-    with sqlite3.connect(tmp_path / "relay.db") as conn:
-        after = conn.execute("SELECT value FROM relay_meta WHERE key = 'schema_version'")
-        assert after.fetchone() == before  # Relay 0.1.0 still opens it
+    with closing(sqlite3.connect(path)) as conn:
+        version = conn.execute("SELECT value FROM relay_meta WHERE key = 'schema_version'")
+        assert version.fetchall() == [(str(_sqlite_layout.LEGACY_VERSION),)]  # 0.1.0 opens it
+        layout = conn.execute("SELECT layout FROM relay_layout").fetchall()
+    assert layout == [(sqlite_backend.SCHEMA_VERSION,)]
 
 
 @pytest.fixture
@@ -93,29 +112,37 @@ def postgres_lease_url(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.postgres
-def test_postgres_reads_a_schema_without_the_column_and_its_owner_adds_it(
+def test_postgres_reads_a_relay_0_1_schema_and_its_migration_adds_the_column(
     postgres_lease_url: str,
 ) -> None:
-    writer = open_backend(postgres_lease_url)
-    schema = writer.schema  # type: ignore[union-attr]
-    writer.close()
-    with psycopg.connect(
-        SERVICES["postgres"].url, autocommit=True
-    ) as conn:  # the schema as Relay 0.1.0 left it
-        conn.execute(f'ALTER TABLE "{schema}".instances DROP COLUMN definitions')
+    schema = postgres_lease_url.rsplit("schema=", 1)[1]
+    name = sql.Identifier(schema)
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        with conn.transaction():  # the schema as Relay 0.1.0 made it (its last migration: 16)
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
+            conn.execute(sql.SQL(_META).format(schema=name))
+            for number in range(1, LEGACY_VERSION + 1):
+                conn.execute(sql.SQL(_MIGRATIONS[number]).format(schema=name))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.meta VALUES ('schema_version', %s)").format(name),
+                (str(LEGACY_VERSION),),
+            )
         conn.execute(
-            f'INSERT INTO "{schema}".instances VALUES '
-            "('old:1', 'scheduler', 'h', 1, now(), '0.1.0', 10, now(), now() + interval '1h', NULL)"
-        )
+            sql.SQL("INSERT INTO {}.instances VALUES ('old:1', 'scheduler', 'h', 1, now(), "
+                    "'0.1.0', 10, now(), now() + interval '1h', NULL)").format(name)
+        )  # fmt: skip
     reader = open_backend(postgres_lease_url, read_only=True)
     try:
         assert [(i.owner, i.definitions) for i in reader.instances()] == [("old:1", {})]  # type: ignore[union-attr]
     finally:
         reader.close()
-    writer = open_backend(postgres_lease_url)
+    writer = open_backend(postgres_lease_url)  # the schema's owner: migrates, only adding
     try:
         writer.record_instance(instance("new:2", {"report": "abc"}), ttl=600)  # type: ignore[union-attr]
         found = {i.owner: i.definitions for i in writer.instances()}  # type: ignore[union-attr]
         assert found == {"old:1": {}, "new:2": {"report": "abc"}}
     finally:
         writer.close()
+    with psycopg.connect(SERVICES["postgres"].url, autocommit=True) as conn:
+        meta = conn.execute(sql.SQL("SELECT value FROM {}.meta").format(name)).fetchall()
+    assert meta == [(str(LEGACY_VERSION),)]  # what Relay 0.1.0 compares: it goes on

@@ -38,25 +38,30 @@ from relay.backends._postgres_replication import (
 )
 from relay.backends._postgres_schedules import PostgresSchedules
 from relay.backends._postgres_schema import (
+    _LOCK,
     SCHEMA_VERSION,
-    additive,
     check_newer,
+    contract,
     grants,
-    installed_version,
     migrate,
+    read_layout,
+    record_layout,
     sections,
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import (
+    BackendError,
     BackendUnavailable,
     ConfigurationError,
     LeaseLost,
     NotAcknowledged,
     StoreNotFound,
+    StoreTooNew,
 )
 from relay.instances import InstanceInfo, definitions_json, parse_definitions
+from relay.layout import Layout, running
 from relay.runs import (
     Run,
     RunRecord,
@@ -113,6 +118,8 @@ class PostgresLeaseBackend(PostgresSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = SCHEMA_VERSION
+    """The layout this Relay writes (:mod:`relay.layout`): the schema version."""
 
     def __init__(
         self,
@@ -379,10 +386,30 @@ class PostgresLeaseBackend(PostgresSchedules):
             "owner": info.owner, "role": info.role, "host": info.host, "pid": info.pid,
             "started_at": info.started_at, "version": info.version,
             "interval": float(info.interval), "ttl": float(ttl),
-            "tasks": json.dumps(list(info.tasks)), "definitions": definitions_json(info),
+            "tasks": json.dumps(list(info.tasks)), "problem": info.problem,
+            "definitions": definitions_json(info),
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
+
+    def layout(self) -> Layout:
+        """The schema's layout record (:mod:`relay.layout`)."""
+        with self._connection() as conn:
+            return read_layout(conn, self.schema)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the schema's layout record, and ``meta``'s schema version beside it, under the
+        schema's lock (``relay migrate --contract``; tests). Needs the schema's owner."""
+        with self._connection() as conn, conn.transaction():
+            conn.execute(_LOCK, (self.schema,))
+            record_layout(conn, self.schema, layout)
+
+    def contract(self) -> list[str]:
+        """``relay migrate --contract``: remove what only Relays older than this one used and
+        raise the floor to this release; the statements run. Needs the schema's owner; the
+        caller checked the live instances first."""
+        with self._connection() as conn:
+            return contract(conn, self.schema)[1]
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a schema no scheduler of this version opened yet
@@ -390,6 +417,10 @@ class PostgresLeaseBackend(PostgresSchedules):
         query = self._queries["instances"]
         if self._version < 6:  # no tasks column yet (read-only)
             query = query.replace(", tasks", ", NULL")
+        if self._version < 17:  # no problem column yet (read-only)
+            query = query.replace("problem,", "NULL,")
+        if self._version < 18:  # no definitions column yet (read-only)
+            query = query.replace("definitions\n", "NULL\n")
         with self._connection() as conn:
             rows = conn.execute(query).fetchall()
         return [_instance(*row) for row in rows]
@@ -408,6 +439,25 @@ class PostgresLeaseBackend(PostgresSchedules):
             return [JobInfo(name, None) for (name,) in names]
         with self._connection() as conn:
             rows = conn.execute(self._queries["jobs"]).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        if self._version < 5:  # read-only on a schema no scheduler of this version opened yet
+            found = [i for i in self.jobs() if i.name > after and i.name.startswith(prefix)]
+            return found[:limit]
+        # Names are COLLATE "C" (byte order): U+10FFFF sorts after every other character.
+        below = prefix + "\U0010ffff"
+        params = {"after": after, "prefix": prefix, "below": below, "limit": limit}
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["job_page"], params).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        if self._version < 5:
+            wanted = set(names)
+            return [info for info in self.jobs() if info.name in wanted]
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["job_infos"], {"names": list(names)}).fetchall()
         return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
 
     def pause(self, job: str, reason: str, by: str) -> bool:
@@ -484,10 +534,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             finally:
                 self._pool.putconn(conn)
         except _MISSING as exc:
-            raise BackendUnavailable(
-                f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
-                f"(was the schema dropped?); reopen the backend to create them again: {exc}"
-            ) from exc
+            raise self._missing(exc) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
             raise _not_granted(exc, self.schema, self._display) from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
@@ -508,6 +555,24 @@ class PostgresLeaseBackend(PostgresSchedules):
                 f"confirmed (its wait was cancelled: {self._unreplicated.detail}); a failover now "
                 "would lose it, so it counts as not done"
             )
+
+    def _missing(self, exc: psycopg.Error) -> BackendError:
+        """What a missing table or function means: a layout this Relay can no longer use (a
+        newer Relay contracted the schema), else a schema dropped or not migrated."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                layout = read_layout(conn, self.schema)
+        except (psycopg.Error, PoolTimeout):
+            layout = None
+        if layout is not None and not layout.usable():
+            return StoreTooNew(
+                f"schema {self.schema!r}", layout.layout, layout.min_relay, running()
+            )
+        return BackendUnavailable(
+            f"Relay's tables or functions are missing from schema {self.schema!r} on "
+            f"{self._display} ({_first_line(exc)}): run `relay migrate --backend URL` as the "
+            "schema's owner, or reopen the backend to create them again"
+        )
 
     def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
         """Note a commit that stands on the primary alone, for the step that made it."""
@@ -560,23 +625,23 @@ def _ensure_schema(
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
-            found = version = installed_version(conn, schema)
+            layout = read_layout(conn, schema)
+            found = version = layout.layout
             if read_only:
-                _check_readable(conn, schema, display, version)
+                _check_readable(conn, schema, display, layout)
             else:
+                check_newer(schema, layout)
                 facts = replication_facts(conn)
                 check_replication(facts, require_sync=require_sync, display=display)
-                if version != SCHEMA_VERSION:
+                if version < SCHEMA_VERSION:
                     found = migrate(conn, schema, display, allowed=may_migrate)
-                    version = SCHEMA_VERSION
+                version = SCHEMA_VERSION  # a newer layout whose floor we meet: used as ours
             queries = {
                 key: sql.SQL(text)
                 .format(schema=sql.Identifier(schema), args=sql.SQL("{args}"))
                 .as_string(conn)
                 for key, text in _QUERIES.items()
             }
-            if version >= 4 and not additive(conn, schema, change=not read_only and may_migrate):
-                queries = _without_definitions(queries)
             return queries, version, found
     except psycopg.OperationalError as exc:
         raise _connect_error(exc, display) from exc
@@ -589,20 +654,11 @@ def _ensure_schema(
         ) from exc
 
 
-def _without_definitions(queries: dict[str, str]) -> dict[str, str]:
-    """The instance queries for a schema without the additive ``definitions`` column (its role
-    may not add it): nothing declared is written, and none is read."""
-    record = queries["record_instance"]
-    for text in (", definitions = excluded.definitions", ",\n        %(definitions)s"):
-        record = record.replace(text, "")
-    record = record.replace(", tasks,\n     definitions)", ", tasks)")
-    listing = queries["instances"].replace(",\n       definitions", ", NULL")
-    return {**queries, "record_instance": record, "instances": listing}
-
-
-def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, version: int) -> None:
-    """Refuse a schema that is missing, holds no Relay tables or is newer than this Relay."""
-    if version == 0:
+def _check_readable(
+    conn: psycopg.Connection[Any], schema: str, display: str, layout: Layout
+) -> None:
+    """Refuse a schema that is missing, holds no Relay tables or needs a newer Relay."""
+    if layout.layout == 0:
         found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
         what = "holds no Relay tables" if found.fetchone() else "does not exist"
         standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()
@@ -616,7 +672,7 @@ def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, ve
             f"schema {schema!r} {what} on {display}{lag}; check ?schema= in the URL "
             "(read-only commands never create it)"
         )
-    check_newer(schema, version)
+    check_newer(schema, layout)
 
 
 def _not_granted(exc: psycopg.Error, schema: str, display: str) -> BackendUnavailable:
@@ -836,11 +892,12 @@ def _instance(
     beat: datetime,
     expires: datetime,
     tasks: str | None,
-    definitions: str | None,
+    problem: str | None = None,
+    definitions: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
         version=version, interval=interval, beat_at=beat.astimezone(UTC),
         expires_at=expires.astimezone(UTC), tasks=tuple(json.loads(tasks)) if tasks else (),
-        **parse_definitions(definitions),
+        problem=problem, **parse_definitions(definitions),
     )  # fmt: skip

@@ -116,6 +116,14 @@ SELECT name FROM {schema}.jobs ORDER BY name
 -- name: jobs
 SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs ORDER BY name
 
+-- name: job_page
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
+WHERE name > %(after)s AND name >= %(prefix)s AND name < %(below)s ORDER BY name LIMIT %(limit)s
+
+-- name: job_infos
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
+WHERE name = ANY(%(names)s) ORDER BY name
+
 -- name: pause
 INSERT INTO {schema}.jobs AS j (name, token, paused_at, paused_by, paused_reason)
 VALUES (%(job)s, 0, clock_timestamp(), %(by)s, %(reason)s)
@@ -185,23 +193,22 @@ DELETE FROM {schema}.runs WHERE run_id IN (
 -- name: record_instance
 -- An instance's heartbeat, on the server's clock; expired records of any instance go on the way.
 WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())
--- definitions is an additive column (see ADDITIVE in _postgres_schema.py): without it, the
--- backend drops it from this statement and the next.
 INSERT INTO {schema}.instances
     (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
-     definitions)
+     problem, definitions)
 VALUES (%(owner)s, %(role)s, %(host)s, %(pid)s, %(started_at)s, %(version)s, %(interval)s,
         clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s,
-        %(definitions)s)
+        %(problem)s, %(definitions)s)
 ON CONFLICT (owner) DO UPDATE SET
     role = excluded.role, host = excluded.host, pid = excluded.pid,
     started_at = excluded.started_at, version = excluded.version,
     beat_interval = excluded.beat_interval, beat_at = excluded.beat_at,
-    expires_at = excluded.expires_at, tasks = excluded.tasks, definitions = excluded.definitions
+    expires_at = excluded.expires_at, tasks = excluded.tasks, problem = excluded.problem,
+    definitions = excluded.definitions
 
 -- name: instances
 SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
-       definitions
+       problem, definitions
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
 
 -- name: durability

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from importlib import resources
@@ -57,7 +57,7 @@ from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentine
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.deadlines import Deadline, deadline_of
+from relay.deadlines import PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -66,6 +66,7 @@ from relay.errors import (
     StoreNotFound,
 )
 from relay.instances import InstanceInfo, definitions_json
+from relay.layout import Layout, from_json, to_json, to_record
 from relay.runs import (
     MANUAL,
     Run,
@@ -84,6 +85,8 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
+LAYOUT = 1
+"""The key layout this Relay writes under a prefix (:mod:`relay.layout`); Relay 0.1's is 1."""
 _RELAY_OPTIONS = ("strategy", "prefix", "retention", "wait_replicas", "wait_timeout", "timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
@@ -128,6 +131,8 @@ class RedisLeaseBackend(RedisSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = LAYOUT
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,
@@ -151,6 +156,8 @@ class RedisLeaseBackend(RedisSchedules):
         self.deadline = deadline
         """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._redis = client
+        self._slow_client: Callable[[float], redis.Redis | RedisCluster] | None = None
+        """A client like ``client`` whose replies wait the seconds given longer (from a URL)."""
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
         self.jobs_per_call = jobs_per_call
@@ -175,6 +182,7 @@ class RedisLeaseBackend(RedisSchedules):
                     self._check_exists()
                 else:
                     check_replication(self._replication(), self._wait, self.name)
+                self._open_layout(read_only)
         except ConfigurationError:
             client.close()
             raise
@@ -201,7 +209,7 @@ class RedisLeaseBackend(RedisSchedules):
         # and wait for its replicas behind each step (WAIT).
         waits = wait.timeout if wait.replicas else 0.0
         deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
-        return cls(
+        backend = cls(
             _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout, waits),
             prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
@@ -209,6 +217,10 @@ class RedisLeaseBackend(RedisSchedules):
             deadline=deadline,
             **kwargs,
         )
+        backend._slow_client = lambda extra: _connect(
+            parsed, cluster, f"{kind} at {where}", deadline.timeout, waits + extra
+        )
+        return backend
 
     @property
     def name(self) -> str:
@@ -381,6 +393,8 @@ class RedisLeaseBackend(RedisSchedules):
             "started_ms": slot_ms(info.started_at), "version": info.version,
             "interval": info.interval, "tasks": list(info.tasks),
         }  # fmt: skip
+        if info.problem is not None:  # a key Relay 0.1 reads past
+            fields["problem"] = info.problem
         if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
             # As JSON text: decoding the record leaves it a string, decoded once per distinct one.
             fields["definitions"] = definitions_json(info)
@@ -407,6 +421,28 @@ class RedisLeaseBackend(RedisSchedules):
     def jobs(self) -> list[JobInfo]:
         with self._errors():
             names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
+        replies = self._call_many("control", calls, wait=False) if calls else []
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
+            for job, (spec, at, by, why) in zip(names, replies, strict=True)
+        ]
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The names are one set: read them all (names only), then the page's jobs alone.
+        with self._errors():
+            names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        return self._infos([n for n in names if n > after and n.startswith(prefix)][:limit])
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        with self._errors():  # SISMEMBER, not SMISMEMBER: Redis 6.0 has only the first
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.sismember(self._jobs_key(), name)
+            members = pipe.execute() if names else []
+        return self._infos(sorted(n for n, known in zip(names, members, strict=True) if known))
+
+    def _infos(self, names: list[str]) -> list[JobInfo]:
         calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
         replies = self._call_many("control", calls, wait=False) if calls else []
         return [
@@ -490,6 +526,26 @@ class RedisLeaseBackend(RedisSchedules):
 
     def _instances_key(self) -> str:
         return f"{self.prefix}instances"
+
+    def layout(self) -> Layout | None:
+        """The prefix's layout record (:mod:`relay.layout`); ``None`` where Relay 0.1 left none."""
+        with self._errors():
+            raw = self._redis.get(f"{self.prefix}layout")
+        return None if raw is None else from_json(raw)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the prefix's layout record (``relay migrate``, ``--contract``)."""
+        with self._errors():
+            self._redis.set(f"{self.prefix}layout", to_json(layout))
+
+    def _open_layout(self, read_only: bool) -> None:
+        """Refuse a prefix whose floor is above this Relay; a writer records its own layout."""
+        found = self.layout()
+        if found is not None:
+            found.check(f"Redis prefix {self.prefix!r}")
+        record = None if read_only else to_record(found, LAYOUT)
+        if record is not None:  # set only if none is there: a newer Relay's may land first
+            self._redis.set(f"{self.prefix}layout", to_json(record), nx=found is None)
 
     def _check_exists(self) -> None:
         """Refuse a prefix under which the server holds no key (a read-only open)."""
@@ -596,6 +652,30 @@ class RedisLeaseBackend(RedisSchedules):
         except (RedisError, RedisClusterException):
             with self._errors():
                 raise
+
+    def _call_long(self, step: str, keys: list[str], args: list[Any], changes: int) -> Any:
+        """One script call making ``changes`` changes at once (a batch of stored schedules): its
+        reply may take :data:`~relay.deadlines.PER_JOB` longer per change, so it goes on a client
+        of its own that waits that much longer (then WAIT, when ``wait_replicas`` asks)."""
+        slow = self._slow_client
+        client = self._redis if slow is None else slow(changes * PER_JOB)
+        wait = bool(self.wait_replicas) and step in _WAITED
+        try:
+            with self._errors():
+                if wait and isinstance(client, RedisCluster):
+                    replies, confirmed = self._send_by_node(client, step, [(keys, args)], None)
+                else:
+                    replies, confirmed = self._pipelined(
+                        client, step, [(keys, args)], None, wait=wait
+                    )
+        except _PartlyDone as exc:
+            with self._errors():
+                raise exc.error from None
+        finally:
+            if client is not self._redis:
+                client.close()
+        self._confirm(step, confirmed)
+        return replies[0]
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]

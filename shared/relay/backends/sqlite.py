@@ -30,13 +30,22 @@ from relay.backends._lost import finished_again, is_held, lease_lost, started_el
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
 from relay.backends._sqlite_connection import SharedConnection
+from relay.backends._sqlite_layout import read_layout, record_layout
 from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
 from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    StoreNotFound,
+    StoreTooNew,
+    StoreTooOld,
+)
 from relay.instances import InstanceInfo, definitions_json, parse_definitions
+from relay.layout import FLOOR, Layout, running, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -46,7 +55,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 9
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -90,12 +99,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS relay_schedules_removed ON relay_schedules (updated_ms) "
         "WHERE definition IS NULL",
     ),
+    # Version 8 (Relay 0.2): an instance records why it is not working although it beats. Only
+    # adds: Relay 0.1 (version 7) goes on using the file (see relay.layout).
+    8: ("ALTER TABLE relay_instances ADD COLUMN problem TEXT",),
+    # Version 9 (Relay 0.2): the job definitions an instance declares (relay.definitions), which
+    # Relay 0.1 neither writes nor reads. Only adds, like version 8.
+    9: ("ALTER TABLE relay_instances ADD COLUMN definitions TEXT",),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
-ADDITIVE = ("ALTER TABLE relay_instances ADD COLUMN definitions TEXT",)
-"""Columns added at every writable open, outside the numbered versions: a newer schema version
-would keep Relay 0.1.0 (which refuses one) from opening the file, and it ignores these. The
-``definitions`` column holds the job definitions an instance declares (:mod:`relay.definitions`)."""
 
 # A step's statements are constants: the driver's statement cache finds them by their text.
 _INSERT_NEW_RUN = (
@@ -136,6 +147,8 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = SCHEMA_VERSION
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,
@@ -145,6 +158,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         clock: Callable[[], float] = relay_time,
         read_only: bool = False,
         durability: Durability = "full",
+        migrate: bool = True,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
@@ -156,7 +170,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             return
         try:
             self._shared = SharedConnection(lambda: open_wal(self.path, busy_timeout))
-            self._create_schema()
+            self._create_schema(migrate)
             self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
             if "locked" in str(exc):
@@ -174,10 +188,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     def from_url(cls, url: str, **kwargs: Any) -> SQLiteLeaseBackend:
         """Open the database a ``sqlite:///…`` URL names.
 
-        Options: ``busy_timeout`` in seconds, ``durability`` (``full``, the default, or ``fast``).
+        Options: ``busy_timeout`` in seconds, ``durability`` (``full``, the default, or ``fast``),
+        ``migrate`` (``false``: never bring an existing file to this Relay's layout).
         """
         parsed = BackendURL(url)
-        parsed.check_options(["busy_timeout", "durability"], "the SQLite backend")
+        parsed.check_options(["busy_timeout", "durability", "migrate"], "the SQLite backend")
         if parsed.parts.netloc:
             raise ConfigurationError(
                 f"SQLite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
@@ -190,7 +205,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             path,
             busy_timeout=parsed.float_option("busy_timeout", 30.0),
             durability=durability,
-            **kwargs,
+            **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
 
     @property
@@ -223,20 +238,17 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             conn = self._open_read_only(busy_timeout)
             try:
                 version = _installed_version(conn)
+                layout = None if version is None else read_layout(conn, version, SCHEMA_VERSION)
             finally:
                 conn.close()
         except sqlite3.Error as exc:
             raise BackendUnavailable(
                 f"cannot read SQLite database {str(self.path)!r}: {exc}"
             ) from exc
-        if version is None:
+        if layout is None:
             raise StoreNotFound(f"SQLite file {str(self.path)!r} holds no Relay schema")
-        if version > SCHEMA_VERSION:
-            raise ConfigurationError(
-                f"SQLite database {self.path} has Relay schema version {version}, newer than "
-                f"this Relay's ({SCHEMA_VERSION}): upgrade Relay"
-            )
-        return version
+        layout.check(f"SQLite database {self.path}")
+        return min(layout.layout, SCHEMA_VERSION)  # a newer layout whose floor we meet: as ours
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -378,24 +390,34 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._write() as (conn, now_ms):
             conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
             conn.execute(
-                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, definitions) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, problem, "
+                "definitions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
                     info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
-                    json.dumps(list(info.tasks)), definitions_json(info),
+                    json.dumps(list(info.tasks)), info.problem, definitions_json(info),
                 ),
             )  # fmt: skip
+
+    def layout(self) -> Layout:
+        """The file's layout record (:mod:`relay.layout`)."""
+        with self._read() as conn:
+            return read_layout(conn, _installed_version(conn) or 0, SCHEMA_VERSION)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the file's layout record (``relay migrate --contract``; tests)."""
+        with self._write() as (conn, _):
+            record_layout(conn, layout.layout, layout.min_relay)
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a file no scheduler of this version opened yet
             return []
         tasks = "tasks" if self._version >= 6 else "NULL"
+        problem = "problem" if self._version >= 8 else "NULL"
+        declared = "definitions" if self._version >= 9 else "NULL"
         with self._read() as conn:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(relay_instances)")}
-            declared = "definitions" if "definitions" in columns else "NULL"
             rows = conn.execute(
-                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {declared} FROM relay_instances "
+                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {problem}, {declared} FROM relay_instances "
                 "WHERE expires_ms > ? ORDER BY role, owner",
                 (self._now_ms(),),
             ).fetchall()
@@ -423,6 +445,37 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' ORDER BY job"
+            ).fetchall()
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(at), by, why)
+            for job, spec, at, by, why in rows
+        ]
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The partial index of job rows gives them in name order: one range of it, whose lower
+        # bound is one term (given two, SQLite bounds the range by one and filters by the other).
+        lower = "job > ?" if after >= prefix else "job >= ?"
+        return self._job_rows(
+            f"{lower} AND job < ? ORDER BY job LIMIT ?", (max(after, prefix), prefix + _LAST, limit)
+        )
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        found: list[JobInfo] = []
+        for start in range(0, len(names), 500):
+            part = list(names[start : start + 500])
+            marks = ", ".join("?" * len(part))
+            found += self._job_rows(f"run_id IN ({marks})", tuple(_job_row_id(job) for job in part))
+        return sorted(found, key=lambda info: info.name)
+
+    def _job_rows(self, where: str, params: tuple[object, ...]) -> list[JobInfo]:
+        columns = (
+            "spec, paused_ms, paused_by, paused_reason"
+            if self._version >= 5
+            else ("NULL, NULL, NULL, NULL")
+        )
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' AND {where}", params
             ).fetchall()
         return [
             JobInfo(job, spec, None if at is None else from_ms(at), by, why)
@@ -625,33 +678,33 @@ class SQLiteLeaseBackend(SQLiteSchedules):
 
     # -- connection handling -----------------------------------------------------------------
 
-    def _create_schema(self) -> None:
-        """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`."""
+    def _create_schema(self, may_migrate: bool = True) -> None:
+        """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`;
+        ``may_migrate=False`` (``migrate=false`` in the URL) refuses a file at an older layout
+        with :class:`~relay.errors.StoreTooOld` instead, changing nothing."""
         with self._write() as (conn, _):
             version = _installed_version(conn)
+            existing = version is not None
             if version is None:  # the base schema, then the migrations that follow it
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
                 version = _installed_version(conn) or 0
-            if version >= 4:  # the instances table exists
-                for statement in ADDITIVE:
-                    _migrate(conn, statement)
-            if version == SCHEMA_VERSION:
+            layout = read_layout(conn, version, SCHEMA_VERSION)
+            layout.check(f"SQLite database {self.path}")
+            if layout.layout >= SCHEMA_VERSION:  # ours, or a newer one whose floor we meet
                 return
-            if version > SCHEMA_VERSION:
-                raise ConfigurationError(
-                    f"SQLite database {self.path} has Relay schema version {version}, newer than "
-                    f"this Relay's ({SCHEMA_VERSION}): upgrade Relay, or use another file"
+            if not may_migrate and existing:  # a new file is created all the same
+                raise StoreTooOld(
+                    f"SQLite database {self.path} has version {layout.layout}, older than this "
+                    f"Relay's {SCHEMA_VERSION}, and the URL says migrate=false: run `relay "
+                    "migrate --backend URL` once (it only adds: running instances go on), then "
+                    "start this instance again"
                 )
-            for step in range(version + 1, SCHEMA_VERSION + 1):
+            for step in range(layout.layout + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS.get(step, ()):
                     _migrate(conn, statement)
-            for statement in ADDITIVE:
-                _migrate(conn, statement)
-            conn.execute(
-                "UPDATE relay_meta SET value = ? WHERE key = 'schema_version'",
-                (str(SCHEMA_VERSION),),
-            )
+            # Migrations only add: the floor stays where it was (never lowered).
+            record_layout(conn, SCHEMA_VERSION, max(FLOOR, layout.min_relay, key=version_key))
 
     @contextmanager
     def _write(self, *, durable: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
@@ -668,6 +721,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             try:
                 # Read the clock only once the write lock is held, so steps are ordered by it.
                 yield conn, self._now_ms()
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                explained = self._too_new(conn)
+                if explained is None:
+                    raise
+                raise explained from exc
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -675,6 +734,17 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
+
+    def _too_new(self, conn: sqlite3.Connection) -> StoreTooNew | None:
+        """Why a statement failed (a table or column gone), if a newer Relay's layout explains
+        it: a contraction whose floor is above this Relay."""
+        try:
+            found = read_layout(conn, _installed_version(conn) or 0, SCHEMA_VERSION)
+        except sqlite3.Error:
+            return None
+        if found.usable():
+            return None
+        return StoreTooNew(f"SQLite database {self.path}", found.layout, found.min_relay, running())
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -796,6 +866,11 @@ def _live_runs(conn: sqlite3.Connection, job: str, live: int, columns: str = _CO
         "AND state IN ('running', 'pending') ORDER BY run_id DESC LIMIT ?",
         (*_job_range(job), live),
     ).fetchall()
+
+
+_LAST = "\U0010ffff"
+"""Sorts after every other character (UTF-8 and code point order agree): ``p + _LAST`` bounds the
+names that start with ``p``."""
 
 
 def _job_row_id(job: str) -> str:
@@ -938,12 +1013,14 @@ def _instance(
     beat: int,
     expires: int,
     tasks: str | None,
-    definitions: str | None,
+    problem: str | None = None,
+    definitions: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
-        tasks=tuple(json.loads(tasks)) if tasks else (), **parse_definitions(definitions),
+        tasks=tuple(json.loads(tasks)) if tasks else (), problem=problem,
+        **parse_definitions(definitions),
     )  # fmt: skip
 
 

@@ -22,7 +22,12 @@ published task, an enqueued message). The loop owns every rule of timing:
 * given a ``role``, a step the store answered also records the instance's own heartbeat
   (:class:`relay.health.InstanceHeartbeat`, at most once per its interval), which declares the
   instance's job definitions; after each beat the fleet's declarations are read once, and the
-  jobs another definition decides are not fired here (:mod:`relay.engine.agreeing`).
+  jobs another definition decides are not fired here (:mod:`relay.engine.agreeing`). When steps
+  have failed for longer than a lease, the heartbeat records that problem, and ``relay health``
+  counts the instance unhealthy whatever its last beat; a step that works clears it;
+* a store whose layout needs a newer Relay (:class:`~relay.errors.StoreTooNew`) is reported
+  once (:class:`~relay.events.StoreIncompatible`); what the step won is handed back, not
+  dispatched, and the problem is recorded at once.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ from relay.engine.agreeing import Agreement
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
 from relay.engine.stored import ScheduleFeed
-from relay.errors import BackendUnavailable
-from relay.events import RunDispatched, StoreRecovered, StoreUnavailable
+from relay.errors import BackendUnavailable, StoreTooNew
+from relay.events import RunDispatched, StoreIncompatible, StoreRecovered, StoreUnavailable
 from relay.health import InstanceHeartbeat
 
 __all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Loop", "Step"]
@@ -127,6 +132,9 @@ class Loop:
         self._backoff = self._first_backoff
         self._retry_at = 0.0
         self._down_since: float | None = None
+        self._failing: tuple[float, str] | None = None
+        """When (on ``monotonic``) steps began to fail in a row, and the first one's error."""
+        self._incompatible = False
         self._wake: datetime | None = None
         self._jobs = 0
 
@@ -155,13 +163,18 @@ class Loop:
                 won += self.decider.sweep(takeovers=now >= self.takeover_from)
         except Exception as exc:  # a host's loop never dies of one step
             failure = exc
-            if not isinstance(exc, BackendUnavailable):
+            if not isinstance(exc, (BackendUnavailable, StoreTooNew)):  # those are events
                 log.exception("a loop step of %s failed; retrying", self.decider.owner)
+        if isinstance(failure, StoreTooNew):  # a store this Relay may not use: run nothing
+            self._incompatible_store(failure, won)
+            won = []
         for item in won:  # runs won before a failure are ours: dispatch them all the same
             self._send(item, send)
         if failure is not None:
+            self._report_failing(failure, now)
             return Step(won, self._back_off(failure, now), healthy=False)
         self._recovered(now)
+        self._failing = None
         self._beat()
         return Step(won, self._next_in(now))
 
@@ -172,7 +185,10 @@ class Loop:
             return
         if self.agreement is not None:
             self.agreement.declare()
-        if self.instance.maybe_record() and self.agreement is not None and self.agreement.check():
+        working_again = self.instance.info.problem is not None
+        self.instance.report(None)  # recorded at once when it clears a problem
+        beat = working_again or self.instance.maybe_record()
+        if beat and self.agreement is not None and self.agreement.check():
             self._wake = None  # a job fired again: plan it at the next tick
 
     def _first_beat(self) -> None:
@@ -189,6 +205,32 @@ class Loop:
         if self.instance is None or self.agreement is None or not self.agreement.watching:
             return None
         return self.instance.next_at()
+
+    def _incompatible_store(self, exc: StoreTooNew, won: list[Won]) -> None:
+        """Report once that the store needs a newer Relay, and hand back what was won."""
+        if not self._incompatible:
+            self._incompatible = True
+            self.events.emit(
+                StoreIncompatible(self.decider.backend.name, self.decider.owner, str(exc))
+            )
+        for item in won:
+            self.runner.release(item.run)
+
+    def _report_failing(self, exc: Exception, now: float) -> None:
+        """Record in the heartbeat why the instance is not working: at once for a store that
+        needs a newer Relay, once steps have failed for longer than a lease otherwise."""
+        if self._failing is None:
+            self._failing = (now, str(exc) or type(exc).__name__)
+        since, first = self._failing
+        if self.instance is None:
+            return
+        if isinstance(exc, StoreTooNew):
+            self.instance.report(str(exc))
+        elif now - since > self.decider.lease:
+            lease = self.decider.lease
+            self.instance.report(
+                f"its steps have failed for longer than a lease ({lease:g}s): {first}"
+            )
 
     def _tick(self, force: bool) -> list[Won]:
         """A decider tick, unless no job has a new slot since the last one."""
