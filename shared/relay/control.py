@@ -95,7 +95,12 @@ class Control(ScheduleControl):
             }
         names = sorted(infos.keys() | stored.keys())
         page = names[:limit]
-        statuses = [self._status(store, infos[name], now) for name in page if name in infos]
+        choices = deciding(store.instances(), now, page)
+        statuses = [
+            self._status(store, infos[name], now, choices.get(name))
+            for name in page
+            if name in infos
+        ]
         shown = {name: stored[name] for name in page if name in stored}
         return self._with_stored(statuses, now, shown), len(names) > limit
 
