@@ -52,6 +52,7 @@ BENCHES = [
     "host_schedules",
     "console",
     "definitions",
+    "overdue",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

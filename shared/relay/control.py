@@ -20,6 +20,7 @@ from relay.definitions import Choice, deciding
 from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
+from relay.overdue import JobHealth, ranked, read_health
 from relay.runs import RunRecord, RunState
 from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule, make_schedule
@@ -103,6 +104,12 @@ class Control(ScheduleControl):
         ]
         shown = {name: stored[name] for name in page if name in stored}
         return self._with_stored(statuses, now, shown), len(names) > limit
+
+    def health(self, jobs: list[str] | None = None) -> list[JobHealth]:
+        """Each job's standing against its expectations, overdue and failing jobs first: its
+        last success, its oldest slot not yet succeeded and when it should have succeeded
+        (:mod:`relay.overdue`). Reads the store in O(jobs), one call per batch of jobs."""
+        return ranked(read_health(self._lease("health"), jobs))
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
         """The most recent runs (of ``job``, or of every job), newest slot first; a run of a

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
 from functools import cached_property
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.definitions import Choice
@@ -113,6 +113,8 @@ class ScheduleControl:
         description: str = "",
         by: str | None = None,
         force: bool = False,
+        expect_success_within: Duration | Literal[False] | None = None,
+        alert_after_failures: int | None = None,
     ) -> Schedule:
         """Store a new schedule: every running instance that allows ``task`` runs it from its
         first slot after now (never at once). Returns it at version 1.
@@ -128,6 +130,7 @@ class ScheduleControl:
             enabled=enabled, start=start, end=end, max_runs=max_runs, overlap=overlap,
             catch_up=catch_up, max_attempts=max_attempts, stale_after=stale_after,
             jitter=jitter, options=options, description=description,
+            expect_success_within=expect_success_within, alert_after_failures=alert_after_failures,
         )  # fmt: skip
         self.checks(force=force).added(schedule)
         row = store.add_schedule(

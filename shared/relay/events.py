@@ -31,6 +31,9 @@ __all__ = [
     "Event",
     "EventBus",
     "FencedOff",
+    "JobFailing",
+    "JobOverdue",
+    "JobRecovered",
     "RunAbandoned",
     "RunBuffered",
     "RunDispatched",
@@ -462,6 +465,72 @@ class ScheduleNotRunnable(Event):
 
     def message(self) -> str:
         return f"schedule {self.schedule!r} (version {self.version}) not run here: {self.reason}"
+
+
+@dataclass(frozen=True)
+class JobOverdue(Event):
+    """No run of ``job`` succeeded by the ``expected_by`` of its oldest slot not yet succeeded
+    (``expect_success_within``, see :mod:`relay.overdue`). Emitted once per slot across the fleet
+    where the store can mark it (every lease store Relay ships), by the first instance to see it.
+    """
+
+    type: ClassVar[str] = "job_overdue"
+    level: ClassVar[int] = logging.ERROR
+    job: str
+    slot: datetime
+    outcome: str
+    """What became of ``slot``: ``failed``, ``missed``, ``stale``, ``running``, ``no record``…"""
+    expected_by: datetime
+    last_success: datetime | None
+    owner: str
+
+    def message(self) -> str:
+        last = "never" if self.last_success is None else format_slot(self.last_success)
+        return (
+            f"job {self.job} is overdue: its slot {format_slot(self.slot)} ({self.outcome}) has "
+            f"not succeeded by {format_slot(self.expected_by)}; last success {last}"
+        )
+
+
+@dataclass(frozen=True)
+class JobFailing(Event):
+    """``failures`` slots of ``job`` in a row ended failed, missed or stale, at least its
+    ``alert_after_failures``. Emitted once per streak across the fleet, like :class:`JobOverdue`.
+    """
+
+    type: ClassVar[str] = "job_failing"
+    level: ClassVar[int] = logging.ERROR
+    job: str
+    slot: datetime
+    """The oldest slot of the streak (the first not succeeded since the last success)."""
+    failures: int
+    last_success: datetime | None
+    owner: str
+
+    def message(self) -> str:
+        return (
+            f"job {self.job} is failing: {self.failures} slot(s) in a row since "
+            f"{format_slot(self.slot)} failed, were missed or went stale"
+        )
+
+
+@dataclass(frozen=True)
+class JobRecovered(Event):
+    """``job``, overdue or failing, succeeded again (its run of ``slot``). Emitted once per
+    recovery across the fleet, like :class:`JobOverdue`."""
+
+    type: ClassVar[str] = "job_recovered"
+    level: ClassVar[int] = logging.WARNING
+    job: str
+    slot: datetime
+    was: str
+    """``overdue`` or ``failing``."""
+    last_success: datetime | None
+    owner: str
+
+    def message(self) -> str:
+        when = format_slot(self.slot)
+        return f"job {self.job} recovered: its run of {when} succeeded ({self.was} before)"
 
 
 @dataclass(frozen=True)

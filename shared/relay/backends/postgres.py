@@ -49,7 +49,7 @@ from relay.backends._postgres_schema import (
     sections,
 )
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendError,
@@ -355,6 +355,24 @@ class PostgresLeaseBackend(PostgresSchedules):
         with self._connection(len(jobs)) as conn:
             rows = conn.execute(self._queries["last_slots"], (list(jobs),)).fetchall()
         return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
+
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        recent: dict[str, list[RunRecord]] = {job: [] for job in jobs}
+        wins: dict[str, RunRecord] = {}
+        with self._connection(len(jobs)) as conn:
+            rows = conn.execute(self._queries["job_history"], (list(jobs), depth)).fetchall()
+        for kind, *row in rows:
+            record = _record(row)
+            if kind == "s":
+                wins[record.job] = record
+            else:
+                recent[record.job].append(record)
+        return {job: JobHistory(tuple(recent[job]), wins.get(job)) for job in jobs}
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._connection() as conn:
+            row = conn.execute(self._queries["mark_once"], {"key": key, "ttl": float(ttl)})
+            return row.fetchone() is not None
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         # Finished runs leave dead entries in the partial index of live runs until vacuum. A

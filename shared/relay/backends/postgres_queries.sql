@@ -214,3 +214,31 @@ FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owne
 -- name: durability
 -- What relay doctor judges beside the replication facts (relay.backends._postgres_replication).
 SELECT current_setting('server_version'), current_setting('fsync')
+
+-- name: job_history
+-- Per job: its newest slot runs (a walk of runs_job_slot from the newest, stopped early)
+-- and its latest success, slot or manual run; first column 'r' (recent) or 's' (success).
+SELECT h.* FROM unnest(%s::text[]) AS name CROSS JOIN LATERAL (
+    (SELECT 'r', run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+            started_at, finished_at, error, schedule_version
+     FROM {schema}.runs WHERE job = name AND run_id < name || '@:'
+     ORDER BY slot DESC, run_id LIMIT %s)
+    UNION ALL
+    (SELECT 's', run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+            started_at, finished_at, error, schedule_version
+     FROM {schema}.runs WHERE job = name AND state = 'succeeded'
+     ORDER BY slot DESC LIMIT 1)
+) AS h
+
+-- name: mark_once
+-- Keys 'once:…' hold their expiry (ms since the epoch, store's clock); expired ones go first.
+WITH expired AS (
+    DELETE FROM {schema}.meta
+    WHERE key >= 'once:' AND key < 'once;'
+      AND value::bigint <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+)
+INSERT INTO {schema}.meta (key, value)
+VALUES ('once:' || %(key)s,
+        ((extract(epoch FROM clock_timestamp()) + %(ttl)s::float8) * 1000)::bigint::text)
+ON CONFLICT (key) DO NOTHING
+RETURNING key

@@ -56,7 +56,7 @@ from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
 from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
 from relay.deadlines import PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
@@ -363,6 +363,21 @@ class RedisLeaseBackend(RedisSchedules):
             job: from_ms(int(float(reply[0]))) if reply else None
             for job, reply in zip(jobs, replies, strict=True)
         }
+
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        calls = [(self._keys(job), ["history", depth, *self._read_tail]) for job in jobs]
+        replies = self._call_many("read", calls) if calls else []
+        return {
+            job: JobHistory(
+                tuple(_record(job, item) for item in recent),
+                _record(job, success[0]) if success else None,
+            )
+            for job, (recent, success) in zip(jobs, replies, strict=True)
+        }
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._errors():
+            return bool(self._redis.set(f"{self.prefix}once:{key}", 1, nx=True, px=ms(ttl)))
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         records = self._read_live(limit)

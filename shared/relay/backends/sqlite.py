@@ -35,7 +35,7 @@ from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
 from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -350,6 +350,51 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 value = row.fetchone()[0]
                 found[job] = None if value is None else from_ms(value)
         return found
+
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        # One statement per job, each part walking one key range from its newest id: its slot
+        # runs (one more than asked: see last_slots), then its latest slot and manual successes.
+        columns = self._columns
+        part = f"SELECT * FROM (SELECT {columns}, {{kind}} FROM relay_runs WHERE run_id > ? AND "
+        statement = " UNION ALL ".join(
+            part.format(kind=kind) + f"run_id < ?{where} ORDER BY run_id DESC LIMIT ?)"
+            for kind, where in (
+                (0, ""),
+                (1, " AND state = 'succeeded'"),
+                (2, " AND state = 'succeeded'"),
+            )
+        )
+        found = {}
+        with self._read() as conn:
+            for job in jobs:
+                rows = conn.execute(
+                    statement,
+                    (*_slot_range(job), depth + 1, *_slot_range(job), 2, *_manual_range(job), 2),
+                ).fetchall()
+                recent = sorted(
+                    (r[:-1] for r in rows if r[-1] == 0), key=lambda r: r[2], reverse=True
+                )
+                wins = [r[:-1] for r in rows if r[-1] != 0]
+                best = max(wins, key=lambda row: row[2], default=None)
+                found[job] = JobHistory(
+                    tuple(_record(row) for row in recent[:depth]),
+                    None if best is None else _record(best),
+                )
+        return found
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._write() as (conn, now_ms):
+            conn.execute(
+                "DELETE FROM relay_meta WHERE key >= 'once:' AND key < 'once;' "
+                "AND CAST(value AS INTEGER) <= ?",
+                (now_ms,),
+            )
+            return bool(
+                conn.execute(
+                    "INSERT OR IGNORE INTO relay_meta (key, value) VALUES (?, ?)",
+                    (f"once:{key}", str(now_ms + _ms(ttl))),
+                ).rowcount
+            )
 
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         now_ms = self._now_ms()

@@ -16,6 +16,7 @@ from relay.cli._options import backend_option, duration, instant, json_option
 from relay.cli._stores import control as _control
 from relay.control import JobStatus
 from relay.definitions import Choice
+from relay.overdue import STATES, JobHealth
 from relay.runs import RunRecord
 from relay.upcoming import HORIZON, NextRun
 
@@ -28,6 +29,9 @@ __all__ = ["COMMANDS"]
 def jobs(url: str, as_json: bool) -> None:
     """Every job: schedule, time zone, next due, last run, live lease owner and expiry, pause.
 
+    Overdue and failing jobs come first, with their last success and when a success is next
+    expected (see `relay overdue`).
+
     Only reads: the store is opened read-only, and nothing is created.
 
     \b
@@ -36,11 +40,14 @@ def jobs(url: str, as_json: bool) -> None:
     """
     with _control(url, read_only=True) as control:
         statuses = control.jobs()
+        health = {h.job: h for h in control.health()}
+    statuses = _alerting_first(statuses, health)
     if as_json:
         for status in statuses:
-            click.echo(json.dumps(_job_json(status)))
+            found = health.get(status.name)
+            click.echo(json.dumps({**_job_json(status), "health": found and found.to_json()}))
         return
-    Console(width=None if not piped() else 400).print(_jobs_table(statuses))
+    Console(width=None if not piped() else 400).print(_jobs_table(statuses, health))
 
 
 @click.command()
@@ -190,9 +197,16 @@ COMMANDS = (jobs, pause, resume, trigger, backfill, prune, next_)
 """The commands ``relay.cli.main`` adds."""
 
 
-def _jobs_table(statuses: list[JobStatus]) -> Table:
+def _alerting_first(statuses: list[JobStatus], health: dict[str, JobHealth]) -> list[JobStatus]:
+    rank = {name: (STATES.index(h.state), name) for name, h in health.items()}
+    return sorted(statuses, key=lambda s: rank.get(s.name, (len(STATES), s.name)))
+
+
+def _jobs_table(statuses: list[JobStatus], health: dict[str, JobHealth] | None = None) -> Table:
     table = Table(title="Jobs")
-    columns = ["job", "schedule", "next due", "last run", "live lease", "paused"]
+    health = health or {}
+    columns = ["job", "health", "last success", "success expected by"]
+    columns += ["schedule", "next due", "last run", "live lease", "paused"]
     stored = any(s.stored for s in statuses)
     disagree = any(s.disagreement for s in statuses)
     extra = (["stored schedule"] if stored else []) + (["definitions"] if disagree else [])
@@ -210,7 +224,9 @@ def _jobs_table(statuses: list[JobStatus]) -> Table:
             paused = f"since {iso(s.paused_at)} by {s.paused_by}" + (
                 f": {s.paused_reason}" if s.paused_reason else ""
             )
-        row = [s.name, s.schedule or "?", iso(s.next_due), last, live, paused]
+        h = health.get(s.name)
+        standing = [h.state, iso(h.last_success), iso(h.expected_by)] if h else ["", "", ""]
+        row = [s.name, *standing, s.schedule or "?", iso(s.next_due), last, live, paused]
         row += [s.stored or ""] if stored else []
         row += [_disagreement(s.definition)] if disagree else []
         table.add_row(*row)

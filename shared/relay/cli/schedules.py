@@ -52,6 +52,12 @@ _FIELDS: list[tuple[str, Callable[[str, str], Any], str]] = [
     ("jitter", duration, "Start each slot up to this late (hashed, the same everywhere)."),
     ("options", _json_value, "The host's publish options as a JSON object."),
     ("description", lambda t, o: t, "What it is for."),
+    (
+        "expect_success_within",
+        lambda t, o: False if t.lower() == "off" else duration(t, o),
+        "Overdue when a slot has not succeeded this long after its time; off: never.",
+    ),
+    ("alert_after_failures", lambda t, o: int(t), "Failing after this many slots in a row fail."),
 ]
 
 

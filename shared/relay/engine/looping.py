@@ -27,7 +27,10 @@ published task, an enqueued message). The loop owns every rule of timing:
   counts the instance unhealthy whatever its last beat; a step that works clears it;
 * a store whose layout needs a newer Relay (:class:`~relay.errors.StoreTooNew`) is reported
   once (:class:`~relay.events.StoreIncompatible`); what the step won is handed back, not
-  dispatched, and the problem is recorded at once.
+  dispatched, and the problem is recorded at once;
+* on a lease backend, a step the store answered also checks the jobs' expectations every
+  ``watch_every`` (:class:`~relay.engine.watching.Watch`) and announces a job turning overdue,
+  failing or recovered, once across the fleet.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from relay.engine.agreeing import Agreement
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
 from relay.engine.stored import ScheduleFeed
+from relay.engine.watching import DEFAULT_EVERY, Watch
 from relay.errors import BackendUnavailable, StoreTooNew
 from relay.events import RunDispatched, StoreIncompatible, StoreRecovered, StoreUnavailable
 from relay.health import InstanceHeartbeat
@@ -98,6 +102,7 @@ class Loop:
         grace: float | None = None,
         monotonic: Callable[[], float] = relay_clock.monotonic,
         schedules: ScheduleFeed | None = None,
+        watch_every: float | None = DEFAULT_EVERY,
     ) -> None:
         self.decider = decider
         self.schedules = schedules
@@ -122,6 +127,16 @@ class Loop:
         self.agreement = None if self.instance is None else Agreement(decider, self.instance)
         """Declares this instance's job definitions with its heartbeat and defers the jobs a
         peer's definition decides (``None`` without a heartbeat)."""
+        backend = decider.backend
+        self.watch = (
+            Watch(
+                backend, lambda: list(decider.jobs), decider.events, decider.owner,
+                every=watch_every, monotonic=monotonic,
+            )
+            if is_lease(backend) and watch_every is not None
+            else None
+        )  # fmt: skip
+        """Checks the jobs' expectations (``None``: a claim backend, or ``watch_every=None``)."""
         self.next_sweep = 0.0
         """When the next sweep is due, on ``monotonic``: set it to 0 to sweep at the next step."""
         self.grace = decider.lease if grace is None else grace
@@ -176,6 +191,8 @@ class Loop:
         self._recovered(now)
         self._failing = None
         self._beat()
+        if self.watch is not None:
+            self.watch.maybe_check()
         return Step(won, self._next_in(now))
 
     def _beat(self) -> None:
@@ -261,6 +278,8 @@ class Loop:
         beat = self.next_beat()
         if beat is not None:
             wait = min(wait, beat - now)
+        if self.watch is not None:
+            wait = min(wait, self.watch.due_in())
         return max(wait, 0.0)
 
     def _send(self, won: Won, send: Send) -> None:

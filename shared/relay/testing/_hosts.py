@@ -101,6 +101,9 @@ class InlineScheduler:
             at = min(at, beat)
         if self._sweeps:
             at = min(at, self._sweeps[0])
+        watch = self.scheduler.loop.watch
+        if watch is not None:  # a job's expectation passes: announce it on time
+            at = min(at, watch.wake_at)
         return max(at, self._retry_at)
 
     def poke(self, now: float) -> None:
