@@ -51,6 +51,7 @@ BENCHES = [
     "schedules",
     "host_schedules",
     "console",
+    "definitions",
     "overdue",
 ]
 QUICK_ARGS = {

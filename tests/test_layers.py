@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     )),
     ("contract", (
         "relay.contract", "relay.jobs", "relay.lease_rules", "relay.deadlines", "relay.stored",
-        "relay.schedule_store", "relay.overdue",
+        "relay.schedule_store", "relay.definitions", "relay.overdue",
     )),
     ("backends", ("relay.backends",)),
     ("engine", ("relay.engine", "relay.health")),

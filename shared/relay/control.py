@@ -16,6 +16,7 @@ from typing import Any, Literal
 from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease, pages_jobs
 from relay.control_schedules import JobStatus, ScheduleControl, operator
+from relay.definitions import Choice, deciding
 from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
@@ -70,7 +71,8 @@ class Control(ScheduleControl):
         """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
         store = self._lease("jobs")
         now = store.now()
-        statuses = [self._status(store, info, now) for info in store.jobs()]
+        choices = deciding(store.instances(), now)
+        statuses = [self._status(store, info, now, choices.get(info.name)) for info in store.jobs()]
         return self._with_stored(statuses, now)
 
     def jobs_page(
@@ -94,7 +96,12 @@ class Control(ScheduleControl):
             }
         names = sorted(infos.keys() | stored.keys())
         page = names[:limit]
-        statuses = [self._status(store, infos[name], now) for name in page if name in infos]
+        choices = deciding(store.instances(), now, page)
+        statuses = [
+            self._status(store, infos[name], now, choices.get(name))
+            for name in page
+            if name in infos
+        ]
         shown = {name: stored[name] for name in page if name in stored}
         return self._with_stored(statuses, now, shown), len(names) > limit
 
@@ -122,7 +129,8 @@ class Control(ScheduleControl):
         """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""
         store = self._lease("jobs")
         info = self._known(store, name)
-        return self._status(store, info, store.now())
+        now = store.now()
+        return self._status(store, info, now, deciding(store.instances(), now, [name]).get(name))
 
     def doctor(self) -> DoctorReport:
         """What the store, as it is configured, can cost when a Relay process crashes, the
@@ -243,7 +251,9 @@ class Control(ScheduleControl):
         return jobs[job]
 
     @staticmethod
-    def _status(store: LeaseBackend, info: JobInfo, now: datetime) -> JobStatus:
+    def _status(
+        store: LeaseBackend, info: JobInfo, now: datetime, choice: Choice | None
+    ) -> JobStatus:
         spec = _spec(info)
         runs = store.runs(info.name, limit=20)
         live = tuple(
@@ -254,7 +264,7 @@ class Control(ScheduleControl):
             name=info.name, schedule=spec.get("schedule"), timezone=spec.get("tz"),
             next_due=_next_due(info.name, spec, now), last_run=runs[0] if runs else None,
             live=live, paused_at=info.paused_at, paused_by=info.paused_by,
-            paused_reason=info.paused_reason, spec=spec,
+            paused_reason=info.paused_reason, spec=spec, definition=choice,
         )  # fmt: skip
 
 

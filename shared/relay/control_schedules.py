@@ -18,6 +18,7 @@ from itertools import islice
 from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.definitions import Choice
 from relay.durations import Duration
 from relay.errors import ConfigurationError, Conflict, UnknownSchedule, UnsupportedOption
 from relay.health import is_alive
@@ -66,6 +67,16 @@ class JobStatus:
     """For a stored schedule: where it can run and what remains of it, such as ``"task
     send_report, on 2 live instance(s); 3 slot(s) left"`` or ``"not runnable: no live instance
     allows task send_report"``. ``None`` for a code-defined job."""
+    definition: Choice | None = None
+    """The definition deciding the job among the live instances' declarations, with the other
+    definitions some of them hold (``definition.others``: a rolling deploy changed the job, and
+    those instances do not fire it). ``None`` if no live instance declares the job (a stored
+    schedule, Relay 0.1.0 instances only). See :mod:`relay.definitions`."""
+
+    @property
+    def disagreement(self) -> bool:
+        """Whether live instances hold more than one definition of the job."""
+        return self.definition is not None and bool(self.definition.others)
 
     @property
     def paused(self) -> bool:

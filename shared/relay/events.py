@@ -26,6 +26,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from relay.runs import format_slot
 
 __all__ = [
+    "DefinitionDeferred",
+    "DefinitionResumed",
     "Event",
     "EventBus",
     "FencedOff",
@@ -529,6 +531,52 @@ class JobRecovered(Event):
     def message(self) -> str:
         when = format_slot(self.slot)
         return f"job {self.job} recovered: its run of {when} succeeded ({self.was} before)"
+
+
+@dataclass(frozen=True)
+class DefinitionDeferred(Event):
+    """Live instances hold another definition of ``job``, and theirs decides: not fired here.
+
+    Reported when this instance stops firing the job, or when the deciding definition changes.
+    ``ours`` and ``deciding`` are the two definitions' readable forms, ``ours_hash`` and
+    ``deciding_hash`` their hashes; ``deciding_owner`` the instance whose declaration decided
+    (the newest Relay release, then the latest started: see :mod:`relay.definitions`).
+    """
+
+    type: ClassVar[str] = "definition_deferred"
+    level: ClassVar[int] = logging.WARNING
+    job: str
+    owner: str
+    ours: str
+    ours_hash: str
+    deciding: str
+    deciding_hash: str
+    deciding_owner: str
+    deciding_version: str
+
+    def message(self) -> str:
+        return (
+            f"job {self.job!r} is not fired here: its definition here ({self.ours}, "
+            f"{self.ours_hash}) differs from the one deciding it ({self.deciding}, "
+            f"{self.deciding_hash}, declared by {self.deciding_owner}, Relay "
+            f"{self.deciding_version}); finish the rollout, or stop the instances holding the "
+            "other definition"
+        )
+
+
+@dataclass(frozen=True)
+class DefinitionResumed(Event):
+    """This instance fires ``job`` again: its definition (``ours``) decides it now."""
+
+    type: ClassVar[str] = "definition_resumed"
+    level: ClassVar[int] = logging.INFO
+    job: str
+    owner: str
+    ours: str
+    ours_hash: str
+
+    def message(self) -> str:
+        return f"job {self.job!r} is fired here again with its definition here ({self.ours})"
 
 
 E = TypeVar("E", bound=Event)

@@ -60,7 +60,7 @@ from relay.errors import (
     StoreNotFound,
     StoreTooNew,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json, parse_definitions
 from relay.layout import Layout, running
 from relay.runs import (
     Run,
@@ -409,6 +409,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             "started_at": info.started_at, "version": info.version,
             "interval": float(info.interval), "ttl": float(ttl),
             "tasks": json.dumps(list(info.tasks)), "problem": info.problem,
+            "definitions": definitions_json(info),
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
@@ -439,7 +440,9 @@ class PostgresLeaseBackend(PostgresSchedules):
         if self._version < 6:  # no tasks column yet (read-only)
             query = query.replace(", tasks", ", NULL")
         if self._version < 17:  # no problem column yet (read-only)
-            query = query.replace("problem\n", "NULL\n")
+            query = query.replace("problem,", "NULL,")
+        if self._version < 18:  # no definitions column yet (read-only)
+            query = query.replace("definitions\n", "NULL\n")
         with self._connection() as conn:
             rows = conn.execute(query).fetchall()
         return [_instance(*row) for row in rows]
@@ -914,10 +917,11 @@ def _instance(
     expires: datetime,
     tasks: str | None,
     problem: str | None = None,
+    definitions: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
         version=version, interval=interval, beat_at=beat.astimezone(UTC),
         expires_at=expires.astimezone(UTC), tasks=tuple(json.loads(tasks)) if tasks else (),
-        problem=problem,
+        problem=problem, **parse_definitions(definitions),
     )  # fmt: skip

@@ -195,19 +195,20 @@ DELETE FROM {schema}.runs WHERE run_id IN (
 WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())
 INSERT INTO {schema}.instances
     (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
-     problem)
+     problem, definitions)
 VALUES (%(owner)s, %(role)s, %(host)s, %(pid)s, %(started_at)s, %(version)s, %(interval)s,
         clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s,
-        %(problem)s)
+        %(problem)s, %(definitions)s)
 ON CONFLICT (owner) DO UPDATE SET
     role = excluded.role, host = excluded.host, pid = excluded.pid,
     started_at = excluded.started_at, version = excluded.version,
     beat_interval = excluded.beat_interval, beat_at = excluded.beat_at,
-    expires_at = excluded.expires_at, tasks = excluded.tasks, problem = excluded.problem
+    expires_at = excluded.expires_at, tasks = excluded.tasks, problem = excluded.problem,
+    definitions = excluded.definitions
 
 -- name: instances
 SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
-       problem
+       problem, definitions
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
 
 -- name: durability

@@ -65,7 +65,7 @@ from relay.errors import (
     NotAcknowledged,
     StoreNotFound,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json
 from relay.layout import Layout, from_json, to_json, to_record
 from relay.runs import (
     MANUAL,
@@ -417,6 +417,9 @@ class RedisLeaseBackend(RedisSchedules):
         }  # fmt: skip
         if info.problem is not None:  # a key Relay 0.1 reads past
             fields["problem"] = info.problem
+        if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
+            # As JSON text: decoding the record leaves it a string, decoded once per distinct one.
+            fields["definitions"] = definitions_json(info)
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
             self._scripts["instance"]([self._instances_key()], args)

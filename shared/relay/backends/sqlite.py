@@ -44,7 +44,7 @@ from relay.errors import (
     StoreTooNew,
     StoreTooOld,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json, parse_definitions
 from relay.layout import FLOOR, Layout, running, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -55,7 +55,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -102,6 +102,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 8 (Relay 0.2): an instance records why it is not working although it beats. Only
     # adds: Relay 0.1 (version 7) goes on using the file (see relay.layout).
     8: ("ALTER TABLE relay_instances ADD COLUMN problem TEXT",),
+    # Version 9 (Relay 0.2): the job definitions an instance declares (relay.definitions), which
+    # Relay 0.1 neither writes nor reads. Only adds, like version 8.
+    9: ("ALTER TABLE relay_instances ADD COLUMN definitions TEXT",),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
@@ -448,12 +451,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._write() as (conn, now_ms):
             conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
             conn.execute(
-                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, problem) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, problem, "
+                "definitions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
                     info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
-                    json.dumps(list(info.tasks)), info.problem,
+                    json.dumps(list(info.tasks)), info.problem, definitions_json(info),
                 ),
             )  # fmt: skip
 
@@ -472,11 +475,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             return []
         tasks = "tasks" if self._version >= 6 else "NULL"
         problem = "problem" if self._version >= 8 else "NULL"
+        declared = "definitions" if self._version >= 9 else "NULL"
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {problem} FROM relay_instances "
-                "WHERE expires_ms > ? "
-                "ORDER BY role, owner",
+                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {problem}, {declared} FROM relay_instances "
+                "WHERE expires_ms > ? ORDER BY role, owner",
                 (self._now_ms(),),
             ).fetchall()
         return [_instance(*row) for row in rows]
@@ -1072,11 +1075,13 @@ def _instance(
     expires: int,
     tasks: str | None,
     problem: str | None = None,
+    definitions: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
         tasks=tuple(json.loads(tasks)) if tasks else (), problem=problem,
+        **parse_definitions(definitions),
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from relay.cli._format import iso, piped
 from relay.cli._options import Duration, Instant, backend_option, count, json_option
 from relay.cli._stores import control as _control
 from relay.control import JobStatus
+from relay.definitions import Choice
 from relay.overdue import STATES, JobHealth
 from relay.runs import RunRecord
 from relay.upcoming import HORIZON, NextRun
@@ -219,7 +220,9 @@ def _jobs_table(statuses: list[JobStatus], health: dict[str, JobHealth] | None =
     columns = ["job", "health", "last success", "success expected by"]
     columns += ["schedule", "next due", "last run", "live lease", "paused"]
     stored = any(s.stored for s in statuses)
-    for column in columns + (["stored schedule"] if stored else []):
+    disagree = any(s.disagreement for s in statuses)
+    extra = (["stored schedule"] if stored else []) + (["definitions"] if disagree else [])
+    for column in columns + extra:
         table.add_column(column, overflow="fold")
     for s in statuses:
         last = (
@@ -236,8 +239,35 @@ def _jobs_table(statuses: list[JobStatus], health: dict[str, JobHealth] | None =
         h = health.get(s.name)
         standing = [h.state, iso(h.last_success), iso(h.expected_by)] if h else ["", "", ""]
         row = [s.name, *standing, s.schedule or "?", iso(s.next_due), last, live, paused]
-        table.add_row(*row, *([s.stored or ""] if stored else []))
+        row += [s.stored or ""] if stored else []
+        row += [_disagreement(s.definition)] if disagree else []
+        table.add_row(*row)
     return table
+
+
+def _disagreement(choice: Choice | None) -> str:
+    """Which definition decides a job and which others live instances hold (not fired)."""
+    if choice is None or not choice.others:
+        return ""
+    lines = [
+        f"deciding: {choice.definition.text} [{choice.definition.hash}] on "
+        f"{', '.join(choice.holders)} (Relay {choice.version})"
+    ]
+    for definition, owners in choice.others:
+        lines.append(f"not fired: {definition.text} [{definition.hash}] on {', '.join(owners)}")
+    return "\n".join(lines)
+
+
+def _definition_json(choice: Choice | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    return {
+        "hash": choice.definition.hash, "text": choice.definition.text, "owner": choice.owner,
+        "version": choice.version, "holders": list(choice.holders),
+        "others": [
+            {"hash": d.hash, "text": d.text, "owners": list(owners)} for d, owners in choice.others
+        ],
+    }  # fmt: skip
 
 
 def _job_json(s: JobStatus) -> dict[str, Any]:
@@ -252,6 +282,7 @@ def _job_json(s: JobStatus) -> dict[str, Any]:
         "live": [{"id": r.id, "owner": r.owner, "expires_at": iso(r.expires_at)} for r in s.live],
         "paused": s.paused, "paused_at": iso(s.paused_at), "paused_by": s.paused_by,
         "paused_reason": s.paused_reason, "spec": s.spec, "stored": s.stored,
+        "definition": _definition_json(s.definition),
     }  # fmt: skip
 
 
