@@ -1,0 +1,171 @@
+"""A deploy of HEAD over the previous release, on each lease store, with real processes.
+
+Two instances of the previous release run a job every second. A canary of HEAD starts beside them
+and is rolled back (stopped, its host back on the previous release). Then HEAD is rolled out: one
+new instance starts, one old one stops, until only new ones are left, with a stored schedule
+added through HEAD's ``Control`` half-way. Throughout, each slot of both jobs runs once (none
+twice, none lost between the window's edges), a job's fencing tokens never go back, and every
+instance runs jobs in every phase it is alive for, the old ones until they are stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+import relay
+from relay import Control
+from tests.support.procs import ROOT
+from tests.upgrade.fleet import Fleet, Run, wait_for
+from tests.upgrade.previous import Release
+
+EDGE = timedelta(seconds=2)
+"""Slots this close to a window's edge may be decided either side of it (a tick is late under
+load, a stop lands mid-tick): they must still run at most once, but may be missing."""
+
+STORED = "every-second"
+"""The stored schedule added half-way through the rollout (task ``echo``, every second)."""
+
+
+@pytest.mark.slow
+def test_a_rolling_upgrade_and_a_rolled_back_canary_run_every_slot_once(
+    lease_url: str, previous: Release, tmp_path: Path
+) -> None:
+    assert previous.python is not None
+    fleet = Fleet(lease_url, tmp_path, {"old": previous.python, "new": Path(sys.executable)})
+    try:
+        added = deploy(fleet)
+        end = datetime.now(timezone.utc)
+    finally:
+        fleet.stop_all()
+    print(report(fleet))
+    check_releases(fleet, previous)
+    runs = fleet.runs()
+    first = min(r.slot for r in runs if r.job == "tick")
+    check_each_slot_once(runs, "tick", first, end)
+    check_each_slot_once(runs, STORED, added + EDGE, end)
+    check_tokens(runs)
+    table = fleet.runs_by_phase(own=True)
+    idle = {phase: [n for n, runs in row.items() if not runs] for phase, row in table.items()}
+    assert {phase: names for phase, names in idle.items() if names} == {}
+    troubles = {i.name: i.lines("event") for i in fleet.instances.values() if i.lines("event")}
+    assert troubles == {}  # no warning at all: no store_unavailable, missed, lease_lost…
+    codes = {i.name: i.proc.returncode for i in fleet.instances.values()}
+    assert set(codes.values()) == {0}, codes
+
+
+def deploy(fleet: Fleet) -> datetime:
+    """The deploy, phase by phase; each phase lasts until every live instance has run a job of
+    its own. Returns when the stored schedule was added."""
+    fleet.start("old-a", "old")
+    fleet.start("old-b", "old")
+    step(fleet, "two old")
+    fleet.start("new-canary", "new")
+    step(fleet, "canary beside two old")
+    fleet.stop("new-canary")
+    step(fleet, "canary stopped")
+    fleet.start("old-c", "old")
+    step(fleet, "canary's host back on old")
+    fleet.start("new-1", "new")
+    step(fleet, "new-1 beside three old")
+    fleet.stop("old-a")
+    step(fleet, "old-a stopped")
+    with Control(fleet.url) as control:
+        added = control.add_schedule(STORED, "echo", every=1).updated_at
+    step(fleet, "stored schedule added")
+    fleet.start("new-2", "new")
+    step(fleet, "new-2 started")
+    fleet.stop("old-b")
+    step(fleet, "old-b stopped")
+    fleet.start("new-3", "new")
+    step(fleet, "new-3 started")
+    # Each slot is a race, and a loaded machine can hand one instance a long streak: the last
+    # phase with both releases lasts until each has won a slot of each job beside the other.
+    wait_for(lambda: not unmixed(fleet), 60, lambda: f"only one release won {unmixed(fleet)}")
+    fleet.stop("old-c")
+    step(fleet, "all new")
+    assert added is not None
+    return added
+
+
+def step(fleet: Fleet, name: str) -> None:
+    fleet.phase(name)
+    fleet.settle()
+
+
+def unmixed(fleet: Fleet) -> list[str]:
+    """The raced jobs one release has not won a slot of while the other release was live."""
+    releases = {i.name: i.release for i in fleet.instances.values()}
+    won: set[tuple[str, str]] = set()
+    for row in fleet.runs_by_phase(own=False).values():
+        if len({releases[n] for n in row}) == 2:
+            won |= {(releases[n], r.job) for n, runs in row.items() for r in runs}
+    return [f"{job} ({release})" for job in ("tick", STORED) for release in ("old", "new")
+            if (release, job) not in won]  # fmt: skip
+
+
+def check_releases(fleet: Fleet, previous: Release) -> None:
+    """Old instances ran the previous release's installed copy, new ones this checkout."""
+    for instance in fleet.instances.values():
+        [(_, version, path, _)] = instance.lines("hello")
+        where, found = Path(path).resolve(), (instance.name, version, path)
+        if instance.release == "old":
+            assert previous.python is not None
+            assert where.is_relative_to(previous.python.parents[1]), found
+            assert version == previous.tag.removeprefix("v"), found
+        else:
+            assert where.is_relative_to(ROOT / "shared"), found
+            assert version == relay.__version__, found
+
+
+def check_each_slot_once(runs: list[Run], job: str, start: datetime, end: datetime) -> None:
+    """No slot of ``job`` ran twice; each one from ``start`` to ``end`` (less the edge) ran."""
+    slots = Counter(r.slot for r in runs if r.job == job)
+    assert {s: n for s, n in slots.items() if n > 1} == {}
+    want, last = start.replace(microsecond=0) + timedelta(seconds=1), end - EDGE
+    lost = []
+    while want <= last:
+        if want not in slots:
+            lost.append(want.isoformat())
+        want += timedelta(seconds=1)
+    assert lost == [], f"{job}: slots that never ran"
+
+
+def check_tokens(runs: list[Run]) -> None:
+    """A job's tokens never go back: each run's is above those of every run two slots before it.
+
+    Two slots, not one: the slot before may be leased a moment after this one by an instance
+    whose tick came late, and take the larger token, which is no step back.
+    """
+    for job in {r.job for r in runs}:
+        ordered = sorted((r for r in runs if r.job == job), key=lambda r: r.slot)
+        highest, behind = 0, 0
+        for run in ordered:
+            while ordered[behind].slot <= run.slot - timedelta(seconds=2):
+                highest = max(highest, ordered[behind].token)
+                behind += 1
+            assert run.token > highest, f"{job}: {run} has a token below an earlier slot's"
+
+
+def report(fleet: Fleet) -> str:
+    """What the old/new mix did: per phase, how long it lasted and, per live instance, the runs
+    of its own job / the slots it won of the raced ones; then each instance's warnings."""
+    lines = [f"store {fleet.url}"]
+    ends = [at for _, at in fleet.phases[1:]] + [fleet.ended]
+    own, raced = fleet.runs_by_phase(own=True), fleet.runs_by_phase(own=False)
+    for (phase, begun), end in zip(fleet.phases, ends, strict=True):
+        counts = "  ".join(
+            f"{n}({fleet.instances[n].release})={len(runs)}/{len(raced[phase][n])}"
+            for n, runs in own[phase].items()
+        )
+        lines.append(f"  {phase:28} {end - begun:5.1f}s  {counts}")
+    for instance in fleet.instances.values():
+        events = Counter(kind for kind, _, _ in instance.lines("event"))
+        refused = instance.lines("refused")
+        if events or refused:
+            lines.append(f"  {instance.name}: events {dict(events)} refused {refused}")
+    return "\n".join(lines)
