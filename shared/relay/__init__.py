@@ -68,4 +68,5 @@ __all__ = [
     "run_id",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+"""This Relay's version: the package's one source of it (``pyproject.toml`` reads it here)."""

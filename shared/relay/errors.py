@@ -15,7 +15,13 @@
         │                           it in time: the step counts as not done
         ├── StoreNotFound           a read-only open found no store where the URL points
         ├── MigrationRequired       the schema is missing or older than this Relay needs, and
-        │                           this user may not change it: run `relay migrate` as its owner
+        │   │                       this user may not change it: run `relay migrate` as its owner
+        │   └── StoreTooOld         the store's layout is older than this Relay can use, and
+        │                           this instance may not migrate it (names the command)
+        ├── StoreTooNew             the store's layout needs a newer Relay than this one
+        │                           (also a ConfigurationError): upgrade Relay
+        ├── InstancesTooOld         `relay migrate --contract` refused: a live instance runs a
+        │                           Relay older than the floor the contraction sets (names it)
         └── LeaseLost               the lease is no longer ours: a newer token exists,
                                     or the run already finished
     Conflict                        a stored schedule changed since the version a change was
@@ -36,6 +42,7 @@ __all__ = [
     "BackendUnavailable",
     "ConfigurationError",
     "Conflict",
+    "InstancesTooOld",
     "InvalidSchedule",
     "LeaseLost",
     "MigrationRequired",
@@ -43,6 +50,8 @@ __all__ = [
     "NotAcknowledged",
     "RelayError",
     "StoreNotFound",
+    "StoreTooNew",
+    "StoreTooOld",
     "UnknownBackend",
     "UnknownSchedule",
     "UnsupportedOption",
@@ -138,6 +147,61 @@ class MigrationRequired(BackendError):
     Nothing was changed. Run ``relay migrate --backend URL`` as the schema's owner (the message
     says so), then start the instance again.
     """
+
+
+class StoreTooOld(MigrationRequired):
+    """The store is at a layout older than the oldest this Relay can use, and this instance may
+    not bring it forward (``migrate=false``, or a role that does not own the schema).
+
+    Nothing was changed. The message names the layout found, the one needed and ``relay migrate``.
+    """
+
+
+class StoreTooNew(BackendError, ConfigurationError):
+    """The store is at a layout a newer Relay made, whose floor (the oldest Relay that can still
+    use it) is newer than this Relay: this Relay would misread it, so it stops using it.
+
+    Raised at open, and by the first call that fails in a way the newer layout explains. The
+    message reads "schema 'relay' is at layout version 18, made by a newer Relay, which needs
+    Relay 0.3 or newer; this is Relay 0.2: upgrade Relay". ``layout`` and ``needs`` hold the
+    store's record.
+    """
+
+    def __init__(self, store: str, layout: int, needs: str, running: str) -> None:
+        super().__init__(
+            f"{store} is at layout version {layout}, made by a newer Relay, which needs Relay "
+            f"{_short(needs)} or newer; this is Relay {_short(running)}: upgrade Relay "
+            "(or point this instance at another store)"
+        )
+        self.store = store
+        self.layout = layout
+        self.needs = needs
+        self.running = running
+
+
+class InstancesTooOld(BackendError):
+    """``relay migrate --contract`` refused: live instances run a Relay older than the floor the
+    contraction would set, and would stop working. Nothing was changed.
+
+    ``instances`` lists them as ``(owner, version)``; the message names each and the fix (upgrade
+    or stop them, then contract again).
+    """
+
+    def __init__(self, store: str, floor: str, instances: Sequence[tuple[str, str]]) -> None:
+        named = ", ".join(f"{owner} (Relay {version})" for owner, version in instances)
+        super().__init__(
+            f"cannot contract {store}: it would need Relay {floor} or newer, and live instances "
+            f"run older Relays: {named}; upgrade or stop them (`relay instances` lists them), "
+            "then run `relay migrate --contract` again"
+        )
+        self.floor = floor
+        self.instances = tuple(instances)
+
+
+def _short(version: str) -> str:
+    """``0.3.0`` as ``0.3``: how messages name a release."""
+    parts = version.split(".")
+    return ".".join(parts[:2]) if parts[2:] in (["0"], []) else version
 
 
 class LeaseLost(BackendError):

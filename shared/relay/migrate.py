@@ -4,14 +4,24 @@ On PostgreSQL the schema's owner runs it once per Relay upgrade (or lets instanc
 schema migrate at start, as they do unless the URL says ``migrate=false``); instances that run as
 a role with only the documented grants then never issue DDL. Other stores are opened as a
 scheduler opens them, which creates what they need (SQLite's tables, NATS buckets).
+
+Migrations only add (*expand*, see :mod:`relay.layout`): the previous release keeps working on a
+migrated store. :func:`plan` (``relay migrate --plan``) says what a migration would change and
+whether the live instances can go on beside it, and changes nothing; :func:`contract`
+(``relay migrate --contract``) removes what only older releases needed and raises the store's
+floor to this release, refused while a live instance runs an older Relay.
 """
 
 from __future__ import annotations
 
 from relay.backends import open_backend
 from relay.backends._url import BackendURL
+from relay.contract import LeaseBackend, is_lease
+from relay.errors import InstancesTooOld, StoreNotFound, StoreTooNew
+from relay.instances import InstanceInfo, is_alive
+from relay.layout import CONTRACT_FLOOR, FLOOR, Layout, LayoutStore, running, version_key
 
-__all__ = ["migrate"]
+__all__ = ["contract", "migrate", "plan"]
 
 
 def migrate(url: str) -> str:
@@ -36,3 +46,107 @@ def migrate(url: str) -> str:
     if found == 0:
         return f"{store.name}: created Relay's schema at version {SCHEMA_VERSION}"
     return f"{store.name}: migrated Relay's schema from version {found} to {SCHEMA_VERSION}"
+
+
+def plan(url: str) -> str:
+    """What ``relay migrate`` would change in the store ``url`` names, and whether each live
+    instance's Relay can go on beside it; several lines. Opens the store read-only: creates and
+    changes nothing."""
+    try:
+        backend = open_backend(url, read_only=True)
+    except StoreNotFound as exc:
+        return f"{exc}\n`relay migrate` would create it, usable by Relay {FLOOR} and newer."
+    except StoreTooNew as exc:
+        return f"this Relay ({running()}) cannot use the store: {exc}"
+    try:
+        assert isinstance(backend, LayoutStore) and is_lease(backend)
+        found = backend.layout() or Layout(1, FLOOR)
+        own, steps = _own_layout(backend, found.layout)
+        after = Layout(max(own, found.layout), max(FLOOR, found.min_relay, key=version_key))
+        lines = [f"{backend.name}: at layout {found.layout}, {_usable(found)}."]
+        if own > found.layout:
+            lines.append(f"`relay migrate` (Relay {running()}) brings it to layout {own}, adding:")
+            lines += [f"  {step}" for step in steps] or ["  (the layout record only)"]
+            lines.append(f"It stays {_usable(after)}: migrations only add.")
+        else:
+            lines.append(f"Nothing to migrate: this Relay ({running()}) uses layout {own}.")
+        lines += _beside(_live(backend), after)
+        return "\n".join(lines)
+    finally:
+        backend.close()
+
+
+def contract(url: str) -> str:
+    """Remove what only Relays older than this one needed from the store ``url`` names, and raise
+    its floor to this release; what was done, in one line.
+
+    Raises :class:`~relay.errors.InstancesTooOld`, changing nothing, while a live instance runs a
+    Relay older than :data:`~relay.layout.CONTRACT_FLOOR` (named, with its version).
+    """
+    backend = open_backend(url, migrate=True) if _is_postgres(url) else open_backend(url)
+    try:
+        assert isinstance(backend, LayoutStore) and is_lease(backend)
+        older = [i for i in _live(backend) if _older(i.version, CONTRACT_FLOOR)]
+        if older:
+            raise InstancesTooOld(
+                backend.name, CONTRACT_FLOOR, [(i.owner, i.version) for i in older]
+            )
+        contracting = getattr(backend, "contract", None)
+        if contracting is not None:  # PostgreSQL: statements, under the schema's lock
+            removed: list[str] = contracting()
+        else:  # nothing to remove from the other stores in this release: raise the floor
+            removed, found = [], backend.layout() or Layout(1, FLOOR)
+            own, _ = _own_layout(backend, found.layout)
+            backend.record_layout(Layout(max(own, found.layout), CONTRACT_FLOOR))
+    finally:
+        backend.close()
+    what = f"removed {len(removed)} object(s)" if removed else "nothing to remove in this release"
+    return (
+        f"{backend.name}: {what}; it now needs Relay {CONTRACT_FLOOR} or newer "
+        "(older instances refuse it at start)"
+    )
+
+
+def _live(backend: LeaseBackend) -> list[InstanceInfo]:
+    now = backend.now()
+    return [i for i in backend.instances() if is_alive(i, now)]
+
+
+def _older(version: str, floor: str) -> bool:
+    return version_key(version) < version_key(floor)
+
+
+def _usable(layout: Layout) -> str:
+    return f"usable by Relay {layout.min_relay} and newer"
+
+
+def _beside(live: list[InstanceInfo], after: Layout) -> list[str]:
+    """One line per live instance: whether its Relay can go on beside the migrated store, and
+    whether a later ``--contract`` would be refused because of it."""
+    if not live:
+        return ["No live instance recorded a heartbeat."]
+    lines = ["Live instances:"]
+    for info in live:
+        verdict = (
+            "can go on beside it"
+            if after.usable(info.version)
+            else f"cannot: it needs Relay {after.min_relay}"
+        )
+        if after.usable(info.version) and _older(info.version, CONTRACT_FLOOR):
+            verdict += f" (`--contract` waits until it runs Relay {CONTRACT_FLOOR} or newer)"
+        lines.append(f"  {info.role} {info.owner} on {info.host}, Relay {info.version}: {verdict}")
+    return lines
+
+
+def _is_postgres(url: str) -> bool:
+    return BackendURL(url).scheme in ("postgresql", "postgres")
+
+
+def _own_layout(backend: object, found: int) -> tuple[int, list[str]]:
+    """This Relay's layout for ``backend``'s kind of store, and the steps from ``found`` to it."""
+    own = int(getattr(backend, "LAYOUT", 1))
+    if type(backend).__name__ == "PostgresLeaseBackend":
+        from relay.backends._postgres_schema import migrations_after
+
+        return own, migrations_after(found)
+    return own, [f"step {v}" for v in range(found + 1, own + 1)]

@@ -125,7 +125,7 @@ def test_each_jobs_keys_share_one_cluster_slot(
         redis_lease_backend.skip(job, slot(1), "missed")
     per_job: dict[int, set[str]] = {}
     for key in keys_of(redis_client, redis_lease_backend):
-        if key != f"{redis_lease_backend.prefix}jobs":
+        if key not in {f"{redis_lease_backend.prefix}{k}" for k in ("jobs", "layout")}:
             per_job.setdefault(key_slot(key.encode()), set()).add(key.split("}:")[0])
     assert len(per_job) == len(jobs)  # one slot per job, and no job shares another's
     assert all(len(tags) == 1 for tags in per_job.values())
@@ -259,7 +259,9 @@ def test_records_expire_after_retention_and_leave_the_indexes(
     assert 0 < redis_client.pttl(run_key) <= 1000
     time.sleep(1.5)
     assert backend.runs() == [] and backend.last_slot("job") is None
-    leftovers = set(keys_of(redis_client, backend)) - {f"{backend.prefix}jobs"}
+    leftovers = set(keys_of(redis_client, backend)) - {
+        f"{backend.prefix}{k}" for k in ("jobs", "layout")
+    }
     assert not any(":run:" in key for key in leftovers)
     assert all(redis_client.zcard(key) == 0 for key in leftovers if not key.endswith(":token"))
     backend.close()
@@ -293,7 +295,7 @@ def test_running_records_live_as_long_as_their_lease(
 ) -> None:
     redis_lease_backend.acquire(AcquireRequest("job", slot(0), "a", lease=3600))
     prefix = redis_lease_backend.prefix
-    store_wide = {f"{prefix}jobs", f"{prefix}live"}  # indexes of every job
+    store_wide = {f"{prefix}jobs", f"{prefix}live", f"{prefix}layout"}  # indexes, the layout
     for key in keys_of(redis_client, redis_lease_backend):
         if key not in store_wide:
             assert redis_client.pttl(key) > (7 * 24 + 1) * 3600 * 1000 - 60_000, key

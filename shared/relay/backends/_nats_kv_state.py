@@ -108,9 +108,13 @@ class RunFields:
     def from_values(cls, value: dict[str, Any]) -> RunFields:
         """The run whose stored fields :meth:`values` gave: ``value`` (parsed JSON, owned by the
         caller no longer) becomes the instance's own attributes, without a copy; a field left out
-        (``schedule_version``) reads as its default, as through the constructor."""
-        if "state" not in value or not value.keys() <= _RUN_FIELDS:
+        (``schedule_version``) reads as its default, as through the constructor. A field a newer
+        Relay added is kept as it is, and written back with the run (rolling upgrades)."""
+        if "state" not in value:
             return cls(**value)  # refuses it, naming the field
+        if not value.keys() <= _RUN_FIELDS:  # never let a stored name hide a method
+            for name in [k for k in value if k not in _RUN_FIELDS and hasattr(cls, k)]:
+                del value[name]
         run = object.__new__(cls)
         run.__dict__ = value
         return run
@@ -127,6 +131,7 @@ class RunFields:
 
 
 _RUN_FIELDS = frozenset(f.name for f in dataclass_fields(RunFields))
+_JOB_FIELDS = frozenset(("format", "job", "token", "last_slot", "runs", "spec", "paused"))
 
 
 @dataclass
@@ -141,6 +146,8 @@ class JobState:
     spec: str | None = None
     paused: dict[str, Any] | None = None
     """While the job is paused: ``at`` (server ms), ``by`` and ``reason``."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields a newer Relay wrote in the key: kept, and written back as they were."""
     _encoded: dict[int, tuple[dict[str, Any], str]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -157,9 +164,10 @@ class JobState:
         if value.get("format") != FORMAT:
             raise ValueError(f"unknown format {value.get('format')!r} for job {job!r}")
         runs = {int(slot): RunFields.from_values(run) for slot, run in value["runs"].items()}
+        extra = {k: v for k, v in value.items() if k not in _JOB_FIELDS}
         return cls(
             job, value["token"], value["last_slot"], runs,
-            spec=value.get("spec"), paused=value.get("paused"),
+            spec=value.get("spec"), paused=value.get("paused"), extra=extra,
         )  # fmt: skip
 
     def encode(self) -> bytes:
@@ -171,6 +179,7 @@ class JobState:
         for name in ("spec", "paused"):  # only when set: keys written before stay the same
             if getattr(self, name) is not None:
                 value[name] = getattr(self, name)
+        value.update(self.extra)
         # A JSON string escapes every '"' in it: the first "runs":{} is this dict's key.
         head, _, tail = _JSON.encode(value).partition('"runs":{}')
         encoded, parts = {}, []

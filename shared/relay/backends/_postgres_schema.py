@@ -9,6 +9,12 @@ runs in one transaction under an advisory lock, so a refusal half-way leaves not
 A fresh install runs ``postgres_schema.sql``, the schema as it is today; an install at version k
 runs ``postgres_migrations/`` k+1 to :data:`SCHEMA_VERSION`, one file per version.
 ``tests/backends/test_postgres_schema.py`` holds both paths to the same catalog.
+
+Migrations only add (see :mod:`relay.layout`): the table ``layout`` records the layout and the
+oldest Relay that can use it, and ``meta``'s ``schema_version`` keeps Relay 0.1's number while
+Relay 0.1 may still use the schema. :func:`contract` raises that floor.
+``tests/backends/test_postgres_layout.py`` checks that each migration after the floor's layout
+keeps every table, column, type and function signature the floor's Relay uses.
 """
 
 from __future__ import annotations
@@ -21,22 +27,45 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from relay.errors import ConfigurationError, MigrationRequired
+from relay.errors import MigrationRequired, StoreTooOld
+from relay.layout import CONTRACT_FLOOR, FIRST_RELEASE, FLOOR, Layout, legacy_version, version_key
+from relay.layout import running as running_relay
 
 __all__ = [
+    "CONTRACTIONS",
+    "LEGACY_VERSION",
     "SCHEMA_VERSION",
     "SchemaState",
     "check_newer",
+    "contract",
     "grants",
     "installed_version",
     "migrate",
     "migration_required",
+    "migrations_after",
+    "read_layout",
+    "record_layout",
     "schema_state",
     "sections",
 ]
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('relay.schema'), hashtext(%s))"
 _META = "CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL)"
+# One row: the layout, its floor, and the schema_version written beside them in meta (a meta
+# that says otherwise was changed by a Relay that knows nothing of this table: meta wins).
+_LAYOUT = (
+    "CREATE TABLE IF NOT EXISTS {schema}.layout (id boolean PRIMARY KEY DEFAULT true CHECK (id), "
+    "layout integer NOT NULL, min_relay text NOT NULL, schema_version integer NOT NULL)"
+)
+_SET_LAYOUT = (
+    "INSERT INTO {schema}.layout (layout, min_relay, schema_version) VALUES (%s, %s, %s) "
+    "ON CONFLICT (id) DO UPDATE SET layout = excluded.layout, min_relay = excluded.min_relay, "
+    "schema_version = excluded.schema_version"
+)
+_SET_VERSION = (
+    "INSERT INTO {schema}.meta (key, value) VALUES ('schema_version', %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
 # One round trip: does the schema exist, may we use it, may we change it.
 _STATE = """
 SELECT n.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
@@ -67,6 +96,11 @@ _SCHEMA = resources.files("relay.backends").joinpath("postgres_schema.sql").read
 _MIGRATIONS = _migrations()
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The schema version this Relay creates; older schemas are migrated up to it by their owner."""
+LEGACY_VERSION = 16
+"""Relay 0.1's schema version: what ``meta`` says while Relay 0.1 may still use the schema."""
+CONTRACTIONS: tuple[str, ...] = ()
+"""What ``relay migrate --contract`` removes (statements formatted with ``{schema}``): what only
+Relays older than :data:`~relay.layout.CONTRACT_FLOOR` used. Nothing in this release."""
 
 
 def grants(schema: str, role: str, owner: str, *, read_only: bool = False) -> list[str]:
@@ -129,13 +163,96 @@ def installed_version(conn: psycopg.Connection[Any], schema: str) -> int:
     return 0 if row is None else int(row[0])
 
 
-def check_newer(schema: str, version: int) -> None:
-    """Refuse a schema a newer Relay made: this one would misread it."""
-    if version > SCHEMA_VERSION:
-        raise ConfigurationError(
-            f"schema {schema!r} has version {version}, made by a newer Relay than this one "
-            f"(version {SCHEMA_VERSION}); upgrade Relay or use another ?schema="
-        )
+def read_layout(conn: psycopg.Connection[Any], schema: str) -> Layout:
+    """The schema's layout record (layout 0: no Relay schema yet).
+
+    Without a ``layout`` row (a schema Relay 0.1 made or migrated), the layout is ``meta``'s
+    schema version and the floor Relay 0.1; a version above this Relay's without a row came from
+    a Relay that recorded no floor, and is taken to need the next release.
+    """
+    version = installed_version(conn, schema)
+    name = sql.Identifier(schema)
+    if version and conn.execute("SELECT to_regclass(%s)", (f"{schema}.layout",)).fetchone() != (
+        None,
+    ):
+        query = sql.SQL("SELECT layout, min_relay, schema_version FROM {}.layout").format(name)
+        row = conn.execute(query).fetchone()
+        if row is not None and row[2] == version:
+            return Layout(int(row[0]), str(row[1]))
+    return read_layout_of(version)
+
+
+def _next_release() -> str:
+    major, minor, *_ = (*version_key(running_relay()), 0, 0)
+    return f"{major}.{minor + 1}.0"
+
+
+def check_newer(schema: str, version: int | Layout) -> None:
+    """Refuse a schema whose floor is a newer Relay than this one: it would misread it.
+
+    A layout newer than :data:`SCHEMA_VERSION` whose floor this Relay meets is used as it is.
+    """
+    layout = version if isinstance(version, Layout) else read_layout_of(version)
+    layout.check(f"schema {schema!r}")
+
+
+def read_layout_of(version: int) -> Layout:
+    """The layout record of a schema known only by ``meta``'s version (no ``layout`` row)."""
+    return Layout(version, FIRST_RELEASE if version <= SCHEMA_VERSION else _next_release())
+
+
+def migrations_after(layout: int) -> list[str]:
+    """The migrations that bring ``layout`` to :data:`SCHEMA_VERSION`, each as its file name and
+    the first sentence of its header (what it changes): ``relay migrate --plan`` lists them."""
+    folder = resources.files("relay.backends").joinpath("postgres_migrations")
+    names = {int(f.name[:4]): f.name for f in folder.iterdir() if f.name.endswith(".sql")}
+    return [f"{names[v]}: {_header(_MIGRATIONS[v])}" for v in sorted(names) if v > layout]
+
+
+def _header(text: str) -> str:
+    """The first sentence of a migration's leading comment."""
+    words = []
+    for line in text.lstrip().splitlines():
+        if not line.startswith("--"):
+            break
+        words.append(line.lstrip("- ").strip())
+    sentence = " ".join(words).split(". ")[0].split("; ")[0]
+    return sentence.rstrip(".")
+
+
+def contract(conn: psycopg.Connection[Any], schema: str) -> tuple[Layout, list[str]]:
+    """Remove what :data:`CONTRACTIONS` lists and raise the floor to
+    :data:`~relay.layout.CONTRACT_FLOOR`, in one transaction under the schema's lock; the layout
+    found before and the statements run. The caller checked the live instances first."""
+    name = sql.Identifier(schema)
+    with conn.transaction():
+        conn.execute(_LOCK, (schema,))
+        found = read_layout(conn, schema)
+        found.check(f"schema {schema!r}")
+        if found.layout < SCHEMA_VERSION:
+            raise StoreTooOld(
+                f"schema {schema!r} is at layout {found.layout}, older than this Relay's "
+                f"{SCHEMA_VERSION}: run `relay migrate --backend URL` before `--contract`"
+            )
+        for statement in CONTRACTIONS:
+            conn.execute(sql.SQL(statement).format(schema=name))
+        _record_layout(conn, name, max(found.layout, SCHEMA_VERSION), CONTRACT_FLOOR)
+    return found, list(CONTRACTIONS)
+
+
+def record_layout(conn: psycopg.Connection[Any], schema: str, layout: Layout) -> None:
+    """Write ``layout`` as the schema's record (in the caller's transaction)."""
+    _record_layout(conn, sql.Identifier(schema), layout.layout, layout.min_relay)
+
+
+def _record_layout(
+    conn: psycopg.Connection[Any], name: sql.Identifier, layout: int, floor: str
+) -> None:
+    """Write the layout row and ``meta``'s schema version that goes with it."""
+    legacy = legacy_version(layout, LEGACY_VERSION, floor)
+    conn.execute(sql.SQL(_LAYOUT).format(schema=name))
+    conn.execute(sql.SQL(_SET_LAYOUT).format(schema=name), (layout, floor, legacy))
+    conn.execute(sql.SQL(_SET_VERSION).format(schema=name), (str(legacy),))
 
 
 def migrate(conn: psycopg.Connection[Any], schema: str, display: str, *, allowed: bool) -> int:
@@ -150,9 +267,10 @@ def migrate(conn: psycopg.Connection[Any], schema: str, display: str, *, allowed
     try:
         with conn.transaction():
             conn.execute(_LOCK, (schema,))
-            found = installed_version(conn, schema)
-            check_newer(schema, found)
-            if found == SCHEMA_VERSION:
+            layout = read_layout(conn, schema)
+            found = layout.layout
+            check_newer(schema, layout)
+            if found >= SCHEMA_VERSION:  # a newer Relay's layout whose floor we meet: used as is
                 return found
             state = schema_state(conn, schema)
             if not (allowed and state.may_migrate):
@@ -163,13 +281,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str, display: str, *, allowed
             steps = [_SCHEMA] if found == 0 else [_MIGRATIONS[v] for v in _MIGRATIONS if v > found]
             for step in steps:
                 conn.execute(sql.SQL(step).format(schema=name))
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {}.meta (key, value) VALUES ('schema_version', %s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-                ).format(name),
-                (str(SCHEMA_VERSION),),
-            )
+            floor = max(FLOOR, layout.min_relay, key=version_key)  # a floor is never lowered
+            _record_layout(conn, name, SCHEMA_VERSION, floor)
             return found
     except psycopg.errors.InsufficientPrivilege as exc:
         raise MigrationRequired(
@@ -196,7 +309,8 @@ def migration_required(
         else f"role {state.user!r} does not own it, so it may not "
         + ("create it" if not state.exists else "change it")
     )
-    return MigrationRequired(
+    refusal = StoreTooOld if state.exists and found else MigrationRequired
+    return refusal(
         f"Relay's schema {schema!r} on {display} {what}, and {why}; instances never change the "
         f"schema then: run `relay migrate --backend URL` once as the schema's owner "
         "(`manage.py relay_migrate` in Django), then start this instance again"

@@ -61,13 +61,16 @@ from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo
 from relay.deadlines import DEFAULT_TIMEOUT, Deadline, deadline_of
 from relay.errors import (
+    BackendError,
     BackendUnavailable,
     ConfigurationError,
     LeaseLost,
     RelayError,
     StoreNotFound,
+    StoreTooNew,
 )
 from relay.instances import InstanceInfo
+from relay.layout import Layout, from_json, running, to_json, to_record
 from relay.runs import (
     Run,
     RunRecord,
@@ -103,6 +106,9 @@ NO_CONSUMERS_FOR = 5.0
 consumer, after a consumer could not be made (the cluster's meta leader is being replaced)."""
 INSTANCES_MAX_AGE = 86400.0
 """Seconds the server keeps an instance's last heartbeat (its bucket's ``max_age``)."""
+LAYOUT = 1
+"""The key layout this Relay writes in a bucket (:mod:`relay.layout`); Relay 0.1's is 1."""
+_LAYOUT_KEY = "layout"
 _OPTIONS = ["bucket", "storage", "replicas", "history", "timeout"]
 _BUCKET = re.compile(r"^[A-Za-z0-9_-]+$")
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -131,6 +137,8 @@ class NatsLeaseBackend(NatsSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = LAYOUT
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,
@@ -171,6 +179,11 @@ class NatsLeaseBackend(NatsSchedules):
         # Steps' requests: each attempt waits ATTEMPT seconds, then goes again (see _retried).
         self._jsa = self._nc.jetstream(timeout=min(ATTEMPT, timeout))
         self._kv = KeyValue(bucket, self._stream, self._prefix, self._jsa, direct=False)
+        try:
+            self._call(self._open_layout(read_only))
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> NatsLeaseBackend:
@@ -417,6 +430,50 @@ class NatsLeaseBackend(NatsSchedules):
             with contextlib.suppress(BackendUnavailable, nats.errors.Error, OSError):
                 self._loop.run(self._nc.close(), self._timeout)
             self._loop.close()
+
+    # -- the bucket's layout (relay.layout) ---------------------------------------------------
+
+    def layout(self) -> Layout | None:
+        """The bucket's layout record; ``None`` where Relay 0.1 left none."""
+        return self._call(self._read_layout())
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the bucket's layout record (``relay migrate``, ``--contract``)."""
+        self._call(self._kv.put(_LAYOUT_KEY, to_json(layout).encode()))
+
+    async def _read_layout(self) -> Layout | None:
+        try:
+            entry = await self._kv.get(_LAYOUT_KEY)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return None if not entry.value else from_json(entry.value)
+
+    async def _open_layout(self, read_only: bool) -> None:
+        """Refuse a bucket whose floor is above this Relay; a writer records its own layout."""
+        found = await self._read_layout()
+        if found is not None:
+            found.check(f"NATS KV bucket {self.bucket!r}")
+        record = None if read_only else to_record(found, LAYOUT)
+        if record is None:
+            return
+        if found is None:  # create: a newer Relay's record may land first, and stays
+            with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+                await self._kv.create(_LAYOUT_KEY, to_json(record).encode())
+        else:
+            await self._kv.put(_LAYOUT_KEY, to_json(record).encode())
+
+    def _undecodable(self, exc: Exception) -> BackendError:
+        """A value this Relay cannot read: a layout it can no longer use, if the bucket's record
+        says so (a newer Relay's), else the store misbehaving."""
+        try:
+            found = self._loop.run(self._read_layout(), self._timeout * 3)
+        except Exception:
+            found = None
+        if found is not None and not found.usable():
+            return StoreTooNew(
+                f"NATS KV bucket {self.bucket!r}", found.layout, found.min_relay, running()
+            )
+        return self._unavailable(exc)
 
     # -- one step: read, decide, compare-and-swap --------------------------------------------
 
@@ -837,15 +894,10 @@ class NatsLeaseBackend(NatsSchedules):
             raise self._refusals.explain(self._timeout * 3 + 1) or exc from exc.__cause__
         except RelayError:
             raise
-        except (
-            nats.errors.Error,
-            OSError,
-            asyncio.TimeoutError,
-            ValueError,
-            LookupError,
-            TypeError,
-        ) as exc:
+        except (nats.errors.Error, OSError, asyncio.TimeoutError) as exc:
             raise self._unavailable(exc) from exc
+        except (ValueError, LookupError, TypeError) as exc:  # a value this Relay cannot decode
+            raise self._undecodable(exc) from exc
 
     def _unavailable(self, exc: Exception) -> BackendUnavailable:
         """The words for a driver error (a permission the server refused first: see

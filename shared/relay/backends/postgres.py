@@ -38,24 +38,30 @@ from relay.backends._postgres_replication import (
 )
 from relay.backends._postgres_schedules import PostgresSchedules
 from relay.backends._postgres_schema import (
+    _LOCK,
     SCHEMA_VERSION,
     check_newer,
+    contract,
     grants,
-    installed_version,
     migrate,
+    read_layout,
+    record_layout,
     sections,
 )
 from relay.backends._url import BackendURL
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import (
+    BackendError,
     BackendUnavailable,
     ConfigurationError,
     LeaseLost,
     NotAcknowledged,
     StoreNotFound,
+    StoreTooNew,
 )
 from relay.instances import InstanceInfo
+from relay.layout import Layout, running
 from relay.runs import (
     Run,
     RunRecord,
@@ -112,6 +118,8 @@ class PostgresLeaseBackend(PostgresSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = SCHEMA_VERSION
+    """The layout this Relay writes (:mod:`relay.layout`): the schema version."""
 
     def __init__(
         self,
@@ -383,6 +391,25 @@ class PostgresLeaseBackend(PostgresSchedules):
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
 
+    def layout(self) -> Layout:
+        """The schema's layout record (:mod:`relay.layout`)."""
+        with self._connection() as conn:
+            return read_layout(conn, self.schema)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the schema's layout record, and ``meta``'s schema version beside it, under the
+        schema's lock (``relay migrate --contract``; tests). Needs the schema's owner."""
+        with self._connection() as conn, conn.transaction():
+            conn.execute(_LOCK, (self.schema,))
+            record_layout(conn, self.schema, layout)
+
+    def contract(self) -> list[str]:
+        """``relay migrate --contract``: remove what only Relays older than this one used and
+        raise the floor to this release; the statements run. Needs the schema's owner; the
+        caller checked the live instances first."""
+        with self._connection() as conn:
+            return contract(conn, self.schema)[1]
+
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a schema no scheduler of this version opened yet
             return []
@@ -483,10 +510,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             finally:
                 self._pool.putconn(conn)
         except _MISSING as exc:
-            raise BackendUnavailable(
-                f"Relay's tables are missing from schema {self.schema!r} on {self._display} "
-                f"(was the schema dropped?); reopen the backend to create them again: {exc}"
-            ) from exc
+            raise self._missing(exc) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
             raise _not_granted(exc, self.schema, self._display) from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
@@ -507,6 +531,24 @@ class PostgresLeaseBackend(PostgresSchedules):
                 f"confirmed (its wait was cancelled: {self._unreplicated.detail}); a failover now "
                 "would lose it, so it counts as not done"
             )
+
+    def _missing(self, exc: psycopg.Error) -> BackendError:
+        """What a missing table or function means: a layout this Relay can no longer use (a
+        newer Relay contracted the schema), else a schema dropped or not migrated."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                layout = read_layout(conn, self.schema)
+        except (psycopg.Error, PoolTimeout):
+            layout = None
+        if layout is not None and not layout.usable():
+            return StoreTooNew(
+                f"schema {self.schema!r}", layout.layout, layout.min_relay, running()
+            )
+        return BackendUnavailable(
+            f"Relay's tables or functions are missing from schema {self.schema!r} on "
+            f"{self._display} ({_first_line(exc)}): run `relay migrate --backend URL` as the "
+            "schema's owner, or reopen the backend to create them again"
+        )
 
     def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
         """Note a commit that stands on the primary alone, for the step that made it."""
@@ -559,15 +601,17 @@ def _ensure_schema(
     """
     try:
         with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
-            found = version = installed_version(conn, schema)
+            layout = read_layout(conn, schema)
+            found = version = layout.layout
             if read_only:
-                _check_readable(conn, schema, display, version)
+                _check_readable(conn, schema, display, layout)
             else:
+                check_newer(schema, layout)
                 facts = replication_facts(conn)
                 check_replication(facts, require_sync=require_sync, display=display)
-                if version != SCHEMA_VERSION:
+                if version < SCHEMA_VERSION:
                     found = migrate(conn, schema, display, allowed=may_migrate)
-                    version = SCHEMA_VERSION
+                version = SCHEMA_VERSION  # a newer layout whose floor we meet: used as ours
             queries = {
                 key: sql.SQL(text)
                 .format(schema=sql.Identifier(schema), args=sql.SQL("{args}"))
@@ -586,9 +630,11 @@ def _ensure_schema(
         ) from exc
 
 
-def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, version: int) -> None:
-    """Refuse a schema that is missing, holds no Relay tables or is newer than this Relay."""
-    if version == 0:
+def _check_readable(
+    conn: psycopg.Connection[Any], schema: str, display: str, layout: Layout
+) -> None:
+    """Refuse a schema that is missing, holds no Relay tables or needs a newer Relay."""
+    if layout.layout == 0:
         found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
         what = "holds no Relay tables" if found.fetchone() else "does not exist"
         standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()
@@ -602,7 +648,7 @@ def _check_readable(conn: psycopg.Connection[Any], schema: str, display: str, ve
             f"schema {schema!r} {what} on {display}{lag}; check ?schema= in the URL "
             "(read-only commands never create it)"
         )
-    check_newer(schema, version)
+    check_newer(schema, layout)
 
 
 def _not_granted(exc: psycopg.Error, schema: str, display: str) -> BackendUnavailable:

@@ -66,6 +66,7 @@ from relay.errors import (
     StoreNotFound,
 )
 from relay.instances import InstanceInfo
+from relay.layout import Layout, from_json, to_json, to_record
 from relay.runs import (
     MANUAL,
     Run,
@@ -84,6 +85,8 @@ __all__ = ["DEFAULT_PREFIX", "DEFAULT_RETENTION", "RedisLeaseBackend"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 """Seconds a run's record is kept after its last write."""
 
+LAYOUT = 1
+"""The key layout this Relay writes under a prefix (:mod:`relay.layout`); Relay 0.1's is 1."""
 _RELAY_OPTIONS = ("strategy", "prefix", "retention", "wait_replicas", "wait_timeout", "timeout")
 _DRIVER_OPTIONS = (
     "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive", "health_check_interval",
@@ -128,6 +131,8 @@ class RedisLeaseBackend(RedisSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = LAYOUT
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,
@@ -175,6 +180,7 @@ class RedisLeaseBackend(RedisSchedules):
                     self._check_exists()
                 else:
                     check_replication(self._replication(), self._wait, self.name)
+                self._open_layout(read_only)
         except ConfigurationError:
             client.close()
             raise
@@ -487,6 +493,26 @@ class RedisLeaseBackend(RedisSchedules):
 
     def _instances_key(self) -> str:
         return f"{self.prefix}instances"
+
+    def layout(self) -> Layout | None:
+        """The prefix's layout record (:mod:`relay.layout`); ``None`` where Relay 0.1 left none."""
+        with self._errors():
+            raw = self._redis.get(f"{self.prefix}layout")
+        return None if raw is None else from_json(raw)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the prefix's layout record (``relay migrate``, ``--contract``)."""
+        with self._errors():
+            self._redis.set(f"{self.prefix}layout", to_json(layout))
+
+    def _open_layout(self, read_only: bool) -> None:
+        """Refuse a prefix whose floor is above this Relay; a writer records its own layout."""
+        found = self.layout()
+        if found is not None:
+            found.check(f"Redis prefix {self.prefix!r}")
+        record = None if read_only else to_record(found, LAYOUT)
+        if record is not None:  # set only if none is there: a newer Relay's may land first
+            self._redis.set(f"{self.prefix}layout", to_json(record), nx=found is None)
 
     def _check_exists(self) -> None:
         """Refuse a prefix under which the server holds no key (a read-only open)."""

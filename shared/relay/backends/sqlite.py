@@ -30,6 +30,7 @@ from relay.backends._lost import finished_again, is_held, lease_lost, started_el
 from relay.backends._ms import ms as _ms
 from relay.backends._ms import optional_from_ms
 from relay.backends._sqlite_connection import SharedConnection
+from relay.backends._sqlite_layout import read_layout, record_layout
 from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
 from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
@@ -37,6 +38,7 @@ from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
 from relay.instances import InstanceInfo
+from relay.layout import FLOOR, Layout, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -132,6 +134,8 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     """
 
     capability: Literal["lease"] = "lease"
+    LAYOUT = SCHEMA_VERSION
+    """The layout this Relay writes (:mod:`relay.layout`)."""
 
     def __init__(
         self,
@@ -219,20 +223,17 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             conn = self._open_read_only(busy_timeout)
             try:
                 version = _installed_version(conn)
+                layout = None if version is None else read_layout(conn, version, SCHEMA_VERSION)
             finally:
                 conn.close()
         except sqlite3.Error as exc:
             raise BackendUnavailable(
                 f"cannot read SQLite database {str(self.path)!r}: {exc}"
             ) from exc
-        if version is None:
+        if layout is None:
             raise StoreNotFound(f"SQLite file {str(self.path)!r} holds no Relay schema")
-        if version > SCHEMA_VERSION:
-            raise ConfigurationError(
-                f"SQLite database {self.path} has Relay schema version {version}, newer than "
-                f"this Relay's ({SCHEMA_VERSION}): upgrade Relay"
-            )
-        return version
+        layout.check(f"SQLite database {self.path}")
+        return min(layout.layout, SCHEMA_VERSION)  # a newer layout whose floor we meet: as ours
 
     # -- the lease contract ------------------------------------------------------------------
 
@@ -382,6 +383,16 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                     json.dumps(list(info.tasks)),
                 ),
             )  # fmt: skip
+
+    def layout(self) -> Layout:
+        """The file's layout record (:mod:`relay.layout`)."""
+        with self._read() as conn:
+            return read_layout(conn, _installed_version(conn) or 0, SCHEMA_VERSION)
+
+    def record_layout(self, layout: Layout) -> None:
+        """Write the file's layout record (``relay migrate --contract``; tests)."""
+        with self._write() as (conn, _):
+            record_layout(conn, layout.layout, layout.min_relay)
 
     def instances(self) -> list[InstanceInfo]:
         if self._version < 4:  # read-only on a file no scheduler of this version opened yet
@@ -627,20 +638,15 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
                 version = _installed_version(conn) or 0
-            if version == SCHEMA_VERSION:
+            layout = read_layout(conn, version, SCHEMA_VERSION)
+            layout.check(f"SQLite database {self.path}")
+            if layout.layout >= SCHEMA_VERSION:  # ours, or a newer one whose floor we meet
                 return
-            if version > SCHEMA_VERSION:
-                raise ConfigurationError(
-                    f"SQLite database {self.path} has Relay schema version {version}, newer than "
-                    f"this Relay's ({SCHEMA_VERSION}): upgrade Relay, or use another file"
-                )
-            for step in range(version + 1, SCHEMA_VERSION + 1):
+            for step in range(layout.layout + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS.get(step, ()):
                     _migrate(conn, statement)
-            conn.execute(
-                "UPDATE relay_meta SET value = ? WHERE key = 'schema_version'",
-                (str(SCHEMA_VERSION),),
-            )
+            # Migrations only add: the floor stays where it was (never lowered).
+            record_layout(conn, SCHEMA_VERSION, max(FLOOR, layout.min_relay, key=version_key))
 
     @contextmanager
     def _write(self, *, durable: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
