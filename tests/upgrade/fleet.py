@@ -63,6 +63,11 @@ class Instance:
             for job, run_id, token, owner, at in self.lines("run")
         ]
 
+    @property
+    def owner(self) -> str:
+        """Its owner name, as its instance record and its leases show it."""
+        return f"{self.name}:{self.proc.pid}"
+
     def own(self) -> list[Run]:
         """The runs of its own job, which no other instance runs."""
         return [r for r in self.runs() if r.job == f"own-{self.name}"]

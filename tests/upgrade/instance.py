@@ -10,7 +10,8 @@ task ``echo`` of stored schedules. Each line it appends to its own
 - ``["hello", name, relay version, relay's path]`` once the scheduler is made;
 - ``["run", job, run id, token, name]`` for each run it starts;
 - ``["event", type, message]`` for each Relay event at WARNING or above (what went wrong);
-- ``["refused", error class, message]`` when ``run()`` raises a ``RelayError`` (exit 3).
+- ``["refused", error class, message]`` when opening the store or running raises a
+  ``RelayError`` (then it exits with 3).
 """
 
 from __future__ import annotations
@@ -49,21 +50,21 @@ class EventLines(logging.Handler):
 def main(args: dict[str, Any]) -> None:
     log, name = args["log"], args["name"]
     logging.getLogger("relay.events").addHandler(EventLines(log))
-    scheduler = relay.Scheduler(
-        args["url"], lease=args.get("lease", 5), heartbeat=1, tick=0.1,
-        owner=f"{name}:{os.getpid()}", stop_timeout=1,
-    )  # fmt: skip
-    write(log, "hello", name, relay.__version__, relay.__file__)
-
-    def record(run: relay.Run) -> None:
-        write(log, "run", run.job, run.id, run.token, name)
-
-    for job in ("tick", f"own-{name}"):
-        scheduler.job(every=1, name=job, catch_up=args.get("catch_up", 10))(record)
-    scheduler.task("echo")(record)
     try:
+        scheduler = relay.Scheduler(
+            args["url"], lease=args.get("lease", 5), heartbeat=1, tick=0.1,
+            owner=f"{name}:{os.getpid()}", stop_timeout=1,
+        )  # fmt: skip
+        write(log, "hello", name, relay.__version__, relay.__file__)
+
+        def record(run: relay.Run) -> None:
+            write(log, "run", run.job, run.id, run.token, name)
+
+        for job in ("tick", f"own-{name}"):
+            scheduler.job(every=1, name=job, catch_up=args.get("catch_up", 10))(record)
+        scheduler.task("echo")(record)
         scheduler.run()
-    except relay.RelayError as exc:
+    except relay.RelayError as exc:  # the store refused this Relay, at open or later
         write(log, "refused", type(exc).__name__, str(exc))
         sys.exit(3)
 

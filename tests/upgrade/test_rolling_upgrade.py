@@ -19,6 +19,8 @@ import pytest
 
 import relay
 from relay import Control
+from relay.errors import InstancesTooOld
+from relay.migrate import contract, migrate, plan
 from tests.support.procs import ROOT
 from tests.upgrade.fleet import Fleet, Run, wait_for
 from tests.upgrade.previous import Release
@@ -72,6 +74,7 @@ def deploy(fleet: Fleet) -> datetime:
     step(fleet, "canary's host back on old")
     fleet.start("new-1", "new")
     step(fleet, "new-1 beside three old")
+    check_plan(fleet)
     fleet.stop("old-a")
     step(fleet, "old-a stopped")
     with Control(fleet.url) as control:
@@ -83,6 +86,7 @@ def deploy(fleet: Fleet) -> datetime:
     step(fleet, "old-b stopped")
     fleet.start("new-3", "new")
     step(fleet, "new-3 started")
+    check_contract_refused(fleet)
     # Each slot is a race, and a loaded machine can hand one instance a long streak: the last
     # phase with both releases lasts until each has won a slot of each job beside the other.
     wait_for(lambda: not unmixed(fleet), 60, lambda: f"only one release won {unmixed(fleet)}")
@@ -106,6 +110,23 @@ def unmixed(fleet: Fleet) -> list[str]:
             won |= {(releases[n], r.job) for n, runs in row.items() for r in runs}
     return [f"{job} ({release})" for job in ("tick", STORED) for release in ("old", "new")
             if (release, job) not in won]  # fmt: skip
+
+
+def check_plan(fleet: Fleet) -> None:
+    """``relay migrate --plan`` says each live old instance can go on beside the migrated store."""
+    said = plan(fleet.url).splitlines()
+    for old in (i for i in fleet.live() if i.release == "old"):
+        assert any(old.owner in line and "can go on beside it" in line for line in said), said
+
+
+def check_contract_refused(fleet: Fleet) -> None:
+    """``relay migrate --contract`` is refused while an old instance lives, naming it (and only
+    old ones: a stopped old instance is listed until its heartbeat is late)."""
+    with pytest.raises(InstancesTooOld) as refused:
+        contract(fleet.url)
+    named = {owner for owner, _ in refused.value.instances}
+    old = {i.owner for i in fleet.instances.values() if i.release == "old"}
+    assert fleet.instances["old-c"].owner in named <= old, (named, old)
 
 
 def check_releases(fleet: Fleet, previous: Release) -> None:
@@ -169,3 +190,39 @@ def report(fleet: Fleet) -> str:
         if events or refused:
             lines.append(f"  {instance.name}: events {dict(events)} refused {refused}")
     return "\n".join(lines)
+
+
+RUNS_ON_A_CONTRACTED_STORE = {
+    ("v0.1.0", store) for store in ("sqlite", "postgres", "redis", "nats")
+}
+"""(previous release, store) pairs where the previous release still runs on a store HEAD contracted.
+
+Relay 0.1 records no layout and reads no floor: it refuses only a schema version above its own
+(PostgreSQL's ``meta``, SQLite's ``relay_meta``), and checks nothing on Redis and NATS KV. Relay
+0.2's layouts are 0.1's own schema versions (16 and 7), so a contraction by 0.2 raises the floor
+without a number 0.1 would refuse: 0.1 starts and runs on every store (harmless in 0.2, whose
+contraction removes nothing). Every later release reads the floor and refuses at start."""
+
+
+@pytest.mark.slow
+def test_the_previous_release_on_a_store_contracted_by_head(
+    lease_url: str, previous: Release, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    assert previous.python is not None
+    store = request.node.callspec.params["lease_url"]
+    migrate(lease_url)
+    contract(lease_url)
+    fleet = Fleet(lease_url, tmp_path, {"old": previous.python, "new": Path(sys.executable)})
+    try:
+        late = fleet.start("old-late", "old")
+        if (previous.tag, store) in RUNS_ON_A_CONTRACTED_STORE:
+            step(fleet, "previous release on a contracted store")
+            assert late.lines("event") == []
+        else:
+            assert late.proc.wait(timeout=60) == 3
+            [(kind, message, _)] = late.lines("refused")
+            assert "newer" in message and "upgrade Relay" in message, (kind, message)
+            assert late.runs() == []
+    finally:
+        fleet.stop_all()
+    print(report(fleet))
