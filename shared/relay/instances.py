@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["LATE_AFTER_BEATS", "ROLES", "InstanceInfo", "is_alive"]
+__all__ = ["LATE_AFTER_BEATS", "ROLES", "InstanceInfo", "is_alive", "is_healthy"]
 
 ROLES = ("scheduler", "beat", "worker", "dramatiq-scheduler", "dramatiq-worker")
 """What an instance does: the standalone scheduler, Celery beat, a Celery worker, the Dramatiq
@@ -44,6 +44,10 @@ class InstanceInfo:
     """When the store forgets it unless it beats again, on the store's clock."""
     tasks: tuple[str, ...] = ()
     """The tasks it allows stored schedules to run (``@scheduler.task("name")``), by name."""
+    problem: str | None = None
+    """Why the instance is not working although it beats: its ticks have failed for longer than
+    a lease, or its store needs a newer Relay (``None``: working). ``relay health`` counts it
+    unhealthy whatever its last beat; Relay 0.1 neither writes nor reads it."""
 
 
 def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:
@@ -55,3 +59,8 @@ def is_alive(info: InstanceInfo, now: datetime, max_age: float | None = None) ->
         return False
     limit = LATE_AFTER_BEATS * info.interval if max_age is None else max_age
     return (now - info.beat_at).total_seconds() <= limit
+
+
+def is_healthy(info: InstanceInfo, now: datetime, max_age: float | None = None) -> bool:
+    """Whether ``info`` is alive (:func:`is_alive`) and working: it recorded no ``problem``."""
+    return info.problem is None and is_alive(info, now, max_age)

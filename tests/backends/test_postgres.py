@@ -23,6 +23,7 @@ from relay import (
     Outcome,
     open_backend,
 )
+from relay.backends._postgres_schema import LEGACY_VERSION, read_layout
 from relay.backends.postgres import SCHEMA_VERSION, PostgresLeaseBackend
 from tests.support.backends import unique
 from tests.support.services import SERVICES
@@ -142,7 +143,10 @@ def test_schema_is_versioned_and_reopening_changes_nothing(schema: str) -> None:
         PostgresLeaseBackend.from_url(_url(schema)).close()
     with psycopg.connect(SERVICES["postgres"].url) as conn:
         rows = conn.execute(f'SELECT key, value FROM "{schema}".meta ORDER BY key').fetchall()
-    assert rows == [("schedule_revision", "0"), ("schema_version", str(SCHEMA_VERSION))]
+        layout = read_layout(conn, schema)
+    # meta keeps Relay 0.1's version while 0.1 may use the schema; the layout row, this one's.
+    assert rows == [("schedule_revision", "0"), ("schema_version", str(LEGACY_VERSION))]
+    assert layout.layout == SCHEMA_VERSION
 
 
 def test_a_version_1_schema_is_migrated_and_keeps_its_runs(backend: PostgresLeaseBackend) -> None:
@@ -162,7 +166,8 @@ def test_a_version_1_schema_is_migrated_and_keeps_its_runs(backend: PostgresLeas
         rows = conn.execute(
             f"SELECT value FROM \"{backend.schema}\".meta WHERE key = 'schema_version'"
         ).fetchall()
-    assert rows == [(str(SCHEMA_VERSION),)]
+        layout = read_layout(conn, backend.schema)
+    assert rows == [(str(LEGACY_VERSION),)] and layout.layout == SCHEMA_VERSION
 
 
 def test_a_schema_from_a_newer_relay_is_refused(backend: PostgresLeaseBackend) -> None:

@@ -17,7 +17,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from relay.backends._postgres_schema import _MIGRATIONS, SCHEMA_VERSION, migrate
+from relay.backends._postgres_schema import (
+    _MIGRATIONS,
+    LEGACY_VERSION,
+    SCHEMA_VERSION,
+    migrate,
+    read_layout,
+)
 from tests.support.backends import unique
 from tests.support.services import SERVICES
 
@@ -143,8 +149,10 @@ def test_the_migrations_are_numbered_one_file_a_version() -> None:
 def test_a_fresh_install_is_at_this_relays_version(
     conn: Conn, new_schema: Callable[[], str]
 ) -> None:
-    found = catalog(conn, fresh(conn, new_schema()))
-    assert ("schema_version", str(SCHEMA_VERSION)) in found["meta"]
+    schema = fresh(conn, new_schema())
+    found = catalog(conn, schema)
+    assert ("schema_version", str(LEGACY_VERSION)) in found["meta"]  # what Relay 0.1 reads
+    assert read_layout(conn, schema).layout == SCHEMA_VERSION
     assert {"jobs", "runs", "meta", "instances", "schedules"} <= {r[0] for r in found["relations"]}
     assert {r[0] for r in found["functions"]} == {
         "acquire_many", "acquire_one", "finish", "floor_token", "heartbeat", "next_token", "skip",

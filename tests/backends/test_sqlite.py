@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.backends._sqlite_layout import LEGACY_VERSION
 from relay.backends.sqlite import SCHEMA_VERSION, SQLiteLeaseBackend
 from relay.contract import AcquireRequest, Outcome
 from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost
@@ -66,8 +67,9 @@ def test_a_version_1_database_is_migrated_and_keeps_its_tokens_growing(tmp_path:
     with sqlite3.connect(path) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         version = conn.execute("SELECT value FROM relay_meta").fetchone()[0]
+        layout = conn.execute("SELECT layout FROM relay_layout").fetchone()[0]
     assert "relay_jobs" not in tables
-    assert version == str(SCHEMA_VERSION)
+    assert version == str(LEGACY_VERSION) and layout == SCHEMA_VERSION  # see relay.layout
     assert sqlite_live_counts(path) == {"report": 2}  # the old run and the new one
 
 
@@ -289,7 +291,8 @@ def test_a_version_4_file_is_migrated_to_the_control_plane_and_keeps_its_runs(
     finally:
         again.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM relay_meta").fetchone() == (str(SCHEMA_VERSION),)
+        assert conn.execute("SELECT value FROM relay_meta").fetchone() == (str(LEGACY_VERSION),)
+        assert conn.execute("SELECT layout FROM relay_layout").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_a_new_file_held_by_another_opener_is_waited_for_not_refused(tmp_path: Path) -> None:

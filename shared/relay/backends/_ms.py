@@ -35,4 +35,5 @@ def instance_from_fields(owner: str, fields: Mapping[str, Any]) -> InstanceInfo:
         started_at=from_ms(int(fields["started_ms"])), version=fields["version"],
         interval=float(fields["interval"]), beat_at=from_ms(int(fields["beat_ms"])),
         expires_at=from_ms(int(fields["expires_ms"])), tasks=tuple(fields.get("tasks") or ()),
+        problem=fields.get("problem"),
     )  # fmt: skip

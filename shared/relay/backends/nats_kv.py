@@ -635,6 +635,8 @@ class NatsLeaseBackend(NatsSchedules):
             "interval": info.interval, "beat_ms": now_ms, "expires_ms": now_ms + ms(ttl),
             "tasks": list(info.tasks),
         }  # fmt: skip
+        if info.problem is not None:  # a key Relay 0.1 reads past
+            value["problem"] = info.problem
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         # One attempt, never waiting out an election: the scheduler's loop records its beat
         # between ticks, and a beat missed is only logged (the next one comes an interval later).

@@ -386,7 +386,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             "owner": info.owner, "role": info.role, "host": info.host, "pid": info.pid,
             "started_at": info.started_at, "version": info.version,
             "interval": float(info.interval), "ttl": float(ttl),
-            "tasks": json.dumps(list(info.tasks)),
+            "tasks": json.dumps(list(info.tasks)), "problem": info.problem,
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
@@ -416,6 +416,8 @@ class PostgresLeaseBackend(PostgresSchedules):
         query = self._queries["instances"]
         if self._version < 6:  # no tasks column yet (read-only)
             query = query.replace(", tasks", ", NULL")
+        if self._version < 17:  # no problem column yet (read-only)
+            query = query.replace("problem\n", "NULL\n")
         with self._connection() as conn:
             rows = conn.execute(query).fetchall()
         return [_instance(*row) for row in rows]
@@ -868,9 +870,11 @@ def _instance(
     beat: datetime,
     expires: datetime,
     tasks: str | None,
+    problem: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
         version=version, interval=interval, beat_at=beat.astimezone(UTC),
         expires_at=expires.astimezone(UTC), tasks=tuple(json.loads(tasks)) if tasks else (),
+        problem=problem,
     )  # fmt: skip

@@ -186,17 +186,20 @@ DELETE FROM {schema}.runs WHERE run_id IN (
 -- An instance's heartbeat, on the server's clock; expired records of any instance go on the way.
 WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())
 INSERT INTO {schema}.instances
-    (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks)
+    (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
+     problem)
 VALUES (%(owner)s, %(role)s, %(host)s, %(pid)s, %(started_at)s, %(version)s, %(interval)s,
-        clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s)
+        clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s,
+        %(problem)s)
 ON CONFLICT (owner) DO UPDATE SET
     role = excluded.role, host = excluded.host, pid = excluded.pid,
     started_at = excluded.started_at, version = excluded.version,
     beat_interval = excluded.beat_interval, beat_at = excluded.beat_at,
-    expires_at = excluded.expires_at, tasks = excluded.tasks
+    expires_at = excluded.expires_at, tasks = excluded.tasks, problem = excluded.problem
 
 -- name: instances
-SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks
+SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
+       problem
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
 
 -- name: durability

@@ -76,7 +76,8 @@ CREATE TABLE {schema}.instances (
     beat_interval float8 NOT NULL,        -- seconds between its beats
     beat_at       timestamptz NOT NULL,   -- the server's clock, as every time below
     expires_at    timestamptz NOT NULL,
-    tasks         text                    -- the tasks the instance allows
+    tasks         text,                   -- the tasks the instance allows
+    problem       text                    -- why it is not working, though it beats (0.2)
 );
 
 -- Stored schedules (relay.backends._sql_schedules): one row per schedule, its definition as JSON

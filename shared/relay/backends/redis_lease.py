@@ -387,6 +387,8 @@ class RedisLeaseBackend(RedisSchedules):
             "started_ms": slot_ms(info.started_at), "version": info.version,
             "interval": info.interval, "tasks": list(info.tasks),
         }  # fmt: skip
+        if info.problem is not None:  # a key Relay 0.1 reads past
+            fields["problem"] = info.problem
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
             self._scripts["instance"]([self._instances_key()], args)

@@ -48,7 +48,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -92,6 +92,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS relay_schedules_removed ON relay_schedules (updated_ms) "
         "WHERE definition IS NULL",
     ),
+    # Version 8 (Relay 0.2): an instance records why it is not working although it beats. Only
+    # adds: Relay 0.1 (version 7) goes on using the file (see relay.layout).
+    8: ("ALTER TABLE relay_instances ADD COLUMN problem TEXT",),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
@@ -375,12 +378,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._write() as (conn, now_ms):
             conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
             conn.execute(
-                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, problem) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
                     info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
-                    json.dumps(list(info.tasks)),
+                    json.dumps(list(info.tasks)), info.problem,
                 ),
             )  # fmt: skip
 
@@ -398,9 +401,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         if self._version < 4:  # read-only on a file no scheduler of this version opened yet
             return []
         tasks = "tasks" if self._version >= 6 else "NULL"
+        problem = "problem" if self._version >= 8 else "NULL"
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_INSTANCE_COLUMNS}, {tasks} FROM relay_instances WHERE expires_ms > ? "
+                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {problem} FROM relay_instances "
+                "WHERE expires_ms > ? "
                 "ORDER BY role, owner",
                 (self._now_ms(),),
             ).fetchall()
@@ -933,11 +938,12 @@ def _instance(
     beat: int,
     expires: int,
     tasks: str | None,
+    problem: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
-        tasks=tuple(json.loads(tasks)) if tasks else (),
+        tasks=tuple(json.loads(tasks)) if tasks else (), problem=problem,
     )  # fmt: skip
 
 
