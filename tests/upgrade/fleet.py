@@ -171,12 +171,17 @@ class Fleet:
         found = [r for i in self.instances.values() for r in i.runs()]
         return sorted(found, key=lambda r: (r.job, r.slot, r.token))
 
+    def spans(self) -> list[tuple[str, float, float]]:
+        """Each phase's name, when it began and when it ended (the next began, or the fleet
+        stopped; now if it has not)."""
+        ends = [at for _, at in self.phases[1:]] + [self.ended or time.time()]
+        return [(name, begun, end) for (name, begun), end in zip(self.phases, ends, strict=True)]
+
     def runs_by_phase(self, own: bool) -> dict[str, dict[str, list[Run]]]:
         """Per phase, the runs each instance live in it started: of its own job (``own``), or
         the slots it won of the jobs all instances race for."""
-        ends = [at for _, at in self.phases[1:]] + [self.ended or time.time()]
         found: dict[str, dict[str, list[Run]]] = {}
-        for (name, begun), end in zip(self.phases, ends, strict=True):
+        for name, begun, end in self.spans():
             alive = [
                 i for i in self.instances.values()
                 if i.started < begun and (i.stopped is None or i.stopped > begun)
