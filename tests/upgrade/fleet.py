@@ -174,7 +174,7 @@ class Fleet:
     def spans(self) -> list[tuple[str, float, float]]:
         """Each phase's name, when it began and when it ended (the next began, or the fleet
         stopped; now if it has not)."""
-        ends = [at for _, at in self.phases[1:]] + [self.ended or time.time()]
+        ends = [at for _, at in self.phases[1:]] + [self.ended or time.time()] * bool(self.phases)
         return [(name, begun, end) for (name, begun), end in zip(self.phases, ends, strict=True)]
 
     def runs_by_phase(self, own: bool) -> dict[str, dict[str, list[Run]]]:
