@@ -113,3 +113,18 @@ def test_plan_lists_the_migrations_of_an_older_postgres_schema(tmp_path: Path) -
         assert "at layout 14" in said and f"brings it to layout {SCHEMA_VERSION}" in said
         assert "0015_acquire_many_inserts_new_runs.sql" in said
         assert "0016_heartbeat_in_a_function.sql" in said
+
+
+def test_plan_lists_the_steps_of_an_older_sqlite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay.backends import sqlite as sqlite_backend
+
+    path = tmp_path / "relay.db"
+    with monkeypatch.context() as patched:  # as Relay 0.1 (layout 7) left it
+        patched.setattr(sqlite_backend, "SCHEMA_VERSION", 7)
+        open_backend(f"sqlite:///{path}").close()
+    said = plan(f"sqlite:///{path}")
+    assert "at layout 7, usable by Relay 0.1.0 and newer" in said
+    assert "version 8: ALTER TABLE relay_instances ADD COLUMN problem TEXT" in said
+    assert "It stays usable by Relay 0.1.0 and newer" in said

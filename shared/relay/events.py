@@ -48,6 +48,7 @@ __all__ = [
     "RunsMissed",
     "ScheduleApplied",
     "ScheduleNotRunnable",
+    "StoreIncompatible",
     "StoreRecovered",
     "StoreUnavailable",
     "Subscribable",
@@ -383,6 +384,22 @@ class StoreUnavailable(Event):
 
     def message(self) -> str:
         return f"{self.backend} is unavailable ({self.error}); retrying in {self.retry_in:.1f}s"
+
+
+@dataclass(frozen=True)
+class StoreIncompatible(Event):
+    """The store is at a layout that needs a newer Relay than this instance's
+    (:class:`~relay.errors.StoreTooNew`): the instance decides nothing more, hands back what it
+    won, and records the problem for ``relay health``. Once per instance."""
+
+    type: ClassVar[str] = "store_incompatible"
+    level: ClassVar[int] = logging.CRITICAL
+    backend: str
+    owner: str
+    error: str
+
+    def message(self) -> str:
+        return f"this instance can no longer use {self.backend}: {self.error}"
 
 
 @dataclass(frozen=True)

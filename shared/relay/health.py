@@ -18,11 +18,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
-from relay.errors import BackendUnavailable, ConfigurationError
-from relay.instances import LATE_AFTER_BEATS, ROLES, InstanceInfo, is_alive
+from relay.errors import BackendError, ConfigurationError
+from relay.instances import LATE_AFTER_BEATS, ROLES, InstanceInfo, is_alive, is_healthy
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -32,6 +33,7 @@ __all__ = [
     "InstanceHeartbeat",
     "InstanceInfo",
     "is_alive",
+    "is_healthy",
 ]
 
 log = logging.getLogger("relay.health")
@@ -86,13 +88,22 @@ class InstanceHeartbeat:
         self._next = now + self.info.interval
         return self.record()
 
+    def report(self, problem: str | None) -> None:
+        """Set why the instance is not working although it beats (``None``: it works again).
+        A change is recorded at once, so ``relay health`` tells it without waiting a beat."""
+        if problem == self.info.problem:
+            return
+        self.info = replace(self.info, problem=problem)
+        self._next = self._clock() + self.info.interval
+        self.record()
+
     def record(self) -> bool:
-        """Record a beat now; ``False`` (logged) if the store is a claim store or unavailable."""
+        """Record a beat now; ``False`` (logged) if the store is a claim store or refused it."""
         if not is_lease(self.backend):
             return False
         try:
             self.backend.record_instance(self.info, self.ttl)
-        except BackendUnavailable as exc:
+        except BackendError as exc:
             log.warning("could not record the heartbeat of %s: %s", self.info.owner, exc)
             return False
         return True

@@ -14,7 +14,7 @@ floor to this release, refused while a live instance runs an older Relay.
 
 from __future__ import annotations
 
-from relay.backends import open_backend
+from relay.backends import Backend, open_backend
 from relay.backends._url import BackendURL
 from relay.contract import LeaseBackend, is_lease
 from relay.errors import InstancesTooOld, StoreNotFound, StoreTooNew
@@ -32,7 +32,7 @@ def migrate(url: str) -> str:
     other :class:`~relay.errors.RelayError` opening the store raises.
     """
     if BackendURL(url).scheme not in ("postgresql", "postgres"):
-        backend = open_backend(url)
+        backend = _open_to_change(url)
         backend.close()
         return f"{backend.name} is ready: opening it created or upgraded what it needs"
     from relay.backends.postgres import SCHEMA_VERSION, PostgresLeaseBackend
@@ -83,7 +83,7 @@ def contract(url: str) -> str:
     Raises :class:`~relay.errors.InstancesTooOld`, changing nothing, while a live instance runs a
     Relay older than :data:`~relay.layout.CONTRACT_FLOOR` (named, with its version).
     """
-    backend = open_backend(url, migrate=True) if _is_postgres(url) else open_backend(url)
+    backend = _open_to_change(url)
     try:
         assert isinstance(backend, LayoutStore) and is_lease(backend)
         older = [i for i in _live(backend) if _older(i.version, CONTRACT_FLOOR)]
@@ -138,8 +138,14 @@ def _beside(live: list[InstanceInfo], after: Layout) -> list[str]:
     return lines
 
 
-def _is_postgres(url: str) -> bool:
-    return BackendURL(url).scheme in ("postgresql", "postgres")
+def _open_to_change(url: str) -> Backend:
+    """The store ``url`` names, opened to be changed: ``migrate=false`` in the URL is the step
+    left to ``relay migrate``, so it does not apply here."""
+    parsed = BackendURL(url)
+    takes_migrate = parsed.scheme in ("postgresql", "postgres") or (
+        parsed.scheme == "sqlite" and parsed.option("strategy", "lease") == "lease"
+    )
+    return open_backend(url, migrate=True) if takes_migrate else open_backend(url)
 
 
 def _own_layout(backend: object, found: int) -> tuple[int, list[str]]:
@@ -149,4 +155,9 @@ def _own_layout(backend: object, found: int) -> tuple[int, list[str]]:
         from relay.backends._postgres_schema import migrations_after
 
         return own, migrations_after(found)
-    return own, [f"step {v}" for v in range(found + 1, own + 1)]
+    if type(backend).__name__ == "SQLiteLeaseBackend":
+        from relay.backends.sqlite import _MIGRATIONS
+
+        steps = range(found + 1, own + 1)
+        return own, [f"version {v}: {statement}" for v in steps for statement in _MIGRATIONS[v]]
+    return own, [f"layout {v}" for v in range(found + 1, own + 1)]

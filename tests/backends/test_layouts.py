@@ -266,3 +266,26 @@ def test_nats_kv_refuses_by_name_a_value_only_a_newer_layout_explains(nats_url: 
             backend.acquire(_request(minutes=2))
     finally:
         backend.close()
+
+
+def test_sqlite_with_migrate_false_never_migrates_and_relay_migrate_does(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay.backends import sqlite as sqlite_backend
+    from relay.migrate import migrate
+
+    path = tmp_path / "relay.db"
+    with monkeypatch.context() as patched:  # the file as Relay 0.1 (layout 7) left it
+        patched.setattr(sqlite_backend, "SCHEMA_VERSION", 7)
+        open_backend(f"sqlite:///{path}").close()
+    url = f"sqlite:///{path}?migrate=false"
+    with pytest.raises(StoreTooOld, match=r"version 7, older than .* migrate=false: run `relay"):
+        open_backend(url)
+    with closing(sqlite3.connect(path)) as conn:  # nothing changed
+        assert conn.execute(_SQLITE_VERSION).fetchall() == [("7",)]
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(relay_instances)")}
+    assert "problem" not in columns
+    assert "ready" in migrate(url)  # the step migrate=false leaves to `relay migrate`
+    open_backend(url).close()  # up to date: opens
+    fresh = tmp_path / "new.db"
+    open_backend(f"sqlite:///{fresh}?migrate=false").close()  # a new file is created all the same

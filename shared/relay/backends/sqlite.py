@@ -36,7 +36,13 @@ from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
 from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.errors import BackendUnavailable, ConfigurationError, LeaseLost, StoreNotFound
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseLost,
+    StoreNotFound,
+    StoreTooOld,
+)
 from relay.instances import InstanceInfo
 from relay.layout import FLOOR, Layout, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
@@ -148,6 +154,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         clock: Callable[[], float] = relay_time,
         read_only: bool = False,
         durability: Durability = "full",
+        migrate: bool = True,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
@@ -159,7 +166,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             return
         try:
             self._shared = SharedConnection(lambda: open_wal(self.path, busy_timeout))
-            self._create_schema()
+            self._create_schema(migrate)
             self._version = SCHEMA_VERSION
         except sqlite3.Error as exc:
             if "locked" in str(exc):
@@ -177,10 +184,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
     def from_url(cls, url: str, **kwargs: Any) -> SQLiteLeaseBackend:
         """Open the database a ``sqlite:///…`` URL names.
 
-        Options: ``busy_timeout`` in seconds, ``durability`` (``full``, the default, or ``fast``).
+        Options: ``busy_timeout`` in seconds, ``durability`` (``full``, the default, or ``fast``),
+        ``migrate`` (``false``: never bring an existing file to this Relay's layout).
         """
         parsed = BackendURL(url)
-        parsed.check_options(["busy_timeout", "durability"], "the SQLite backend")
+        parsed.check_options(["busy_timeout", "durability", "migrate"], "the SQLite backend")
         if parsed.parts.netloc:
             raise ConfigurationError(
                 f"SQLite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
@@ -193,7 +201,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             path,
             busy_timeout=parsed.float_option("busy_timeout", 30.0),
             durability=durability,
-            **kwargs,
+            **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
 
     @property
@@ -635,10 +643,13 @@ class SQLiteLeaseBackend(SQLiteSchedules):
 
     # -- connection handling -----------------------------------------------------------------
 
-    def _create_schema(self) -> None:
-        """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`."""
+    def _create_schema(self, may_migrate: bool = True) -> None:
+        """Create the schema in a new file, or bring an older one up to :data:`SCHEMA_VERSION`;
+        ``may_migrate=False`` (``migrate=false`` in the URL) refuses a file at an older layout
+        with :class:`~relay.errors.StoreTooOld` instead, changing nothing."""
         with self._write() as (conn, _):
             version = _installed_version(conn)
+            existing = version is not None
             if version is None:  # the base schema, then the migrations that follow it
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
@@ -647,6 +658,13 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             layout.check(f"SQLite database {self.path}")
             if layout.layout >= SCHEMA_VERSION:  # ours, or a newer one whose floor we meet
                 return
+            if not may_migrate and existing:  # a new file is created all the same
+                raise StoreTooOld(
+                    f"SQLite database {self.path} has version {layout.layout}, older than this "
+                    f"Relay's {SCHEMA_VERSION}, and the URL says migrate=false: run `relay "
+                    "migrate --backend URL` once (it only adds: running instances go on), then "
+                    "start this instance again"
+                )
             for step in range(layout.layout + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS.get(step, ()):
                     _migrate(conn, statement)

@@ -15,7 +15,7 @@ from rich.table import Table
 from relay.cli._format import console, iso, plain
 from relay.cli._options import backend_option, json_option
 from relay.cli._stores import read_only
-from relay.health import ROLES, InstanceInfo, is_alive
+from relay.health import ROLES, InstanceInfo, is_alive, is_healthy
 
 __all__ = ["health", "instances", "instances_table"]
 
@@ -33,7 +33,10 @@ def instances(url: str, as_json: bool) -> None:
     with read_only(url) as backend:
         found, now = backend.instances(), backend.now()
         if as_json:
-            rows = [{**plain(asdict(i)), "alive": is_alive(i, now)} for i in found]
+            rows = [
+                {**plain(asdict(i)), "alive": is_alive(i, now), "healthy": is_healthy(i, now)}
+                for i in found
+            ]
             click.echo(json.dumps(rows, indent=2))
         else:
             title = f"Instances in {backend.name} at {iso(now)}"
@@ -55,7 +58,10 @@ def instances(url: str, as_json: bool) -> None:
 def health(
     url: str, max_age: float | None, role: str | None, owner: str | None, host: str | None
 ) -> None:
-    """Exit 0 if a matching instance beat recently, 1 if none did: a liveness/readiness probe.
+    """Exit 0 if a matching instance beat recently and works, 1 if none: a liveness/readiness probe.
+
+    An instance that beats but recorded a problem (its steps failed for longer than a lease, or
+    its store needs a newer Relay) counts as unhealthy, whatever --max-age says.
 
     \b
     Example:
@@ -70,13 +76,20 @@ def health(
         and (owner is None or i.owner == owner)
         and (host is None or i.host == host)
     ]
-    alive = [i for i in wanted if is_alive(i, now, max_age)]
+    alive = [i for i in wanted if is_healthy(i, now, max_age)]
     for info in alive or wanted:
         limit = max_age if max_age is not None else 3 * info.interval
-        verdict = "alive" if info in alive else "late"
+        verdict = (
+            "alive"
+            if info in alive
+            else "failing"
+            if info.problem is not None and is_alive(info, now, max_age)
+            else "late"
+        )
         click.echo(
-            f"{verdict}: {info.role} {info.owner} (pid {info.pid} on {info.host}) beat "
-            f"{_age(info, now):.1f}s ago (max age {limit:g}s)"
+            f"{verdict}: {info.role} {info.owner} (Relay {info.version}, pid {info.pid} on "
+            f"{info.host}) beat {_age(info, now):.1f}s ago (max age {limit:g}s)"
+            + ("" if info.problem is None else f": {info.problem}")
         )
     if not alive:
         what = " ".join(
@@ -84,7 +97,7 @@ def health(
         )
         click.echo(
             f"unhealthy: no instance{' with ' + what if what else ''} beat within its max age "
-            f"in {backend.name}" + ("" if wanted else " (none recorded)")
+            f"and works in {backend.name}" + ("" if wanted else " (none recorded)")
         )
         sys.exit(1)
 
@@ -95,11 +108,13 @@ def instances_table(found: list[InstanceInfo], now: datetime, title: str = "Inst
     for column in ("role", "owner", "host", "pid", "version", "started", "last beat", "age", ""):
         table.add_column(column, no_wrap=True)
     for i in found:
-        alive = is_alive(i, now)
+        alive = is_healthy(i, now)
         table.add_row(
             i.role, escape(i.owner), escape(i.host), str(i.pid), i.version, iso(i.started_at),
             iso(i.beat_at), f"{_age(i, now):.1f}s",
-            "[green]alive[/]" if alive else f"[red]late[/] (beats every {i.interval:g}s)",
+            "[green]alive[/]" if alive
+            else f"[red]failing[/]: {escape(i.problem)}" if i.problem is not None
+            else f"[red]late[/] (beats every {i.interval:g}s)",
         )  # fmt: skip
     return table
 

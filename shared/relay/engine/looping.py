@@ -20,7 +20,12 @@ published task, an enqueued message). The loop owns every rule of timing:
   lease pending runs (handed over, retried, triggered); only expired leases wait. The tick is
   what finds the store back: no sweep is tried before it answered;
 * given a ``role``, a step the store answered also records the instance's own heartbeat
-  (:class:`relay.health.InstanceHeartbeat`, at most once per its interval).
+  (:class:`relay.health.InstanceHeartbeat`, at most once per its interval). When steps have
+  failed for longer than a lease, the heartbeat records that problem, and ``relay health``
+  counts the instance unhealthy whatever its last beat; a step that works clears it;
+* a store whose layout needs a newer Relay (:class:`~relay.errors.StoreTooNew`) is reported
+  once (:class:`~relay.events.StoreIncompatible`); what the step won is handed back, not
+  dispatched, and the problem is recorded at once.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from relay.contract import is_lease
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
 from relay.engine.stored import ScheduleFeed
-from relay.errors import BackendUnavailable
-from relay.events import RunDispatched, StoreRecovered, StoreUnavailable
+from relay.errors import BackendUnavailable, StoreTooNew
+from relay.events import RunDispatched, StoreIncompatible, StoreRecovered, StoreUnavailable
 from relay.health import InstanceHeartbeat
 
 __all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "Loop", "Step"]
@@ -117,6 +122,9 @@ class Loop:
         self._backoff = self._first_backoff
         self._retry_at = 0.0
         self._down_since: float | None = None
+        self._failing: tuple[float, str] | None = None
+        """When (on ``monotonic``) steps began to fail in a row, and the first one's error."""
+        self._incompatible = False
         self._wake: datetime | None = None
         self._jobs = 0
 
@@ -143,16 +151,48 @@ class Loop:
                 won += self.decider.sweep(takeovers=now >= self.takeover_from)
         except Exception as exc:  # a host's loop never dies of one step
             failure = exc
-            if not isinstance(exc, BackendUnavailable):
+            if not isinstance(exc, (BackendUnavailable, StoreTooNew)):  # those are events
                 log.exception("a loop step of %s failed; retrying", self.decider.owner)
+        if isinstance(failure, StoreTooNew):  # a store this Relay may not use: run nothing
+            self._incompatible_store(failure, won)
+            won = []
         for item in won:  # runs won before a failure are ours: dispatch them all the same
             self._send(item, send)
         if failure is not None:
+            self._report_failing(failure, now)
             return Step(won, self._back_off(failure, now), healthy=False)
         self._recovered(now)
+        self._failing = None
         if self.instance is not None:
+            self.instance.report(None)
             self.instance.maybe_record()
         return Step(won, self._next_in(now))
+
+    def _incompatible_store(self, exc: StoreTooNew, won: list[Won]) -> None:
+        """Report once that the store needs a newer Relay, and hand back what was won."""
+        if not self._incompatible:
+            self._incompatible = True
+            self.events.emit(
+                StoreIncompatible(self.decider.backend.name, self.decider.owner, str(exc))
+            )
+        for item in won:
+            self.runner.release(item.run)
+
+    def _report_failing(self, exc: Exception, now: float) -> None:
+        """Record in the heartbeat why the instance is not working: at once for a store that
+        needs a newer Relay, once steps have failed for longer than a lease otherwise."""
+        if self._failing is None:
+            self._failing = (now, str(exc) or type(exc).__name__)
+        since, first = self._failing
+        if self.instance is None:
+            return
+        if isinstance(exc, StoreTooNew):
+            self.instance.report(str(exc))
+        elif now - since > self.decider.lease:
+            lease = self.decider.lease
+            self.instance.report(
+                f"its steps have failed for longer than a lease ({lease:g}s): {first}"
+            )
 
     def _tick(self, force: bool) -> list[Won]:
         """A decider tick, unless no job has a new slot since the last one."""

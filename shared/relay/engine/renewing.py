@@ -19,7 +19,7 @@ import time
 from typing import Protocol
 
 from relay.contract import BatchHeartbeat, ClaimBackend, LeaseBackend, is_lease, renews_many
-from relay.errors import BackendUnavailable
+from relay.errors import BackendUnavailable, StoreTooNew
 from relay.runs import Run
 
 __all__ = ["Renewable", "Renewals"]
@@ -142,7 +142,7 @@ class Renewals:
         try:
             lost = self.backend.heartbeat_many(runs, lease)
         except Exception as exc:  # one thread renews every run: a bug must not stop the others
-            if not isinstance(exc, BackendUnavailable):
+            if not isinstance(exc, (BackendUnavailable, StoreTooNew)):
                 log.exception("heartbeat of %d runs failed", len(runs))
             for active in round_:
                 if active.stopped:  # finishing: the finish loop takes it from here

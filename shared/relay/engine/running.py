@@ -39,7 +39,7 @@ from relay import clock as relay_clock
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.engine.renewing import Renewals
 from relay.engine.unacknowledged import HandBackLater, hand_back
-from relay.errors import BackendUnavailable, LeaseLost, NotAcknowledged
+from relay.errors import BackendError, BackendUnavailable, LeaseLost, NotAcknowledged, StoreTooNew
 from relay.events import (
     EventBus,
     FencedOff,
@@ -262,7 +262,7 @@ class Runner:
         except LeaseLost as exc:
             ActiveRun(self, run).fenced_off("release", str(exc))
             return
-        except BackendUnavailable as exc:
+        except BackendError as exc:  # unavailable, or a layout this Relay can no longer use
             self.abandoned(run, "release", "", str(exc))
             return
         self.events.emit(RunHandedOver(*_values(run, self.owner)))
@@ -426,6 +426,11 @@ class ActiveRun:
             except LeaseLost as exc:
                 self.fenced_off("finish", str(exc))
                 return None
+            except StoreTooNew as exc:  # no retry helps: the lease runs out, a newer Relay takes it
+                runner.abandoned(
+                    self.run, "finish", "succeeded" if succeeded else "failed", str(exc)
+                )
+                return None
             except BackendUnavailable as exc:
                 unavailable = str(exc)
             tries += 1
@@ -454,7 +459,7 @@ class ActiveRun:
             except LeaseLost as exc:
                 self.fenced_off("heartbeat", str(exc))
                 return
-            except BackendUnavailable as exc:
+            except (BackendUnavailable, StoreTooNew) as exc:  # the lease runs out either way
                 if self._stop.is_set():  # finishing: the finish loop takes it from here
                     return
                 if not self.renewal_failed(str(exc)):
