@@ -48,20 +48,30 @@ class Instance:
     log: Path
     started: float
     stopped: float | None = None
+    _read: list[list[Any]] = field(default_factory=list)
+    _offset: int = 0
+    _runs: list[Run] = field(default_factory=list)
 
     def lines(self, kind: str) -> list[list[Any]]:
-        """Its log's complete lines of one kind, without the kind."""
-        text = self.log.read_text() if self.log.exists() else ""
-        text = text[: text.rfind("\n") + 1]  # a line still being written is left for later
-        found = [json.loads(line) for line in text.splitlines()]
-        return [line[1:] for line in found if line[0] == kind]
+        """Its log's complete lines of one kind, without the kind (read on from where the last
+        call stopped: the tests poll these files)."""
+        if self.log.exists():
+            with self.log.open("rb") as log:
+                log.seek(self._offset)
+                data = log.read()
+            complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+            self._offset += len(complete)
+            self._read += [json.loads(line) for line in complete.splitlines()]
+        return [line[1:] for line in self._read if line[0] == kind]
 
     def runs(self) -> list[Run]:
         """The runs it started, in order."""
-        return [
+        lines = self.lines("run")
+        self._runs += [
             Run(job, parse_run_id(run_id)[1], token, owner, at)
-            for job, run_id, token, owner, at in self.lines("run")
+            for job, run_id, token, owner, at in lines[len(self._runs) :]
         ]
+        return list(self._runs)
 
     @property
     def owner(self) -> str:
@@ -94,8 +104,18 @@ class Fleet:
     ended: float = 0.0
     """When the last phase ended: :meth:`stop_all` began."""
 
-    def start(self, name: str, release: str, timeout: float = 60) -> Instance:
-        """Start an instance and wait until it has made its scheduler or has exited."""
+    def start(self, release: str, *names: str, timeout: float = 60) -> list[Instance]:
+        """Start instances of ``release`` together; wait until each has made its scheduler or has
+        exited."""
+        started = [self._spawn(release, name) for name in names]
+
+        def waiting() -> list[str]:
+            return [i.name for i in started if not i.lines("hello") and i.proc.poll() is None]
+
+        wait_for(lambda: not waiting(), timeout, lambda: f"{waiting()} did not start")
+        return started
+
+    def _spawn(self, release: str, name: str) -> Instance:
         log = self.folder / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if release == "new":  # HEAD's code, wherever the venv's editable install points
@@ -107,7 +127,6 @@ class Fleet:
                 cwd=self.folder, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
             )  # fmt: skip
         instance = self.instances[name] = Instance(name, release, proc, log, time.time())
-        wait_for(lambda: instance.lines("hello") or proc.poll() is not None, timeout, name)
         return instance
 
     def stop(self, name: str, timeout: float = 60) -> int:
@@ -199,4 +218,4 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: object) -> N
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out: {what() if callable(what) else what}")
-        time.sleep(0.1)
+        time.sleep(0.2)

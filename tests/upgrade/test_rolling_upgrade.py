@@ -68,16 +68,15 @@ def test_a_rolling_upgrade_and_a_rolled_back_canary_run_every_slot_once(
 def deploy(fleet: Fleet) -> datetime:
     """The deploy, phase by phase; each phase lasts until every live instance has run a job of
     its own. Returns when the stored schedule was added."""
-    fleet.start("old-a", "old")
-    fleet.start("old-b", "old")
+    fleet.start("old", "old-a", "old-b")
     step(fleet, "two old")
-    fleet.start("new-canary", "new")
+    fleet.start("new", "new-canary")
     step(fleet, "canary beside two old")
     fleet.stop("new-canary")
     step(fleet, "canary stopped")
-    fleet.start("old-c", "old")
+    fleet.start("old", "old-c")
     step(fleet, "canary's host back on old")
-    fleet.start("new-1", "new")
+    fleet.start("new", "new-1")
     step(fleet, "new-1 beside three old")
     check_plan(fleet)
     fleet.stop("old-a")
@@ -85,11 +84,11 @@ def deploy(fleet: Fleet) -> datetime:
     with Control(fleet.url) as control:
         added = control.add_schedule(STORED, "echo", every=1).updated_at
     step(fleet, "stored schedule added")
-    fleet.start("new-2", "new")
+    fleet.start("new", "new-2")
     step(fleet, "new-2 started")
     fleet.stop("old-b")
     step(fleet, "old-b stopped")
-    fleet.start("new-3", "new")
+    fleet.start("new", "new-3")
     step(fleet, "new-3 started")
     check_contract_refused(fleet)
     # Each slot is a race, and a loaded machine can hand one instance a long streak: the last
@@ -227,7 +226,7 @@ def test_the_previous_release_on_a_store_contracted_by_head(
     contract(lease_url)
     fleet = Fleet(lease_url, tmp_path, {"old": previous.python, "new": Path(sys.executable)})
     try:
-        late = fleet.start("old-late", "old")
+        [late] = fleet.start("old", "old-late")
         if (previous.tag, store) in RUNS_ON_A_CONTRACTED_STORE:
             step(fleet, "previous release on a contracted store")
             assert troubles_of(late) == []
