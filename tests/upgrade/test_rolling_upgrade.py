@@ -162,7 +162,8 @@ def check_releases(fleet: Fleet, previous: Release) -> None:
 def check_each_slot_once(runs: list[Run], job: str, start: datetime, end: datetime) -> None:
     """No slot of ``job`` ran twice; each one from ``start`` to ``end`` (less the edge) ran."""
     slots = Counter(r.slot for r in runs if r.job == job)
-    assert {s: n for s, n in slots.items() if n > 1} == {}
+    twice = sorted(s.isoformat() for s, n in slots.items() if n > 1)
+    assert twice == [], f"{job}: slots that ran more than once"
     want, last = start.replace(microsecond=0) + timedelta(seconds=1), end - EDGE
     lost = []
     while want <= last:
