@@ -56,8 +56,8 @@ def test_a_rolling_upgrade_and_a_rolled_back_canary_run_every_slot_once(
     check_each_slot_once(runs, "tick", first, end)
     check_each_slot_once(runs, STORED, added + EDGE, end)
     check_tokens(runs)
-    table = fleet.runs_by_phase(own=True)
-    idle = {phase: [n for n, runs in row.items() if not runs] for phase, row in table.items()}
+    own = fleet.runs_by_phase(own=True)
+    idle = {phase: [n for n, mine in row.items() if not mine] for phase, row in own.items()}
     assert {phase: names for phase, names in idle.items() if names} == {}
     troubles = {i.name: troubles_of(i) for i in fleet.instances.values() if troubles_of(i)}
     assert troubles == {}
@@ -192,7 +192,7 @@ def check_tokens(runs: list[Run]) -> None:
 def report(fleet: Fleet) -> str:
     """What the old/new mix did: per phase, how long it lasted and, per live instance, the runs
     of its own job / the slots it won of the raced ones; then each instance's warnings."""
-    lines = [f"store {fleet.url}"]
+    lines = [f"store {fleet.url}", "  phase, its length, instance(release)=own runs/slots won"]
     own, raced = fleet.runs_by_phase(own=True), fleet.runs_by_phase(own=False)
     for phase, begun, end in fleet.spans():
         counts = "  ".join(
