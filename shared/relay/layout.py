@@ -42,6 +42,7 @@ __all__ = [
     "running",
     "to_json",
     "to_record",
+    "unrecorded",
     "version_key",
 ]
 
@@ -102,6 +103,16 @@ class LayoutStore(Protocol):
 
     def record_layout(self, layout: Layout) -> None:
         """Write the store's record (``relay migrate --contract``)."""
+
+
+def unrecorded(version: int, own: int) -> Layout:
+    """The record of a store known only by its schema ``version`` (none written): Relay 0.1's
+    floor up to this Relay's own layout ``own``; above it, a Relay that recorded no floor made
+    it, taken to need the release after this one."""
+    if version <= own:
+        return Layout(version, FIRST_RELEASE)
+    major, minor, *_ = (*version_key(running()), 0, 0)
+    return Layout(version, f"{major}.{minor + 1}.0")
 
 
 def legacy_version(layout: int, legacy: int, min_relay: str) -> int:

@@ -142,3 +142,28 @@ def test_relay_migrate_creates_the_settings_store_schema(tmp_path: Path) -> None
         again = manage(env, "relay_migrate")
         assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
         open_backend(url + "&migrate=false", read_only=False).close()  # instances need no DDL
+
+
+def test_relay_migrate_plan_and_contract_on_the_projects_database(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from relay.instances import InstanceInfo
+
+    db = tmp_path / "db.sqlite3"
+    env = site_env(db, RELAY={"BACKEND": "django"})
+    assert manage(env, "relay_migrate").returncode == 0
+    store = open_backend(
+        f"sqlite:///{db}"
+    )  # the Django store: Relay's tables in the project's file
+    old = InstanceInfo(
+        owner="old-beat:1:aa", role="beat", host="web-1", pid=1,
+        started_at=datetime.now(timezone.utc), version="0.1.0", interval=10.0,
+    )  # fmt: skip
+    store.record_instance(old, 60)  # type: ignore[union-attr]
+    store.close()
+    plan = manage(env, "relay_migrate", "--plan")
+    assert plan.returncode == 0, plan.stderr
+    assert "usable by Relay 0.1.0 and newer" in plan.stdout
+    assert "Relay 0.1.0: can go on beside it" in plan.stdout
+    refused = manage(env, "relay_migrate", "--contract")
+    assert refused.returncode == 1 and "old-beat:1:aa (Relay 0.1.0)" in refused.stderr

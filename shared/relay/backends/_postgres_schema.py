@@ -28,8 +28,7 @@ import psycopg
 from psycopg import sql
 
 from relay.errors import MigrationRequired, StoreTooOld
-from relay.layout import CONTRACT_FLOOR, FIRST_RELEASE, FLOOR, Layout, legacy_version, version_key
-from relay.layout import running as running_relay
+from relay.layout import CONTRACT_FLOOR, FLOOR, Layout, legacy_version, unrecorded, version_key
 
 __all__ = [
     "CONTRACTIONS",
@@ -179,12 +178,7 @@ def read_layout(conn: psycopg.Connection[Any], schema: str) -> Layout:
         row = conn.execute(query).fetchone()
         if row is not None and row[2] == version:
             return Layout(int(row[0]), str(row[1]))
-    return read_layout_of(version)
-
-
-def _next_release() -> str:
-    major, minor, *_ = (*version_key(running_relay()), 0, 0)
-    return f"{major}.{minor + 1}.0"
+    return unrecorded(version, SCHEMA_VERSION)
 
 
 def check_newer(schema: str, version: int | Layout) -> None:
@@ -192,13 +186,8 @@ def check_newer(schema: str, version: int | Layout) -> None:
 
     A layout newer than :data:`SCHEMA_VERSION` whose floor this Relay meets is used as it is.
     """
-    layout = version if isinstance(version, Layout) else read_layout_of(version)
+    layout = version if isinstance(version, Layout) else unrecorded(version, SCHEMA_VERSION)
     layout.check(f"schema {schema!r}")
-
-
-def read_layout_of(version: int) -> Layout:
-    """The layout record of a schema known only by ``meta``'s version (no ``layout`` row)."""
-    return Layout(version, FIRST_RELEASE if version <= SCHEMA_VERSION else _next_release())
 
 
 def migrations_after(layout: int) -> list[str]:

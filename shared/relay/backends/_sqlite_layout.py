@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from relay.layout import FIRST_RELEASE, Layout, legacy_version, running, version_key
+from relay.layout import Layout, legacy_version, unrecorded
 
 __all__ = ["LEGACY_VERSION", "read_layout", "record_layout"]
 
@@ -26,10 +26,7 @@ def read_layout(conn: sqlite3.Connection, version: int, own: int) -> Layout:
         row = conn.execute("SELECT layout, min_relay, schema_version FROM relay_layout").fetchone()
         if row is not None and row[2] == version:
             return Layout(int(row[0]), str(row[1]))
-    if version <= own:
-        return Layout(version, FIRST_RELEASE)
-    major, minor, *_ = (*version_key(running()), 0, 0)
-    return Layout(version, f"{major}.{minor + 1}.0")  # no floor recorded: the next release
+    return unrecorded(version, own)
 
 
 def record_layout(conn: sqlite3.Connection, layout: int, floor: str) -> None:

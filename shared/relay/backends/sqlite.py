@@ -41,10 +41,11 @@ from relay.errors import (
     ConfigurationError,
     LeaseLost,
     StoreNotFound,
+    StoreTooNew,
     StoreTooOld,
 )
 from relay.instances import InstanceInfo
-from relay.layout import FLOOR, Layout, version_key
+from relay.layout import FLOOR, Layout, running, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
 
@@ -686,6 +687,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             try:
                 # Read the clock only once the write lock is held, so steps are ordered by it.
                 yield conn, self._now_ms()
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                explained = self._too_new(conn)
+                if explained is None:
+                    raise
+                raise explained from exc
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -693,6 +700,17 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"SQLite commit failed on {self.path}: {exc}") from exc
+
+    def _too_new(self, conn: sqlite3.Connection) -> StoreTooNew | None:
+        """Why a statement failed (a table or column gone), if a newer Relay's layout explains
+        it: a contraction whose floor is above this Relay."""
+        try:
+            found = read_layout(conn, _installed_version(conn) or 0, SCHEMA_VERSION)
+        except sqlite3.Error:
+            return None
+        if found.usable():
+            return None
+        return StoreTooNew(f"SQLite database {self.path}", found.layout, found.min_relay, running())
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
