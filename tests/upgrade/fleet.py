@@ -21,7 +21,7 @@ from typing import Any
 from relay.runs import parse_run_id
 from tests.support.procs import ROOT
 
-__all__ = ["Fleet", "Instance", "Run"]
+__all__ = ["Fleet", "Instance", "Run", "wait_for"]
 
 SCRIPT = Path(__file__).with_name("instance.py")
 
