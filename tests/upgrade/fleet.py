@@ -28,10 +28,12 @@ SCRIPT = Path(__file__).with_name("instance.py")
 
 @dataclass(frozen=True)
 class Run:
-    """One run an instance started: its job, slot, token, and when (the instance's clock)."""
+    """One run an instance started: its job, slot, attempt, token, who, and when (the
+    instance's clock)."""
 
     job: str
     slot: datetime
+    attempt: int
     token: int
     owner: str
     at: float
@@ -48,6 +50,8 @@ class Instance:
     log: Path
     started: float
     stopped: float | None = None
+    killed: bool = False
+    """Stopped with SIGKILL (a host that died during the deploy), not SIGTERM."""
     _read: list[list[Any]] = field(default_factory=list)
     _offset: int = 0
     _runs: list[Run] = field(default_factory=list)
@@ -68,8 +72,8 @@ class Instance:
         """The runs it started, in order."""
         lines = self.lines("run")
         self._runs += [
-            Run(job, parse_run_id(run_id)[1], token, owner, at)
-            for job, run_id, token, owner, at in lines[len(self._runs) :]
+            Run(job, parse_run_id(run_id)[1], attempt, token, owner, at)
+            for job, run_id, attempt, token, owner, at in lines[len(self._runs) :]
         ]
         return list(self._runs)
 
@@ -129,12 +133,13 @@ class Fleet:
         instance = self.instances[name] = Instance(name, release, proc, log, time.time())
         return instance
 
-    def stop(self, name: str, timeout: float = 60) -> int:
-        """SIGTERM an instance (a deploy's graceful stop) and wait for it; its exit code."""
+    def stop(self, name: str, timeout: float = 60, kill: bool = False) -> int:
+        """SIGTERM an instance (a deploy's graceful stop), or SIGKILL it with ``kill`` (its host
+        died), and wait for it; its exit code."""
         instance = self.instances[name]
-        instance.stopped = time.time()
+        instance.stopped, instance.killed = time.time(), kill
         if instance.proc.poll() is None:
-            instance.proc.send_signal(signal.SIGTERM)
+            instance.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
             return instance.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

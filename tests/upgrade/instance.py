@@ -8,7 +8,7 @@ task ``echo`` of stored schedules. Each line it appends to its own
 ``log`` file is a JSON list:
 
 - ``["hello", name, relay version, relay's path]`` once the scheduler is made;
-- ``["run", job, run id, token, name]`` for each run it starts;
+- ``["run", job, run id, attempt, token, name]`` for each run it starts;
 - ``["event", type, message]`` for each Relay event at WARNING or above (what went wrong);
 - ``["refused", error class, message]`` when opening the store or running raises a
   ``RelayError`` (then it exits with 3).
@@ -58,7 +58,7 @@ def main(args: dict[str, Any]) -> None:
         write(log, "hello", name, relay.__version__, relay.__file__)
 
         def record(run: relay.Run) -> None:
-            write(log, "run", run.job, run.id, run.token, name)
+            write(log, "run", run.job, run.id, run.attempt, run.token, name)
 
         for job in ("tick", f"own-{name}"):
             scheduler.job(every=1, name=job, catch_up=args.get("catch_up", 10))(record)
