@@ -50,6 +50,9 @@ BENCHES = [
     "store_failover",
     "schedules",
     "host_schedules",
+    "console",
+    "definitions",
+    "overdue",
 ]
 QUICK_ARGS = {
     "events": ["-n", "500"],

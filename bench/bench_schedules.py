@@ -11,6 +11,10 @@ every lease backend (SQLite, PostgreSQL, Redis, NATS KV).
   plus the decider's idle tick; sweeps left out), at 100,000 against 1,000 in the same run.
   Target <= 2x. The rows are written straight into the store's tables (the cost of a tick does
   not depend on how they were written; 100,000 adds one by one take minutes).
+* **Apply**: ``relay schedules apply`` of a JSON file of N new schedules (load, every check,
+  one atomic write), against writing the same N rows straight into the store's tables (the raw
+  baseline, :func:`fill`) in the same run; and N against N / 10, which a linear apply keeps near
+  10x (the check of names was quadratic). Target: apply <= 20x the raw write, and <= 15x N / 10.
 * **Start-up and memory**: that instance's start (every schedule read, checked, turned into a
   job, then the first tick) and its resident memory per stored schedule above the same process
   with none. Target <= 1 KiB.
@@ -162,6 +166,49 @@ def scale(name: str, count: int) -> list[Row]:
     ]  # fmt: skip
 
 
+def apply_file(url: str, count: int, folder: Path) -> float:
+    """Seconds ``relay schedules apply`` takes (file read, plan, checks, the atomic write) for a
+    file of ``count`` new schedules, with a live instance allowing their task."""
+    from datetime import datetime, timezone
+
+    from relay import Control
+    from relay.health import InstanceInfo
+    from relay.schedule_files import apply, load, plan
+
+    file = folder / f"schedules-{count}.json"
+    items = [{"name": f"s{i}", "task": "echo", "every": WEEK} for i in range(count)]
+    file.write_text(json.dumps({"schedules": items}))
+    with Control(url) as control:
+        now = datetime.now(timezone.utc)
+        info = InstanceInfo("bench:1", "scheduler", "bench", 1, now, "0", 10.0, tasks=("echo",))
+        control._lease_backend().record_instance(info, 600)
+        started = time.perf_counter()
+        apply(control, plan(control, load(file)), by="bench")
+        took = time.perf_counter() - started
+        assert len(control.schedules()) == count
+    return took
+
+
+def applying(name: str, count: int) -> list[Row]:
+    """Apply of ``count`` entries against the raw write of as many rows, and against a tenth."""
+    measured = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for n in (count // 10, count):
+            with store(name) as url:
+                measured[n] = apply_file(url, n, Path(folder))
+    with store(name) as url:
+        started = time.perf_counter()
+        fill(url, count)
+        raw = time.perf_counter() - started
+    return [
+        Row(f"schedules {name}", f"apply, a file of {count:,} schedules", measured[count], "s",
+            raw, f"raw write of {count:,} rows", "<= 20x", ratio_at_most(20.0)),
+        Row(f"schedules {name}", f"apply, {count:,} against {count // 10:,} entries (linear)",
+            measured[count], "s", measured[count // 10], f"{count // 10:,} entries", "<= 15x",
+            ratio_at_most(15.0)),
+    ]  # fmt: skip
+
+
 def visibility(name: str, edits: int = EDITS) -> list[Row]:
     """p50 and p99 of edit-to-applied over ``edits`` edits and three instances."""
     with store(name) as url, tempfile.TemporaryDirectory() as folder:
@@ -243,6 +290,7 @@ def rows(quick: bool = False) -> list[Row]:
     """Visibility and scale on every lease backend."""
     count = 20_000 if quick else 100_000
     found = [row for name in STORES for row in visibility(name)]
+    found += [row for name in STORES for row in applying(name, count)]
     return found + [row for name in STORES for row in scale(name, count)]
 
 
@@ -251,10 +299,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--only", nargs="*", default=list(STORES), choices=STORES)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["visibility", "scale"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["visibility", "apply", "scale"])
     args = parser.parse_args()
     for name in args.only:
         found = [] if "visibility" in args.skip else visibility(name)
+        if "apply" not in args.skip:
+            found += applying(name, args.count)
         if "scale" not in args.skip:
             found += scale(name, args.count)
         for row in found:

@@ -9,6 +9,10 @@ only (they share the SQLite file ``RELAY_DB``; across hosts, use a PostgreSQL, R
 URL). On shutdown (SIGTERM, Ctrl-C) a report still being written gets ``stop_timeout`` to
 finish, and is then handed over to another copy. ``REPORT_EVERY`` (seconds, default 10) and
 ``REPORTS`` (a JSON-lines file, default ``reports.jsonl``) exist for trying it out quickly.
+
+The app also mounts Relay's web console at ``/relay/`` (``pip install 'relay-scheduler[console]'``):
+open http://127.0.0.1:8001/relay/ to see the job and its runs, pause it, trigger it. Without an
+auth hook it answers loopback clients only; give ``auth=`` before serving it to others.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from typing import Any
 from fastapi import FastAPI
 
 import relay
+import relay.console
 
-scheduler = relay.Scheduler(
-    f"sqlite:///{os.environ.get('RELAY_DB', 'relay.db')}", lease=10, heartbeat=2, stop_timeout=5
-)
+STORE = f"sqlite:///{os.environ.get('RELAY_DB', 'relay.db')}"
+scheduler = relay.Scheduler(STORE, lease=10, heartbeat=2, stop_timeout=5)
 
 
 @scheduler.job(every=float(os.environ.get("REPORT_EVERY", "10")), overlap="skip")
@@ -57,6 +61,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(lifespan=lifespan)
+app.mount("/relay", relay.console.asgi_app(STORE))
 
 
 @app.get("/")

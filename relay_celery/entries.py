@@ -18,7 +18,12 @@ __all__ = ["RELAY_OPTIONS", "entry_options", "jobs_options"]
 
 log = logging.getLogger("relay.celery.beat")
 
-RELAY_OPTIONS = frozenset({"overlap", "max_attempts", "catch_up", "stale_after", "jitter"})
+RELAY_OPTIONS = frozenset(
+    {
+        "overlap", "max_attempts", "catch_up", "stale_after", "jitter",
+        "expect_success_within", "alert_after_failures",
+    }
+)  # fmt: skip
 """Keys an entry's Relay options may set."""
 
 

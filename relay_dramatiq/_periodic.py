@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import tzinfo
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import dramatiq
 from dramatiq.middleware import AsyncIO
@@ -55,6 +55,8 @@ def periodic(
     catch_up: Duration | None = None,
     stale_after: Duration | None = None,
     jitter: Duration | None = None,
+    expect_success_within: Duration | Literal[False] | None = None,
+    alert_after_failures: int | None = None,
 ) -> Callable[[A], A]:
     """Run the decorated actor on a schedule; put it above ``@dramatiq.actor``.
 
@@ -64,9 +66,11 @@ def periodic(
     Options are checked here, once, against that backend: ``overlap`` (``"allow"``, ``"skip"`` or
     ``"buffer_one"``), ``max_attempts`` and ``catch_up`` raise ``UnsupportedOption`` on a claim
     backend; ``jitter`` delays each slot by a fixed hash of ``(actor, slot)`` in ``[0, jitter)``
-    seconds. The actor must take no required arguments (run messages carry none); it reads its run
-    with :func:`relay_dramatiq.current_run`. Relay owns retries (``max_attempts``), so the actor
-    must not set Dramatiq's ``retry_when`` nor a ``max_retries`` other than 0. An ``async def``
+    seconds; ``expect_success_within`` and ``alert_after_failures`` say when the job is overdue
+    or failing (:mod:`relay.expectations`). The actor must take no required arguments (run
+    messages carry none); it reads its run with :func:`relay_dramatiq.current_run`. Relay owns
+    retries (``max_attempts``), so the actor must not set Dramatiq's ``retry_when`` nor a
+    ``max_retries`` other than 0. An ``async def``
     actor needs Dramatiq's ``AsyncIO`` middleware on its broker (workers run it on its loop).
     """
 
@@ -91,6 +95,8 @@ def periodic(
             catch_up=catch_up,
             stale_after=stale_after,
             jitter=jitter,
+            expect_success_within=expect_success_within,
+            alert_after_failures=alert_after_failures,
         )
         _registry[actor] = Periodic(actor, job, middleware)
         middleware.consumer_jobs.append(dataclasses.replace(job, handler=caller(actor)))

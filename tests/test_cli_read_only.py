@@ -23,7 +23,10 @@ from relay import AcquireRequest, open_backend
 from relay.cli import main
 from relay.health import InstanceHeartbeat
 
-READ_COMMANDS = [["runs"], ["runs", "--job", "nightly", "--json"], ["instances"], ["health"]]
+READ_COMMANDS = [
+    ["runs"], ["runs", "--job", "nightly", "--json"], ["instances"], ["health"],
+    ["health", "--jobs"], ["overdue"], ["overdue", "--json"],
+]  # fmt: skip
 
 
 def store_exists(url: str) -> bool:

@@ -117,6 +117,28 @@ def test_a_bad_file_changes_nothing(url: str, tmp_path: Path) -> None:
         assert control.schedules() == []
 
 
+@pytest.mark.parametrize(
+    "third",
+    [
+        {"name": "c", "task": "echo", "at": "2001-01-01T00:00:00Z"},
+        {"name": "c", "task": "nobody", "every": 60},
+    ],
+)
+def test_a_refused_third_entry_of_five_writes_nothing_and_is_named(
+    url: str, tmp_path: Path, third: dict[str, object]
+) -> None:
+    items = [{"name": n, "task": "echo", "every": 60} for n in "abcde"]
+    items[2] = third
+    file = tmp_path / "s.json"
+    file.write_text(json.dumps({"schedules": items}))
+    for dry_run in (["--dry-run"], []):
+        result = relay_cli("schedules", "apply", str(file), *dry_run, "--backend", url)
+        assert result.exit_code == 1, result.output
+        assert "entry 3 (schedule 'c')" in result.output and "Traceback" not in result.output
+    with Control(url) as control:
+        assert control.schedules() == []
+
+
 def test_reading_commands_create_nothing(tmp_path: Path) -> None:
     missing = f"sqlite:///{tmp_path / 'none.db'}"
     for args in (["list"], ["show", "a"], ["history", "a"], ["export", str(tmp_path / "x.json")]):

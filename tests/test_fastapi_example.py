@@ -1,4 +1,5 @@
-"""examples/fastapi_app.py under uvicorn: two real servers race on one store, each slot once.
+"""examples/fastapi_app.py under uvicorn: two real servers race on one store, each slot once,
+and the web console the app mounts answers under /relay/.
 
 Both serve the scheduler from the app's lifespan (``async with scheduler``) with a job every
 second. The first is stopped with SIGTERM while the second keeps going, then the second; both
@@ -51,6 +52,14 @@ def answer(port: int, proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any
             time.sleep(0.2)
 
 
+def console_page(port: int) -> str:
+    """The web console's jobs page, as the app serves it under /relay/."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/relay/", timeout=10) as response:
+        assert response.status == 200
+        page: str = response.read().decode()
+        return page
+
+
 def reports(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -94,6 +103,8 @@ def test_two_uvicorn_servers_write_each_report_once_and_stop_cleanly(tmp_path: P
         owners = [answer(ports[i], procs[i], logs[i])["owner"] for i in (0, 1)]
         assert owners[0] != owners[1]
         wait_for_reports(out, 4)  # both race for these slots
+        console = console_page(ports[0])  # the app mounts the web console at /relay/
+        assert 'data-job="write_report"' in console and 'href="/relay/runs"' in console
         stop(procs[0], logs[0])
         handed_over = len(reports(out))
         wait_for_reports(out, handed_over + 3)  # the second goes on alone

@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", (
         "relay.errors", "relay.durations", "relay.clock", "relay.runs", "relay.schedules",
-        "relay.cron", "relay.instances", "relay.retries", "relay.events",
+        "relay.cron", "relay.instances", "relay.retries", "relay.events", "relay.expectations",
+        "relay.layout",
     )),
     ("contract", (
         "relay.contract", "relay.jobs", "relay.lease_rules", "relay.deadlines", "relay.stored",
-        "relay.schedule_store",
+        "relay.schedule_store", "relay.definitions", "relay.overdue",
     )),
     ("backends", ("relay.backends",)),
     ("engine", ("relay.engine", "relay.health")),

@@ -55,10 +55,17 @@ __all__ = [
     "AcquireResult",
     "BatchHeartbeat",
     "ClaimBackend",
+    "JobHistory",
     "JobInfo",
     "LeaseBackend",
+    "MarksOnce",
     "Outcome",
+    "PagedJobs",
+    "ReadsHistory",
     "is_lease",
+    "marks_once",
+    "pages_jobs",
+    "reads_history",
     "renews_many",
 ]
 
@@ -394,3 +401,81 @@ class BatchHeartbeat(LeaseBackend, Protocol):
 def renews_many(backend: LeaseBackend) -> TypeIs[BatchHeartbeat]:
     """Whether ``backend`` renews several runs in one round trip (:class:`BatchHeartbeat`)."""
     return callable(getattr(backend, "heartbeat_many", None))
+
+
+@runtime_checkable
+class PagedJobs(LeaseBackend, Protocol):
+    """A lease store that reads its jobs a page at a time (optional).
+
+    :class:`relay.Control` uses it for one job and for a page of jobs (the web console), and
+    :meth:`LeaseBackend.jobs` (every job) otherwise. Reads only.
+    """
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        """At most ``limit`` jobs whose names sort after ``after`` and start with ``prefix``, by
+        name: what :meth:`LeaseBackend.jobs` says of them, in one range read of the store's
+        index of job names where it has one."""
+        ...
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        """What :meth:`LeaseBackend.jobs` says of each of ``names`` the store knows, by name
+        (an unknown name is left out), read by name."""
+        ...
+
+
+def pages_jobs(backend: LeaseBackend) -> TypeIs[PagedJobs]:
+    """Whether ``backend`` reads its jobs a page at a time (:class:`PagedJobs`)."""
+    return callable(getattr(backend, "job_page", None)) and callable(
+        getattr(backend, "job_infos", None)
+    )
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """What a lease store read of one job's recent runs, for :mod:`relay.overdue`."""
+
+    recent: tuple[RunRecord, ...]
+    """Its newest slot runs (manual runs left out), newest slot first."""
+    last_success: RunRecord | None
+    """Its succeeded run of the newest slot or trigger time, manual runs included."""
+
+
+@runtime_checkable
+class ReadsHistory(LeaseBackend, Protocol):
+    """A lease backend that reads the recent runs of many jobs at once (optional).
+
+    :mod:`relay.overdue` uses it when its backend has it, and one :meth:`LeaseBackend.runs`
+    per job otherwise.
+    """
+
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        """Each of ``jobs``: its ``depth`` newest slot runs and its latest success.
+
+        One round trip for the whole batch where the store allows it. Writes nothing. A job
+        with no run has an empty history.
+        """
+        ...
+
+
+def reads_history(backend: LeaseBackend) -> TypeIs[ReadsHistory]:
+    """Whether ``backend`` reads many jobs' histories in one call (:class:`ReadsHistory`)."""
+    return callable(getattr(backend, "job_history", None))
+
+
+@runtime_checkable
+class MarksOnce(LeaseBackend, Protocol):
+    """A lease backend that records a key once (optional): the engine's announcements of a job
+    turning overdue, failing or recovered are made once across the fleet with it."""
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        """Record ``key`` for ``ttl`` seconds (the store's clock); ``True`` for exactly one caller.
+
+        Atomic: of callers racing on one key, one gets ``True``, and every caller after it too
+        gets ``False`` until ``ttl`` has passed. Expired keys are deleted on the way.
+        """
+        ...
+
+
+def marks_once(backend: LeaseBackend) -> TypeIs[MarksOnce]:
+    """Whether ``backend`` records keys once (:class:`MarksOnce`)."""
+    return callable(getattr(backend, "mark_once", None))

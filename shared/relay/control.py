@@ -14,11 +14,13 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from relay.backends import capability_of, open_backend
-from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease
+from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease, pages_jobs
 from relay.control_schedules import JobStatus, ScheduleControl, operator
+from relay.definitions import Choice, deciding
 from relay.doctor import DoctorReport, diagnose
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
+from relay.overdue import JobHealth, ranked, read_health
 from relay.runs import RunRecord, RunState
 from relay.schedule_store import stores_schedules
 from relay.schedules import Schedule, make_schedule
@@ -69,8 +71,45 @@ class Control(ScheduleControl):
         """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
         store = self._lease("jobs")
         now = store.now()
-        statuses = [self._status(store, info, now) for info in store.jobs()]
+        choices = deciding(store.instances(), now)
+        statuses = [self._status(store, info, now, choices.get(info.name)) for info in store.jobs()]
         return self._with_stored(statuses, now)
+
+    def jobs_page(
+        self, after: str = "", limit: int = 50, prefix: str = ""
+    ) -> tuple[list[JobStatus], bool]:
+        """A page of :meth:`jobs`: at most ``limit`` jobs whose names sort after ``after`` and
+        start with ``prefix``, by name, and whether more follow (the next page starts after the
+        last name). Only the page's jobs are read, with their runs and stored-schedule notes, on
+        a store that reads its jobs a page at a time (:class:`~relay.contract.PagedJobs`)."""
+        store = self._lease("jobs")
+        now = store.now()
+        if pages_jobs(store):
+            found = store.job_page(after, limit + 1, prefix)
+        else:
+            found = [i for i in store.jobs() if i.name > after and i.name.startswith(prefix)]
+        infos = {info.name: info for info in found}
+        stored: dict[str, Any] = {}
+        if stores_schedules(store):
+            stored = {
+                s.name: s for s in self.schedules() if s.name > after and s.name.startswith(prefix)
+            }
+        names = sorted(infos.keys() | stored.keys())
+        page = names[:limit]
+        choices = deciding(store.instances(), now, page)
+        statuses = [
+            self._status(store, infos[name], now, choices.get(name))
+            for name in page
+            if name in infos
+        ]
+        shown = {name: stored[name] for name in page if name in stored}
+        return self._with_stored(statuses, now, shown), len(names) > limit
+
+    def health(self, jobs: list[str] | None = None) -> list[JobHealth]:
+        """Each job's standing against its expectations, overdue and failing jobs first: its
+        last success, its oldest slot not yet succeeded and when it should have succeeded
+        (:mod:`relay.overdue`). Reads the store in O(jobs), one call per batch of jobs."""
+        return ranked(read_health(self._lease("health"), jobs))
 
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
         """The most recent runs (of ``job``, or of every job), newest slot first; a run of a
@@ -90,7 +129,8 @@ class Control(ScheduleControl):
         """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""
         store = self._lease("jobs")
         info = self._known(store, name)
-        return self._status(store, info, store.now())
+        now = store.now()
+        return self._status(store, info, now, deciding(store.instances(), now, [name]).get(name))
 
     def doctor(self) -> DoctorReport:
         """What the store, as it is configured, can cost when a Relay process crashes, the
@@ -200,6 +240,10 @@ class Control(ScheduleControl):
 
     @staticmethod
     def _known(store: LeaseBackend, job: str) -> JobInfo:
+        if pages_jobs(store):
+            found = store.job_infos([job])
+            if found:
+                return found[0]
         jobs = {info.name: info for info in store.jobs()}
         if job not in jobs:
             known = ", ".join(sorted(jobs)) or "none yet: start a scheduler first"
@@ -207,7 +251,9 @@ class Control(ScheduleControl):
         return jobs[job]
 
     @staticmethod
-    def _status(store: LeaseBackend, info: JobInfo, now: datetime) -> JobStatus:
+    def _status(
+        store: LeaseBackend, info: JobInfo, now: datetime, choice: Choice | None
+    ) -> JobStatus:
         spec = _spec(info)
         runs = store.runs(info.name, limit=20)
         live = tuple(
@@ -218,7 +264,7 @@ class Control(ScheduleControl):
             name=info.name, schedule=spec.get("schedule"), timezone=spec.get("tz"),
             next_due=_next_due(info.name, spec, now), last_run=runs[0] if runs else None,
             live=live, paused_at=info.paused_at, paused_by=info.paused_by,
-            paused_reason=info.paused_reason, spec=spec,
+            paused_reason=info.paused_reason, spec=spec, definition=choice,
         )  # fmt: skip
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
+from functools import cached_property
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.definitions import Choice
 from relay.durations import Duration
 from relay.errors import ConfigurationError, Conflict, UnknownSchedule, UnsupportedOption
 from relay.health import is_alive
@@ -34,7 +37,7 @@ from relay.stored import (
     to_definition,
 )
 
-__all__ = ["JobStatus", "ScheduleControl", "describe", "operator"]
+__all__ = ["JobStatus", "ScheduleChecks", "ScheduleControl", "describe", "operator"]
 
 _KINDS = ("cron", "every", "at")
 _CENTURY = timedelta(days=36525)
@@ -64,6 +67,16 @@ class JobStatus:
     """For a stored schedule: where it can run and what remains of it, such as ``"task
     send_report, on 2 live instance(s); 3 slot(s) left"`` or ``"not runnable: no live instance
     allows task send_report"``. ``None`` for a code-defined job."""
+    definition: Choice | None = None
+    """The definition deciding the job among the live instances' declarations, with the other
+    definitions some of them hold (``definition.others``: a rolling deploy changed the job, and
+    those instances do not fire it). ``None`` if no live instance declares the job (a stored
+    schedule, Relay 0.1.0 instances only). See :mod:`relay.definitions`."""
+
+    @property
+    def disagreement(self) -> bool:
+        """Whether live instances hold more than one definition of the job."""
+        return self.definition is not None and bool(self.definition.others)
 
     @property
     def paused(self) -> bool:
@@ -100,6 +113,8 @@ class ScheduleControl:
         description: str = "",
         by: str | None = None,
         force: bool = False,
+        expect_success_within: Duration | Literal[False] | None = None,
+        alert_after_failures: int | None = None,
     ) -> Schedule:
         """Store a new schedule: every running instance that allows ``task`` runs it from its
         first slot after now (never at once). Returns it at version 1.
@@ -115,11 +130,9 @@ class ScheduleControl:
             enabled=enabled, start=start, end=end, max_runs=max_runs, overlap=overlap,
             catch_up=catch_up, max_attempts=max_attempts, stale_after=stale_after,
             jitter=jitter, options=options, description=description,
+            expect_success_within=expect_success_within, alert_after_failures=alert_after_failures,
         )  # fmt: skip
-        self._check_name(store, name)
-        self._check_at(store, schedule)
-        if not force:
-            self._check_task(store, task)
+        self.checks(force=force).added(schedule)
         row = store.add_schedule(
             name, _text(schedule), _json(changes_between(None, schedule)), by or operator()
         )
@@ -162,9 +175,7 @@ class ScheduleControl:
         diff = changes_between(current, updated)
         if not diff:
             return current
-        self._check_at(store, updated)
-        if "task" in diff and not force:
-            self._check_task(store, updated.task)
+        self.checks(force=force).updated(updated, diff)
         row = store.update_schedule(name, _text(updated), _json(diff), by or operator(), version)
         if row is None:
             raise self._unknown(store, name)
@@ -210,12 +221,19 @@ class ScheduleControl:
         now = store.now()
         return {i.owner: i.tasks for i in store.instances() if is_alive(i, now)}
 
-    def _with_stored(self, statuses: list[JobStatus], now: datetime) -> list[JobStatus]:
+    def _with_stored(
+        self,
+        statuses: list[JobStatus],
+        now: datetime,
+        stored: Mapping[str, Schedule] | None = None,
+    ) -> list[JobStatus]:
         """``relay jobs``'s rows, with each stored schedule's note (and a row for each stored
-        schedule no instance registered: one no live instance can run)."""
+        schedule no instance registered: one no live instance can run); ``stored``: only these
+        stored schedules (default: every one)."""
         if not stores_schedules(self.backend):
             return statuses
-        stored = {s.name: s for s in self.schedules()}
+        if stored is None:
+            stored = {s.name: s for s in self.schedules()}
         allowed = self.allowed_tasks()
         by_name = {status.name: status for status in statuses}
         for name, schedule in stored.items():
@@ -259,16 +277,63 @@ class ScheduleControl:
         assert is_lease(backend)  # checked by _schedule_store
         return backend
 
-    def _check_task(self, store: ScheduleStore, task: str) -> None:
-        allowed = self.allowed_tasks()
-        if any(task in tasks for tasks in allowed.values()):
+    def checks(self, *, force: bool = False) -> ScheduleChecks:
+        """The checks of :meth:`add_schedule` and :meth:`update_schedule` that read the store,
+        each reading it once however many schedules they check (``force``: any task)."""
+        return ScheduleChecks(self, force=force)
+
+    @staticmethod
+    def _unknown(store: ScheduleStore, name: str) -> UnknownSchedule:
+        names = [row.name for row in store.stored_schedules()]
+        known = ", ".join(names[:20]) + (" …" if len(names) > 20 else "") or "none"
+        return UnknownSchedule(f"no stored schedule named {name!r}; stored: {known}")
+
+
+class ScheduleChecks:
+    """The rules a stored schedule's change must keep that depend on the store: an ``at`` in the
+    future (on the store's clock), a name no code-defined job has, a task a live instance allows
+    (unless forced). Each fact is read once, when first needed: checking 100,000 changes costs
+    the same few reads as checking one."""
+
+    def __init__(self, control: ScheduleControl, *, force: bool = False) -> None:
+        self._control = control
+        self._store = control._schedule_store("checks")
+        self._force = force
+
+    def added(self, schedule: Schedule) -> None:
+        """Refuse a new schedule that breaks a rule (:class:`ConfigurationError` saying why)."""
+        self._check_name(schedule.name)
+        self._check_at(schedule)
+        self._check_task(schedule.task)
+
+    def updated(self, schedule: Schedule, diff: dict[str, Any]) -> None:
+        """Refuse a changed schedule (its ``diff`` from the stored one) that breaks a rule."""
+        self._check_at(schedule)
+        if "task" in diff:
+            self._check_task(schedule.task)
+
+    @cached_property
+    def _now(self) -> datetime:
+        return self._control._lease_backend().now()
+
+    @cached_property
+    def _code_jobs(self) -> frozenset[str]:
+        jobs = self._control._lease_backend().jobs()
+        return frozenset(info.name for info in jobs if not _stored_spec(info.spec))
+
+    @cached_property
+    def _allowed(self) -> dict[str, tuple[str, ...]]:
+        return self._control.allowed_tasks()
+
+    def _check_task(self, task: str) -> None:
+        if self._force or any(task in tasks for tasks in self._allowed.values()):
             return
-        offered = sorted({t for tasks in allowed.values() for t in tasks})
+        offered = sorted({t for tasks in self._allowed.values() for t in tasks})
         live = (
             f"the live instances allow: {', '.join(offered)}"
             if offered
             else "no live instance allows any task"
-            if allowed
+            if self._allowed
             else "no instance is live"
         )
         raise ConfigurationError(
@@ -278,31 +343,22 @@ class ScheduleControl:
             "start them, or pass force=True (--force) to store it anyway"
         )
 
-    def _check_name(self, store: ScheduleStore, name: str) -> None:
-        for info in self._lease_backend().jobs():
-            code = info.name == name and not _stored_spec(info.spec)
-            if code and not store.schedule_history(name):
-                raise ConfigurationError(
-                    f"{name!r} is the name of a code-defined job: a stored schedule needs a "
-                    "name of its own"
-                )
-
-    def _check_at(self, store: ScheduleStore, schedule: Schedule) -> None:
-        if schedule.at is None or not schedule.enabled:
-            return
-        now = self._lease_backend().now()
-        if schedule.at <= now:
+    def _check_name(self, name: str) -> None:
+        if name in self._code_jobs and not self._store.schedule_history(name):
             raise ConfigurationError(
-                f"at={schedule.at.isoformat()} is not in the future (the store's clock says "
-                f"{now.isoformat()}): a change never fires a slot before it; to run now, use "
-                "relay trigger"
+                f"{name!r} is the name of a code-defined job: a stored schedule needs a "
+                "name of its own"
             )
 
-    @staticmethod
-    def _unknown(store: ScheduleStore, name: str) -> UnknownSchedule:
-        names = [row.name for row in store.stored_schedules()]
-        known = ", ".join(names[:20]) + (" …" if len(names) > 20 else "") or "none"
-        return UnknownSchedule(f"no stored schedule named {name!r}; stored: {known}")
+    def _check_at(self, schedule: Schedule) -> None:
+        if schedule.at is None or not schedule.enabled:
+            return
+        if schedule.at <= self._now:
+            raise ConfigurationError(
+                f"at={schedule.at.isoformat()} is not in the future (the store's clock says "
+                f"{self._now.isoformat()}): a change never fires a slot before it; to run now, "
+                "use relay trigger"
+            )
 
 
 def operator() -> str:

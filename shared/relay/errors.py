@@ -214,6 +214,11 @@ class LeaseLost(BackendError):
 class UnknownSchedule(ConfigurationError, LookupError):
     """No stored schedule has the name asked for; the message names the stored ones."""
 
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        """The schedule asked for, where the raiser knows it."""
+
 
 class Conflict(RelayError):
     """A stored schedule is not at the version a change expected (or its name is already taken).

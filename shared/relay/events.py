@@ -26,9 +26,14 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from relay.runs import format_slot
 
 __all__ = [
+    "DefinitionDeferred",
+    "DefinitionResumed",
     "Event",
     "EventBus",
     "FencedOff",
+    "JobFailing",
+    "JobOverdue",
+    "JobRecovered",
     "RunAbandoned",
     "RunBuffered",
     "RunDispatched",
@@ -460,6 +465,118 @@ class ScheduleNotRunnable(Event):
 
     def message(self) -> str:
         return f"schedule {self.schedule!r} (version {self.version}) not run here: {self.reason}"
+
+
+@dataclass(frozen=True)
+class JobOverdue(Event):
+    """No run of ``job`` succeeded by the ``expected_by`` of its oldest slot not yet succeeded
+    (``expect_success_within``, see :mod:`relay.overdue`). Emitted once per slot across the fleet
+    where the store can mark it (every lease store Relay ships), by the first instance to see it.
+    """
+
+    type: ClassVar[str] = "job_overdue"
+    level: ClassVar[int] = logging.ERROR
+    job: str
+    slot: datetime
+    outcome: str
+    """What became of ``slot``: ``failed``, ``missed``, ``stale``, ``running``, ``no record``…"""
+    expected_by: datetime
+    last_success: datetime | None
+    owner: str
+
+    def message(self) -> str:
+        last = "never" if self.last_success is None else format_slot(self.last_success)
+        return (
+            f"job {self.job} is overdue: its slot {format_slot(self.slot)} ({self.outcome}) has "
+            f"not succeeded by {format_slot(self.expected_by)}; last success {last}"
+        )
+
+
+@dataclass(frozen=True)
+class JobFailing(Event):
+    """``failures`` slots of ``job`` in a row ended failed, missed or stale, at least its
+    ``alert_after_failures``. Emitted once per streak across the fleet, like :class:`JobOverdue`.
+    """
+
+    type: ClassVar[str] = "job_failing"
+    level: ClassVar[int] = logging.ERROR
+    job: str
+    slot: datetime
+    """The oldest slot of the streak (the first not succeeded since the last success)."""
+    failures: int
+    last_success: datetime | None
+    owner: str
+
+    def message(self) -> str:
+        return (
+            f"job {self.job} is failing: {self.failures} slot(s) in a row since "
+            f"{format_slot(self.slot)} failed, were missed or went stale"
+        )
+
+
+@dataclass(frozen=True)
+class JobRecovered(Event):
+    """``job``, overdue or failing, succeeded again (its run of ``slot``). Emitted once per
+    recovery across the fleet, like :class:`JobOverdue`."""
+
+    type: ClassVar[str] = "job_recovered"
+    level: ClassVar[int] = logging.WARNING
+    job: str
+    slot: datetime
+    was: str
+    """``overdue`` or ``failing``."""
+    last_success: datetime | None
+    owner: str
+
+    def message(self) -> str:
+        when = format_slot(self.slot)
+        return f"job {self.job} recovered: its run of {when} succeeded ({self.was} before)"
+
+
+@dataclass(frozen=True)
+class DefinitionDeferred(Event):
+    """Live instances hold another definition of ``job``, and theirs decides: not fired here.
+
+    Reported when this instance stops firing the job, or when the deciding definition changes.
+    ``ours`` and ``deciding`` are the two definitions' readable forms, ``ours_hash`` and
+    ``deciding_hash`` their hashes; ``deciding_owner`` the instance whose declaration decided
+    (the newest Relay release, then the latest started: see :mod:`relay.definitions`).
+    """
+
+    type: ClassVar[str] = "definition_deferred"
+    level: ClassVar[int] = logging.WARNING
+    job: str
+    owner: str
+    ours: str
+    ours_hash: str
+    deciding: str
+    deciding_hash: str
+    deciding_owner: str
+    deciding_version: str
+
+    def message(self) -> str:
+        return (
+            f"job {self.job!r} is not fired here: its definition here ({self.ours}, "
+            f"{self.ours_hash}) differs from the one deciding it ({self.deciding}, "
+            f"{self.deciding_hash}, declared by {self.deciding_owner}, Relay "
+            f"{self.deciding_version}); finish the rollout, or stop the instances holding the "
+            "other definition"
+        )
+
+
+@dataclass(frozen=True)
+class DefinitionResumed(Event):
+    """This instance fires ``job`` again: its definition (``ours``) decides it now."""
+
+    type: ClassVar[str] = "definition_resumed"
+    level: ClassVar[int] = logging.INFO
+    job: str
+    owner: str
+    ours: str
+    ours_hash: str
+
+    def message(self) -> str:
+        return f"job {self.job!r} is fired here again with its definition here ({self.ours})"
 
 
 E = TypeVar("E", bound=Event)

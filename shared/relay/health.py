@@ -88,6 +88,10 @@ class InstanceHeartbeat:
         self._next = now + self.info.interval
         return self.record()
 
+    def next_at(self) -> float:
+        """When (on its clock) :meth:`maybe_record` records the next beat (now before the first)."""
+        return self._clock() if self._next is None else self._next
+
     def report(self, problem: str | None) -> None:
         """Set why the instance is not working although it beats (``None``: it works again).
         A change is recorded at once, so ``relay health`` tells it without waiting a beat."""

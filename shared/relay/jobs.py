@@ -23,6 +23,7 @@ from relay.durations import (
     seconds,
 )
 from relay.errors import ConfigurationError, UnsupportedOption
+from relay.expectations import Within, check_alert_after_failures, check_expect_success_within
 from relay.runs import format_slot
 from relay.schedules import BoundedSchedule, CronSchedule, EverySchedule, Schedule, make_schedule
 
@@ -78,6 +79,11 @@ class Job:
     stale_after: float | None = None
     jitter: float = 0.0
     """Each slot starts up to this many seconds late: see :func:`jitter_delay`."""
+    expect_success_within: Within = None
+    """Seconds after its slot by which a run should have succeeded, else the job is overdue;
+    ``None``: derived from the schedule, ``False``: never (see :mod:`relay.expectations`)."""
+    alert_after_failures: int | None = None
+    """Slots in a row ending failed, missed or stale that make the job failing (``None``: never)."""
 
 
 def jitter_delay(job: str, slot: datetime, jitter: float) -> float:
@@ -110,6 +116,11 @@ def job_spec(job: Job) -> str:
         overlap=job.overlap, max_attempts=job.max_attempts, catch_up=job.catch_up,
         stale_after=job.stale_after, jitter=job.jitter,
     )  # fmt: skip
+    # Only when set: a job without them registers the definition it always did.
+    if job.expect_success_within is not None:
+        spec["expect_success_within"] = job.expect_success_within
+    if job.alert_after_failures is not None:
+        spec["alert_after_failures"] = job.alert_after_failures
     return json.dumps(spec, sort_keys=True)
 
 
@@ -127,6 +138,8 @@ def make_job(
     stale_after: Duration | None = None,
     jitter: Duration | None = None,
     schedule: Schedule | None = None,
+    expect_success_within: Duration | Literal[False] | None = None,
+    alert_after_failures: int | None = None,
 ) -> Job:
     """Validate a job's options against its backend and build it.
 
@@ -136,7 +149,9 @@ def make_job(
     Options left ``None`` take their defaults. On a claim backend, ``overlap``, ``max_attempts`` and
     ``catch_up`` raise :class:`UnsupportedOption`: only a lease can honour them. ``jitter``
     (seconds) delays each slot's start by :func:`jitter_delay`; it must be shorter than
-    ``stale_after``, which counts from the slot.
+    ``stale_after``, which counts from the slot. ``expect_success_within`` and
+    ``alert_after_failures`` (see :mod:`relay.expectations`) need a store that keeps outcomes:
+    a claim backend raises :class:`UnsupportedOption` for them (``False`` is accepted anywhere).
     """
     if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
         raise ConfigurationError(
@@ -153,7 +168,12 @@ def make_job(
         # A claim backend may honour some of them its own way (RabbitMQ consumer mode:
         # max_attempts as its run queue's delivery limit); it lists them in ``job_options``.
         honoured: frozenset[str] = getattr(backend, "job_options", frozenset())
-        lease_only = {"overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up}
+        lease_only = {
+            "overlap": overlap, "max_attempts": max_attempts, "catch_up": catch_up,
+            "expect_success_within": None if expect_success_within is False
+            else expect_success_within,
+            "alert_after_failures": alert_after_failures,
+        }  # fmt: skip
         for option, value in lease_only.items():
             if value is not None and option not in honoured:
                 raise UnsupportedOption(option, backend.name, LEASE_BACKENDS)
@@ -172,6 +192,8 @@ def make_job(
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
         raise ConfigurationError(f"max_attempts={max_attempts!r} must be a whole number >= 1")
+    within = check_expect_success_within(expect_success_within)
+    failures = check_alert_after_failures(alert_after_failures)
     return Job(
         name=name,
         schedule=schedule,
@@ -181,6 +203,8 @@ def make_job(
         catch_up=non_negative_seconds(catch_up or 0, "catch_up"),
         stale_after=stale,
         jitter=jitter_s,
+        expect_success_within=within,
+        alert_after_failures=failures,
     )
 
 

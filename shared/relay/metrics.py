@@ -36,6 +36,17 @@ Metrics (every name starts with ``namespace``, ``relay`` by default):
 ``relay_last_success_timestamp_``   gauge       when a run of ``job`` last succeeded (Unix time;
 ``seconds``                                     multiprocess mode: the latest of any process)
 ==================================  ==========  ====================================================
+
+Read from the store at each scrape, once :func:`export_jobs` is called (or ``python -m
+relay.metrics --backend URL`` runs, anywhere that reaches the store), by ``job``
+(:mod:`relay.overdue`; ``relay alert-rules --prometheus`` prints rules on them):
+
+====================================================  =============================================
+``relay_job_last_success_timestamp_seconds``          when its latest successful run finished
+``relay_job_expected_success_by_timestamp_seconds``   when its oldest slot not yet succeeded should
+                                                      have succeeded (``+Inf``: no expectation)
+``relay_job_overdue``, ``relay_job_failing``          1 while the job is overdue / failing, else 0
+====================================================  =============================================
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from relay._job_metrics import JobHealthCollector
 from relay._prometheus import (
     COUNTED,
     DURATION_BUCKETS,
@@ -57,6 +69,9 @@ from relay._prometheus import (
     flush_all,
     prometheus,
 )
+from relay.backends import open_backend
+from relay.contract import ClaimBackend, LeaseBackend, is_lease
+from relay.errors import UnsupportedOption
 from relay.events import Event, Subscribable
 
 if TYPE_CHECKING:
@@ -67,7 +82,9 @@ __all__ = [
     "MULTIPROC_ENV",
     "START_DELAY_BUCKETS",
     "Instrumentation",
+    "JobHealthCollector",
     "Subscribable",
+    "export_jobs",
     "flush",
     "instrument",
     "multiprocess_registry",
@@ -151,6 +168,26 @@ def instrument(
     return instrumentation
 
 
+def export_jobs(
+    backend: str | ClaimBackend | LeaseBackend,
+    registry: CollectorRegistry | None = None,
+    *,
+    namespace: str = "relay",
+    cache: float = 15.0,
+) -> JobHealthCollector:
+    """Export each job's standing, read from the store at each scrape (at most every ``cache``
+    seconds), in ``registry`` (default: the global one). ``backend`` is a lease store's URL
+    (opened read-only) or backend object. Returns the collector (``registry.unregister`` it to
+    stop)."""
+    if isinstance(backend, str):
+        backend = open_backend(backend, read_only=True)
+    if not is_lease(backend):
+        raise UnsupportedOption("export_jobs", backend.name, ("a lease backend",))
+    collector = JobHealthCollector(backend, namespace=namespace, cache=cache)
+    (registry or prometheus().REGISTRY).register(collector)
+    return collector
+
+
 # -- exposition ---------------------------------------------------------------------------------
 
 
@@ -229,14 +266,27 @@ def _sleep_forever() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m relay.metrics [--port 9100]``: expose PROMETHEUS_MULTIPROC_DIR on this host."""
+    """``python -m relay.metrics [--port 9100] [--backend URL]``: expose PROMETHEUS_MULTIPROC_DIR
+    on this host, and with ``--backend`` each job's standing read from that store."""
     parser = argparse.ArgumentParser(prog="python -m relay.metrics", description=main.__doc__)
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--addr", default="0.0.0.0")
+    parser.add_argument("--backend", default=os.environ.get("RELAY_BACKEND"))
     args = parser.parse_args(argv)
-    if not os.environ.get(MULTIPROC_ENV):
-        parser.error(f"set {MULTIPROC_ENV} to the directory the instrumented processes write to")
-    serve(args.port, args.addr)
+    if not os.environ.get(MULTIPROC_ENV) and not args.backend:
+        parser.error(
+            f"set {MULTIPROC_ENV} to the directory the instrumented processes write to, "
+            "or give --backend URL to export the jobs' standing from the store"
+        )
+    prom = prometheus()
+    registry = (
+        multiprocess_registry(os.environ[MULTIPROC_ENV])
+        if os.environ.get(MULTIPROC_ENV)
+        else prom.CollectorRegistry()
+    )
+    if args.backend:
+        export_jobs(args.backend, registry)
+    prom.start_http_server(args.port, addr=args.addr, registry=registry)
     _sleep_forever()
 
 

@@ -19,17 +19,38 @@ text, its version, who changed it last and when) and its history, one
 * **Compare-and-swap on the version**: a change based on a version that is no longer current
   raises :class:`~relay.errors.Conflict` naming the current version, when and by whom it changed,
   and changes nothing.
+* **A batch is one step too** (:meth:`ScheduleStore.apply_schedules`, what ``relay schedules
+  apply`` writes): every change of it is checked against the store first, then all are written
+  together, or none (a transaction, one Lua script; on NATS KV, a staged batch committed by one
+  swap, see :mod:`relay.backends._nats_schedules`). Its changes take consecutive revisions.
 * The store's clock stamps every change (``updated_at``, the history's ``at``).
 * Failures to reach the store raise :class:`~relay.errors.BackendUnavailable`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, TypeGuard, runtime_checkable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeGuard, runtime_checkable
 
+from relay.errors import Conflict, UnknownSchedule
 from relay.stored import ScheduleChange, StoredRow
 
-__all__ = ["ScheduleStore", "stores_schedules"]
+__all__ = ["ScheduleStore", "ScheduleWrite", "checked_write", "stores_schedules"]
+
+
+@dataclass(frozen=True)
+class ScheduleWrite:
+    """One change of a batch (:meth:`ScheduleStore.apply_schedules`)."""
+
+    action: Literal["add", "update", "remove"]
+    name: str
+    definition: str | None
+    """The new definition as JSON text; ``None`` for a removal."""
+    changes: str
+    """What changes, as JSON text, for the history entry."""
+    version: int | None = None
+    """The version an update or removal is based on (``None`` for an add)."""
 
 
 @runtime_checkable
@@ -57,6 +78,17 @@ class ScheduleStore(Protocol):
     ) -> StoredRow | None:
         """Remove schedule ``name`` (if at ``version``, when given): its row keeps no definition
         and a new version. ``None`` if no schedule has the name; ``Conflict`` as for updates."""
+        ...
+
+    def apply_schedules(self, writes: Sequence[ScheduleWrite], by: str) -> None:
+        """Make every change of ``writes`` (each name at most once) in one atomic step, or none.
+
+        Each is checked against the store before anything is written: an add whose name is
+        taken, or an update or removal whose schedule is not at its ``version``, raises
+        :class:`~relay.errors.Conflict`; an update or removal of a schedule that is gone raises
+        :class:`~relay.errors.UnknownSchedule`. Both name the schedule, and nothing is written.
+        The changes take consecutive revisions, in order, and one time on the store's clock.
+        """
         ...
 
     def stored_schedule(self, name: str) -> StoredRow | None:
@@ -91,3 +123,24 @@ class ScheduleStore(Protocol):
 def stores_schedules(backend: object) -> TypeGuard[ScheduleStore]:
     """Whether ``backend`` keeps stored schedules (every lease backend does; claim ones do not)."""
     return getattr(backend, "capability", None) == "lease" and isinstance(backend, ScheduleStore)
+
+
+def checked_write(row: StoredRow | None, write: ScheduleWrite) -> StoredRow | None:
+    """``row`` (the current one of ``write``'s schedule, removed or not) if ``write`` may
+    change it, else the error every store raises for it."""
+    exists = row is not None and row.definition is not None
+    if write.action == "add":
+        if exists:
+            assert row is not None
+            raise Conflict(write.name, version=row.version, at=row.updated_at, by=row.updated_by)
+        return row
+    if not exists:
+        raise UnknownSchedule(
+            f"no stored schedule named {write.name!r}: it was removed since it was read",
+            name=write.name,
+        )
+    assert row is not None
+    if write.version is not None and write.version != row.version:
+        raise Conflict(write.name, version=row.version, at=row.updated_at, by=row.updated_by,
+                       expected=write.version)  # fmt: skip
+    return row

@@ -241,6 +241,8 @@ class Scheduler(Generic[BackendT]):
         max_attempts: int | None = None,
         catch_up: Duration | None = None,
         jitter: Duration | None = None,
+        expect_success_within: Duration | Literal[False] | None = None,
+        alert_after_failures: int | None = None,
     ) -> Callable[[H], H]: ...
 
     def job(
@@ -255,6 +257,8 @@ class Scheduler(Generic[BackendT]):
         max_attempts: int | None = None,
         catch_up: Duration | None = None,
         jitter: Duration | None = None,
+        expect_success_within: Duration | Literal[False] | None = None,
+        alert_after_failures: int | None = None,
     ) -> Callable[[H], H]:
         """Schedule the decorated function; it is called with the :class:`~relay.Run`.
 
@@ -263,7 +267,10 @@ class Scheduler(Generic[BackendT]):
         waits for the live one, later ones are skipped), ``max_attempts`` (default 3) and
         ``catch_up`` (seconds of missed slots to run after downtime, default 0); ``stale_after``
         and ``jitter`` (each slot starts a fixed, hashed delay in ``[0, jitter)`` late) work
-        everywhere. Options are validated here, once.
+        everywhere. Lease backends also take ``expect_success_within`` (by when after its slot
+        a run should have succeeded, else the job is overdue; default derived from the schedule,
+        ``False`` opts out) and ``alert_after_failures`` (failing after that many slots in a row
+        failed, missed or stale): see :mod:`relay.expectations`. Options are validated here, once.
 
         An ``async def`` function runs to its end on an event loop (the one :meth:`serve` runs
         in, or a new one for the run under :meth:`run`), and so does an awaitable a plain
@@ -292,6 +299,8 @@ class Scheduler(Generic[BackendT]):
                 max_attempts=max_attempts,
                 catch_up=catch_up,
                 jitter=jitter,
+                expect_success_within=expect_success_within,
+                alert_after_failures=alert_after_failures,
             )
             self.decider.add(job)
             return handler

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration
@@ -76,6 +76,10 @@ class Schedule:
     options: Mapping[str, Any] = field(default_factory=dict)
     """The host's own publish options (Celery's ``queue``, ``priority``…); kept as given."""
     description: str = ""
+    expect_success_within: float | Literal[False] | None = None
+    """By when after its slot a run should have succeeded (:mod:`relay.expectations`)."""
+    alert_after_failures: int | None = None
+    """Slots in a row failed, missed or stale that make the job failing."""
     version: int = 0
     updated_at: datetime | None = None
     updated_by: str | None = None
@@ -90,6 +94,8 @@ DEFINITION = tuple(
 )
 """The fields a change may set: every field but the name and the store's own."""
 _TIMES = ("at", "start", "end")
+_LATER = ("expect_success_within", "alert_after_failures")
+"""Fields added after stored schedules shipped: written only when set."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,8 @@ def to_definition(schedule: Schedule) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name in DEFINITION:
         value = getattr(schedule, name)
+        if value is None and name in _LATER:
+            continue  # a definition without them stays the text it always was
         if isinstance(value, datetime):
             value = value.astimezone(UTC).isoformat()
         elif name == "args":
@@ -216,6 +224,8 @@ def check_schedule(
     jitter: Duration | None = None,
     options: Any = None,
     description: str = "",
+    expect_success_within: Duration | Literal[False] | None = None,
+    alert_after_failures: int | None = None,
 ) -> Schedule:
     """Validate a definition with the rules of code-defined jobs; return it normalised.
 
@@ -230,7 +240,8 @@ def check_schedule(
     job = make_job(
         backend, name=name, cron=cron, every=every, tz=tz, overlap=overlap,
         max_attempts=max_attempts, catch_up=catch_up, stale_after=stale_after, jitter=jitter,
-        schedule=slots,
+        schedule=slots, expect_success_within=expect_success_within,
+        alert_after_failures=alert_after_failures,
     )  # fmt: skip
     begin, finish = _aware(start, "start"), _aware(end, "end")
     if begin is not None and finish is not None and finish <= begin:
@@ -253,6 +264,8 @@ def check_schedule(
         start=begin, end=finish, max_runs=max_runs, overlap=job.overlap, catch_up=job.catch_up,
         max_attempts=job.max_attempts, stale_after=job.stale_after, jitter=job.jitter,
         options=_json_mapping(options, "options"), description=description,
+        expect_success_within=job.expect_success_within,
+        alert_after_failures=job.alert_after_failures,
     )  # fmt: skip
 
 
@@ -298,6 +311,8 @@ def schedule_job(
         max_attempts=schedule.max_attempts, catch_up=schedule.catch_up or None,
         stale_after=schedule.stale_after, jitter=schedule.jitter or None,
         schedule=BoundedSchedule(inner, after, until),
+        expect_success_within=schedule.expect_success_within,
+        alert_after_failures=schedule.alert_after_failures,
     )  # fmt: skip
 
 

@@ -158,12 +158,12 @@ def test_postgres_at_an_older_layout_with_migrate_false_is_refused_by_name(tmp_p
 def test_sqlite_keeps_relay_0_1s_schema_version_beside_its_layout(tmp_path: Any) -> None:
     path = tmp_path / "relay.db"
     backend = _store(f"sqlite:///{path}")
-    backend.record_layout(Layout(9, "0.1.0"))  # a later Relay expanded it: Relay 0.1 may go on
+    backend.record_layout(Layout(10, "0.1.0"))  # a later Relay expanded it: Relay 0.1 may go on
     backend.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute(_SQLITE_VERSION).fetchall() == [("7",)]
         assert conn.execute("SELECT layout, min_relay FROM relay_layout").fetchall() == [
-            (9, "0.1.0")
+            (10, "0.1.0")
         ]
 
 

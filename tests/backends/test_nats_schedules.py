@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from relay import Control, open_backend
+from relay import BackendUnavailable, Control, open_backend
 from relay.backends.nats_kv import NatsLeaseBackend
+from relay.schedule_store import ScheduleWrite
 
 pytestmark = pytest.mark.nats_kv
 
@@ -157,3 +158,84 @@ def test_a_starting_reader_pages_through_the_feed_each_row_once_at_its_last_chan
     versions = {r.name: (r.version, r.definition is None) for r in paged}
     assert versions["s3"] == (3, False) and versions["s5"] == (2, True)
     assert versions["s11"] == (2, False) and versions["s0"] == (1, False)
+
+
+def _batch(names: list[str]) -> list[ScheduleWrite]:
+    return [ScheduleWrite("add", n, '{"every": 60}', "{}") for n in names]
+
+
+def _staged_keys(backend: NatsLeaseBackend) -> list[str]:
+    return [e.key for e in backend._call(backend._watch("schedules.batch.>", meta_only=True))]
+
+
+def test_a_batch_staged_but_not_committed_is_seen_by_nobody_and_pruned(
+    backend: NatsLeaseBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import relay.backends._nats_schedules as steps
+
+    backend.apply_schedules(_batch(["a"]), "ann")
+    swap = backend._swap
+
+    async def dies_before_commit(key: str, value: bytes, revision: int) -> int:
+        if key == "schedules.rev" and b'"batch"' in value:
+            raise BackendUnavailable("the writer died here")
+        return await swap(key, value, revision)
+
+    monkeypatch.setattr(backend, "_swap", dies_before_commit)
+    monkeypatch.setattr(steps, "CHUNK_BYTES", 200)  # several staged keys
+    with pytest.raises(BackendUnavailable):
+        backend.apply_schedules(_batch([f"s{n}" for n in range(20)]), "ann")
+    monkeypatch.setattr(backend, "_swap", swap)
+    assert len(_staged_keys(backend)) > 1
+    assert [r.name for r in backend.schedule_changes(0)] == ["a"]
+    assert [r.name for r in backend.stored_schedules()] == ["a"]
+    assert backend.prune_schedules(0) == 0 and len(_staged_keys(backend)) > 1  # not yet old
+    monkeypatch.setattr(steps, "STAGED_FOR_MS", 0)
+    backend.prune_schedules(0)
+    assert _staged_keys(backend) == []
+    backend.apply_schedules(_batch(["s1"]), "ann")
+    assert [(r.name, r.revision) for r in backend.schedule_changes(0)] == [("a", 1), ("s1", 2)]
+
+
+def test_a_batch_whose_writer_died_after_its_commit_is_seen_whole(
+    backend: NatsLeaseBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import relay.backends._nats_schedules as steps
+
+    backend.apply_schedules(_batch(["a"]), "ann")
+    roll_forward = backend._roll_forward
+
+    async def dies_after_commit(change: dict[str, Any]) -> None:
+        if "batch" not in change:
+            await roll_forward(change)
+        else:
+            raise BackendUnavailable("the writer died here")
+
+    monkeypatch.setattr(backend, "_roll_forward", dies_after_commit)
+    monkeypatch.setattr(steps, "CHUNK_BYTES", 200)
+    names = [f"s{n:02}" for n in range(20)]
+    backend.apply_schedules(_batch(names), "ann")  # committed: the copies are logged as not done
+    monkeypatch.setattr(backend, "_roll_forward", roll_forward)
+    staged = _staged_keys(backend)
+    assert len(staged) > 1
+    counted = Counted(backend, monkeypatch)
+    rows = backend.schedule_changes(1)  # from the staged keys, writing nothing
+    assert [(r.name, r.revision) for r in rows] == [(n, i) for i, n in enumerate(names, 2)]
+    assert counted.swaps == []
+    assert [r.name for r in backend.schedule_changes(0)] == ["a", *names]
+    # The next writer rolls it forward, then commits its own change after it.
+    backend.apply_schedules(_batch(["b"]), "ann")
+    assert [r.name for r in backend.schedule_changes(1)] == [*names, "b"]
+    assert all(len(backend.schedule_history(n)) == 1 for n in names)
+    assert set(_staged_keys(backend)) == set(staged)  # the dead writer's: pruned an hour on
+    monkeypatch.setattr(steps, "STAGED_FOR_MS", 0)
+    backend.prune_schedules(0)
+    assert _staged_keys(backend) == []
+
+
+def test_a_committed_batch_leaves_no_staged_key_and_settles(backend: NatsLeaseBackend) -> None:
+    backend.apply_schedules(_batch([f"s{n}" for n in range(600)]), "ann")
+    assert _staged_keys(backend) == []
+    latest, _ = backend._call(backend._get("schedules.rev"))
+    assert latest is not None and json.loads(latest) == {"revision": 600}
+    assert len(backend.schedule_changes(0)) == 600 and len(backend.stored_schedules()) == 600

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 EVERYTHING = {
-    "redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django", "metrics", "otel"
+    "redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django", "metrics", "otel",
+    "console",
 }  # fmt: skip
 REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -183,6 +184,41 @@ def check_otel() -> None:
     scheduler = relay.Scheduler(f"sqlite:///{TMP / 'otel.db'}")
     relay.tracing.instrument(scheduler)
     scheduler.backend.close()
+
+
+def check_console() -> None:
+    """The web console answers its jobs page over ASGI and over WSGI (a2wsgi), from loopback."""
+    import asyncio
+    import io
+
+    import relay
+    from relay.console import asgi_app, wsgi_app
+
+    url = f"sqlite:///{TMP / 'console.db'}"
+    relay.Scheduler(url).backend.close()  # creates the store
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"",
+        "headers": [], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "scheme": "http",
+        "root_path": "", "http_version": "1.1",
+    }  # fmt: skip
+    asyncio.run(asgi_app(url)(scope, receive, send))
+    assert sent[0]["status"] == 200, sent
+    environ = {
+        "REQUEST_METHOD": "GET", "PATH_INFO": "/", "QUERY_STRING": "", "SERVER_NAME": "x",
+        "SERVER_PORT": "80", "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "5",
+        "wsgi.input": io.BytesIO(), "wsgi.url_scheme": "http", "wsgi.errors": io.StringIO(),
+    }  # fmt: skip
+    statuses: list[str] = []
+    body = b"".join(wsgi_app(url)(environ, lambda status, headers, *a: statuses.append(status)))
+    assert statuses[0].startswith("200") and b"Jobs" in body, (statuses, body[:200])
 
 
 def check_bench() -> None:

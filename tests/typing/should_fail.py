@@ -11,5 +11,7 @@ relay.Scheduler(SQLiteClaimBackend("claims.db"), heartbeat=10)  # E
 claims.job(every=60, overlap="skip")  # E
 claims.job(every=60, max_attempts=3)  # E
 claims.job(every=60, catch_up=3600)  # E
+claims.job(every=60, expect_success_within=600)  # E
+claims.job(every=60, alert_after_failures=3)  # E
 relay.Scheduler("sqlite:///relay.db").job(every=60, overlap="sometimes")  # E
 relay.Scheduler("sqlite:///relay.db").job(lambda run: None)  # E

@@ -25,6 +25,14 @@ def refresh(run: relay.Run) -> None:
     print(run.id, run.job, run.scheduled_for, run.attempt, token)
 
 
+@by_url.job(every=60, name="watched", expect_success_within=timedelta(minutes=5))
+def watched(run: relay.Run) -> None: ...
+
+
+@by_url.job(every=60, name="unwatched", expect_success_within=False, alert_after_failures=3)
+def unwatched(run: relay.Run) -> None: ...
+
+
 @by_url.job(every=60, name="async_refresh")
 async def async_refresh(run: relay.Run) -> None:
     await asyncio.sleep(0)

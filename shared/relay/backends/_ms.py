@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, parse_definitions
 from relay.runs import from_ms
 
 
@@ -35,5 +35,5 @@ def instance_from_fields(owner: str, fields: Mapping[str, Any]) -> InstanceInfo:
         started_at=from_ms(int(fields["started_ms"])), version=fields["version"],
         interval=float(fields["interval"]), beat_at=from_ms(int(fields["beat_ms"])),
         expires_at=from_ms(int(fields["expires_ms"])), tasks=tuple(fields.get("tasks") or ()),
-        problem=fields.get("problem"),
+        problem=fields.get("problem"), **parse_definitions(fields.get("definitions")),
     )  # fmt: skip

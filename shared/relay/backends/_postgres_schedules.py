@@ -6,6 +6,7 @@ Each change is one transaction (see :mod:`relay.backends._sql_schedules`); the s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import Any
@@ -14,6 +15,7 @@ import psycopg
 
 from relay.backends._ms import ms
 from relay.backends._sql_schedules import Connection, SQLSchedules
+from relay.schedule_store import ScheduleWrite
 from relay.stored import ScheduleChange, StoredRow
 
 __all__ = ["VERSION", "PostgresSchedules"]
@@ -29,20 +31,20 @@ class PostgresSchedules:
     schema: str
     _version: int
 
-    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+    def _connection(self, jobs: int = 0) -> AbstractContextManager[psycopg.Connection[Any]]:
         raise NotImplementedError
 
     @cached_property
     def _schedule_steps(self) -> SQLSchedules:
         schema = f'"{self.schema}"'  # checked: lower-case letters, digits and _ only
         bump = (
-            f"UPDATE {schema}.meta SET value = (value::bigint + 1)::text "
+            f"UPDATE {schema}.meta SET value = (value::bigint + %s)::text "
             "WHERE key = 'schedule_revision' "
             "RETURNING value::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
         )
 
-        def bumped(conn: Connection) -> tuple[int, int]:
-            revision, now = conn.execute(bump).fetchone()
+        def bumped(conn: Connection, count: int) -> tuple[int, int]:
+            revision, now = conn.execute(bump, (count,)).fetchone()
             return int(revision), int(now)
 
         def clock(conn: Connection) -> int:
@@ -67,6 +69,11 @@ class PostgresSchedules:
     ) -> StoredRow | None:
         with self._connection() as conn, conn.transaction():
             return self._schedule_steps.change(conn, name, None, changes, by, version)
+
+    def apply_schedules(self, writes: Sequence[ScheduleWrite], by: str) -> None:
+        # Each change may take PER_JOB beyond the deadline, as a job decided at once does.
+        with self._connection(len(writes)) as conn, conn.transaction():
+            self._schedule_steps.batch(conn, writes, by)
 
     def stored_schedule(self, name: str) -> StoredRow | None:
         if self._version < VERSION:  # read-only on a schema no scheduler of this version opened

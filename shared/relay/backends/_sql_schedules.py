@@ -16,17 +16,23 @@ on the store's clock, read in the same transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from relay.errors import Conflict
 from relay.runs import from_ms
+from relay.schedule_store import ScheduleWrite, checked_write
 from relay.stored import ScheduleChange, StoredRow
 
 __all__ = ["Connection", "SQLSchedules"]
 
 _ROW = "name, definition, version, revision, updated_ms, updated_by, created_ms"
+_UPDATE = (
+    "UPDATE {s} SET definition = ?, version = ?, revision = ?, updated_ms = ?, "
+    "updated_by = ?, created_ms = coalesce(?, created_ms) WHERE name = ?"
+)
+_LOG = "INSERT INTO {h} (name, version, at_ms, by_whom, action, changes) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class Connection(Protocol):
@@ -34,6 +40,10 @@ class Connection(Protocol):
 
     def execute(self, query: Any, params: Any = ..., /) -> Any:
         """Run one statement."""
+        ...
+
+    def cursor(self) -> Any:
+        """A cursor, whose ``executemany`` runs one statement for many rows."""
         ...
 
 
@@ -45,8 +55,8 @@ class SQLSchedules:
     """The table of schedules (quoted and schema-qualified as the store needs)."""
     history: str
     """The table of changes."""
-    bump: Callable[[Connection], tuple[int, int]]
-    """Bump the store's revision; return it and the store's clock in milliseconds."""
+    bump: Callable[[Connection, int], tuple[int, int]]
+    """Bump the store's revision by a count; return it and the store's clock in milliseconds."""
     clock: Callable[[Connection], int]
     """The store's clock in milliseconds."""
     param: str = "?"
@@ -56,7 +66,7 @@ class SQLSchedules:
 
     def add(self, conn: Connection, name: str, definition: str, changes: str, by: str) -> StoredRow:
         """Store a new schedule (or a removed one's next version); ``Conflict`` if it exists."""
-        revision, now = self.bump(conn)
+        revision, now = self.bump(conn, 1)
         current = self.get(conn, name, removed=True)
         if current is not None and current.definition is not None:
             raise Conflict(name, version=current.version, at=current.updated_at,
@@ -82,7 +92,7 @@ class SQLSchedules:
         version: int | None,
     ) -> StoredRow | None:
         """Update (``definition``) or remove (``None``) schedule ``name`` at ``version``."""
-        revision, now = self.bump(conn)
+        revision, now = self.bump(conn, 1)
         current = self.get(conn, name, removed=False)
         if current is None:
             return None
@@ -93,6 +103,33 @@ class SQLSchedules:
         self._write(conn, name, definition, new, revision, now, by)
         self._log(conn, name, new, now, by, "update" if definition else "remove", changes)
         return StoredRow(name, definition, new, revision, from_ms(now), by, current.created_at)
+
+    def batch(self, conn: Connection, writes: Sequence[ScheduleWrite], by: str) -> None:
+        """Check every write against the rows (one read), then make them all (three statements
+        run for many rows): ``Conflict`` or ``UnknownSchedule`` before any write."""
+        if not writes:
+            return
+        top, now = self.bump(conn, len(writes))
+        rows = conn.execute(self._q(f"SELECT {_ROW} FROM {{s}}")).fetchall()
+        current = {found.name: found for found in map(_row, rows)}
+        inserts, updates, history = [], [], []
+        for revision, write in enumerate(writes, start=top - len(writes) + 1):
+            row = checked_write(current.get(write.name), write)
+            version = 1 if row is None else row.version + 1
+            if row is None:
+                inserts.append((write.name, write.definition, version, revision, now, by, now))
+            else:
+                created = now if write.action == "add" else None
+                updates.append((write.definition, version, revision, now, by, created, write.name))
+            history.append((write.name, version, now, by, write.action, write.changes))
+        cursor = conn.cursor()
+        if inserts:
+            cursor.executemany(
+                self._q(f"INSERT INTO {{s}} ({_ROW}) VALUES (?, ?, ?, ?, ?, ?, ?)"), inserts
+            )
+        if updates:
+            cursor.executemany(self._q(_UPDATE), updates)
+        cursor.executemany(self._q(_LOG), history)
 
     def get(self, conn: Connection, name: str, *, removed: bool = False) -> StoredRow | None:
         """The row of ``name`` (a removed one only if ``removed``)."""
@@ -139,7 +176,7 @@ class SQLSchedules:
         cutoff = self.clock(conn) - older_than_ms
         if not self._removed_before(conn, cutoff, 1):
             return 0  # the usual prune: one indexed read, no write
-        self.bump(conn)
+        self.bump(conn, 1)
         names = self._removed_before(conn, cutoff, limit)
         for name in names:
             conn.execute(self._q("DELETE FROM {h} WHERE name = ?"), (name,))
@@ -167,24 +204,12 @@ class SQLSchedules:
         by: str,
         created: int | None = None,
     ) -> None:
-        conn.execute(
-            self._q(
-                "UPDATE {s} SET definition = ?, version = ?, revision = ?, updated_ms = ?, "
-                "updated_by = ?, created_ms = coalesce(?, created_ms) WHERE name = ?"
-            ),
-            (definition, version, revision, now, by, created, name),
-        )
+        conn.execute(self._q(_UPDATE), (definition, version, revision, now, by, created, name))
 
     def _log(
         self, conn: Connection, name: str, version: int, now: int, by: str, action: str, text: str
     ) -> None:
-        conn.execute(
-            self._q(
-                "INSERT INTO {h} (name, version, at_ms, by_whom, action, changes) "
-                "VALUES (?, ?, ?, ?, ?, ?)"
-            ),
-            (name, version, now, by, action, text),
-        )
+        conn.execute(self._q(_LOG), (name, version, now, by, action, text))
 
 
 def _row(row: Any) -> StoredRow:

@@ -7,11 +7,13 @@ changes, and the host's clock (the backend's) stamps them.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from functools import cached_property
 
 from relay.backends._ms import ms
 from relay.backends._sql_schedules import Connection, SQLSchedules
+from relay.schedule_store import ScheduleWrite
 from relay.stored import ScheduleChange, StoredRow
 
 __all__ = ["MIGRATION", "SQLiteSchedules"]
@@ -30,7 +32,7 @@ MIGRATION = (
 """Version 6: stored schedules, their history, the store's revision, instances' allowed tasks."""
 VERSION = 6
 _BUMP = (
-    "UPDATE relay_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'schedule_revision' "
+    "UPDATE relay_meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'schedule_revision' "
     "RETURNING CAST(value AS INTEGER)"
 )
 
@@ -53,8 +55,8 @@ class SQLiteSchedules:
 
     @cached_property
     def _schedule_steps(self) -> SQLSchedules:
-        def bump(conn: Connection) -> tuple[int, int]:
-            return int(conn.execute(_BUMP).fetchone()[0]), self._now_ms()
+        def bump(conn: Connection, count: int) -> tuple[int, int]:
+            return int(conn.execute(_BUMP, (count,)).fetchone()[0]), self._now_ms()
 
         return SQLSchedules(
             "relay_schedules", "relay_schedule_history", bump, lambda _: self._now_ms()
@@ -75,6 +77,10 @@ class SQLiteSchedules:
     ) -> StoredRow | None:
         with self._write() as (conn, _):
             return self._schedule_steps.change(conn, name, None, changes, by, version)
+
+    def apply_schedules(self, writes: Sequence[ScheduleWrite], by: str) -> None:
+        with self._write() as (conn, _):
+            self._schedule_steps.batch(conn, writes, by)
 
     def stored_schedule(self, name: str) -> StoredRow | None:
         with self._reading() as conn:

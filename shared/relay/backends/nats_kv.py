@@ -69,7 +69,7 @@ from relay.errors import (
     StoreNotFound,
     StoreTooNew,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json
 from relay.layout import Layout, from_json, running, to_json, to_record
 from relay.runs import (
     Run,
@@ -637,6 +637,9 @@ class NatsLeaseBackend(NatsSchedules):
         }  # fmt: skip
         if info.problem is not None:  # a key Relay 0.1 reads past
             value["problem"] = info.problem
+        if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
+            # As JSON text: decoding the record leaves it a string, decoded once per distinct one.
+            value["definitions"] = definitions_json(info)
         subject = f"$KV.{self._instances}.{_encode(info.owner)}"
         # One attempt, never waiting out an election: the scheduler's loop records its beat
         # between ticks, and a beat missed is only logged (the next one comes an interval later).

@@ -49,7 +49,7 @@ from relay.backends._postgres_schema import (
     sections,
 )
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
 from relay.deadlines import DEFAULT_TIMEOUT, PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendError,
@@ -60,7 +60,7 @@ from relay.errors import (
     StoreNotFound,
     StoreTooNew,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json, parse_definitions
 from relay.layout import Layout, running
 from relay.runs import (
     Run,
@@ -356,6 +356,24 @@ class PostgresLeaseBackend(PostgresSchedules):
             rows = conn.execute(self._queries["last_slots"], (list(jobs),)).fetchall()
         return {job: None if value is None else value.astimezone(UTC) for job, value in rows}
 
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        recent: dict[str, list[RunRecord]] = {job: [] for job in jobs}
+        wins: dict[str, RunRecord] = {}
+        with self._connection(len(jobs)) as conn:
+            rows = conn.execute(self._queries["job_history"], (list(jobs), depth)).fetchall()
+        for kind, *row in rows:
+            record = _record(row)
+            if kind == "s":
+                wins[record.job] = record
+            else:
+                recent[record.job].append(record)
+        return {job: JobHistory(tuple(recent[job]), wins.get(job)) for job in jobs}
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._connection() as conn:
+            row = conn.execute(self._queries["mark_once"], {"key": key, "ttl": float(ttl)})
+            return row.fetchone() is not None
+
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         # Finished runs leave dead entries in the partial index of live runs until vacuum. A
         # bitmap scan (what stale statistics choose) walks them all at every sweep (20,000 after
@@ -387,6 +405,7 @@ class PostgresLeaseBackend(PostgresSchedules):
             "started_at": info.started_at, "version": info.version,
             "interval": float(info.interval), "ttl": float(ttl),
             "tasks": json.dumps(list(info.tasks)), "problem": info.problem,
+            "definitions": definitions_json(info),
         }  # fmt: skip
         with self._connection() as conn:
             conn.execute(self._queries["record_instance"], params)
@@ -417,7 +436,9 @@ class PostgresLeaseBackend(PostgresSchedules):
         if self._version < 6:  # no tasks column yet (read-only)
             query = query.replace(", tasks", ", NULL")
         if self._version < 17:  # no problem column yet (read-only)
-            query = query.replace("problem\n", "NULL\n")
+            query = query.replace("problem,", "NULL,")
+        if self._version < 18:  # no definitions column yet (read-only)
+            query = query.replace("definitions\n", "NULL\n")
         with self._connection() as conn:
             rows = conn.execute(query).fetchall()
         return [_instance(*row) for row in rows]
@@ -436,6 +457,25 @@ class PostgresLeaseBackend(PostgresSchedules):
             return [JobInfo(name, None) for (name,) in names]
         with self._connection() as conn:
             rows = conn.execute(self._queries["jobs"]).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        if self._version < 5:  # read-only on a schema no scheduler of this version opened yet
+            found = [i for i in self.jobs() if i.name > after and i.name.startswith(prefix)]
+            return found[:limit]
+        # Names are COLLATE "C" (byte order): U+10FFFF sorts after every other character.
+        below = prefix + "\U0010ffff"
+        params = {"after": after, "prefix": prefix, "below": below, "limit": limit}
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["job_page"], params).fetchall()
+        return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        if self._version < 5:
+            wanted = set(names)
+            return [info for info in self.jobs() if info.name in wanted]
+        with self._connection() as conn:
+            rows = conn.execute(self._queries["job_infos"], {"names": list(names)}).fetchall()
         return [JobInfo(name, spec, _utc(at), by, why) for name, spec, at, by, why in rows]
 
     def pause(self, job: str, reason: str, by: str) -> bool:
@@ -871,10 +911,11 @@ def _instance(
     expires: datetime,
     tasks: str | None,
     problem: str | None = None,
+    definitions: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=started.astimezone(UTC),
         version=version, interval=interval, beat_at=beat.astimezone(UTC),
         expires_at=expires.astimezone(UTC), tasks=tuple(json.loads(tasks)) if tasks else (),
-        problem=problem,
+        problem=problem, **parse_definitions(definitions),
     )  # fmt: skip

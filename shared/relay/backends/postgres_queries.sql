@@ -116,6 +116,14 @@ SELECT name FROM {schema}.jobs ORDER BY name
 -- name: jobs
 SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs ORDER BY name
 
+-- name: job_page
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
+WHERE name > %(after)s AND name >= %(prefix)s AND name < %(below)s ORDER BY name LIMIT %(limit)s
+
+-- name: job_infos
+SELECT name, spec, paused_at, paused_by, paused_reason FROM {schema}.jobs
+WHERE name = ANY(%(names)s) ORDER BY name
+
 -- name: pause
 INSERT INTO {schema}.jobs AS j (name, token, paused_at, paused_by, paused_reason)
 VALUES (%(job)s, 0, clock_timestamp(), %(by)s, %(reason)s)
@@ -187,21 +195,50 @@ DELETE FROM {schema}.runs WHERE run_id IN (
 WITH gone AS (DELETE FROM {schema}.instances WHERE expires_at <= clock_timestamp())
 INSERT INTO {schema}.instances
     (owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
-     problem)
+     problem, definitions)
 VALUES (%(owner)s, %(role)s, %(host)s, %(pid)s, %(started_at)s, %(version)s, %(interval)s,
         clock_timestamp(), clock_timestamp() + %(ttl)s::float8 * interval '1 second', %(tasks)s,
-        %(problem)s)
+        %(problem)s, %(definitions)s)
 ON CONFLICT (owner) DO UPDATE SET
     role = excluded.role, host = excluded.host, pid = excluded.pid,
     started_at = excluded.started_at, version = excluded.version,
     beat_interval = excluded.beat_interval, beat_at = excluded.beat_at,
-    expires_at = excluded.expires_at, tasks = excluded.tasks, problem = excluded.problem
+    expires_at = excluded.expires_at, tasks = excluded.tasks, problem = excluded.problem,
+    definitions = excluded.definitions
 
 -- name: instances
 SELECT owner, role, host, pid, started_at, version, beat_interval, beat_at, expires_at, tasks,
-       problem
+       problem, definitions
 FROM {schema}.instances WHERE expires_at > clock_timestamp() ORDER BY role, owner
 
 -- name: durability
 -- What relay doctor judges beside the replication facts (relay.backends._postgres_replication).
 SELECT current_setting('server_version'), current_setting('fsync')
+
+-- name: job_history
+-- Per job: its newest slot runs (a walk of runs_job_slot from the newest, stopped early)
+-- and its latest success, slot or manual run; first column 'r' (recent) or 's' (success).
+SELECT h.* FROM unnest(%s::text[]) AS name CROSS JOIN LATERAL (
+    (SELECT 'r', run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+            started_at, finished_at, error, schedule_version
+     FROM {schema}.runs WHERE job = name AND run_id < name || '@:'
+     ORDER BY slot DESC, run_id LIMIT %s)
+    UNION ALL
+    (SELECT 's', run_id, job, slot, state, attempt, failures, token, owner, reason, expires_at,
+            started_at, finished_at, error, schedule_version
+     FROM {schema}.runs WHERE job = name AND state = 'succeeded'
+     ORDER BY slot DESC LIMIT 1)
+) AS h
+
+-- name: mark_once
+-- Keys 'once:…' hold their expiry (ms since the epoch, store's clock); expired ones go first.
+WITH expired AS (
+    DELETE FROM {schema}.meta
+    WHERE key >= 'once:' AND key < 'once;'
+      AND value::bigint <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+)
+INSERT INTO {schema}.meta (key, value)
+VALUES ('once:' || %(key)s,
+        ((extract(epoch FROM clock_timestamp()) + %(ttl)s::float8) * 1000)::bigint::text)
+ON CONFLICT (key) DO NOTHING
+RETURNING key

@@ -77,7 +77,8 @@ CREATE TABLE {schema}.instances (
     beat_at       timestamptz NOT NULL,   -- the server's clock, as every time below
     expires_at    timestamptz NOT NULL,
     tasks         text,                   -- the tasks the instance allows
-    problem       text                    -- why it is not working, though it beats (0.2)
+    problem       text,                   -- why it is not working, though it beats (0.2)
+    definitions   text                    -- the job definitions it declares, as JSON (0.2)
 );
 
 -- Stored schedules (relay.backends._sql_schedules): one row per schedule, its definition as JSON

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from importlib import resources
@@ -56,8 +56,8 @@ from relay.backends._redis_sentinel import OPTIONS as SENTINEL_OPTIONS
 from relay.backends._redis_sentinel import close_sentinels, is_sentinel, sentinel_client
 from relay.backends._redis_wait import DEFAULT_WAIT_TIMEOUT, WaitFor, check_replication
 from relay.backends._url import BackendURL
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
-from relay.deadlines import Deadline, deadline_of
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
+from relay.deadlines import PER_JOB, Deadline, deadline_of
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -65,7 +65,7 @@ from relay.errors import (
     NotAcknowledged,
     StoreNotFound,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json
 from relay.layout import Layout, from_json, to_json, to_record
 from relay.runs import (
     MANUAL,
@@ -156,6 +156,8 @@ class RedisLeaseBackend(RedisSchedules):
         self.deadline = deadline
         """How long a call waits for the server (``timeout``), when opened from a URL."""
         self._redis = client
+        self._slow_client: Callable[[float], redis.Redis | RedisCluster] | None = None
+        """A client like ``client`` whose replies wait the seconds given longer (from a URL)."""
         self._listed: set[str] = set()
         """Jobs this process has added to the set of job names."""
         self.jobs_per_call = jobs_per_call
@@ -207,7 +209,7 @@ class RedisLeaseBackend(RedisSchedules):
         # and wait for its replicas behind each step (WAIT).
         waits = wait.timeout if wait.replicas else 0.0
         deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
-        return cls(
+        backend = cls(
             _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout, waits),
             prefix=prefix,
             retention=parsed.float_option("retention", DEFAULT_RETENTION),
@@ -215,6 +217,10 @@ class RedisLeaseBackend(RedisSchedules):
             deadline=deadline,
             **kwargs,
         )
+        backend._slow_client = lambda extra: _connect(
+            parsed, cluster, f"{kind} at {where}", deadline.timeout, waits + extra
+        )
+        return backend
 
     @property
     def name(self) -> str:
@@ -358,6 +364,21 @@ class RedisLeaseBackend(RedisSchedules):
             for job, reply in zip(jobs, replies, strict=True)
         }
 
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        calls = [(self._keys(job), ["history", depth, *self._read_tail]) for job in jobs]
+        replies = self._call_many("read", calls) if calls else []
+        return {
+            job: JobHistory(
+                tuple(_record(job, item) for item in recent),
+                _record(job, success[0]) if success else None,
+            )
+            for job, (recent, success) in zip(jobs, replies, strict=True)
+        }
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._errors():
+            return bool(self._redis.set(f"{self.prefix}once:{key}", 1, nx=True, px=ms(ttl)))
+
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         records = self._read_live(limit)
         if records is None:  # no index (Redis Cluster), or not built yet: read every job
@@ -389,6 +410,9 @@ class RedisLeaseBackend(RedisSchedules):
         }  # fmt: skip
         if info.problem is not None:  # a key Relay 0.1 reads past
             fields["problem"] = info.problem
+        if info.definitions:  # an additive field: Relay 0.1.0 reads the others only
+            # As JSON text: decoding the record leaves it a string, decoded once per distinct one.
+            fields["definitions"] = definitions_json(info)
         args: list[Any] = [info.owner, json.dumps(fields), ms(ttl)]
         with self._errors():
             self._scripts["instance"]([self._instances_key()], args)
@@ -412,6 +436,28 @@ class RedisLeaseBackend(RedisSchedules):
     def jobs(self) -> list[JobInfo]:
         with self._errors():
             names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
+        replies = self._call_many("control", calls, wait=False) if calls else []
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(int(at)), by, why)
+            for job, (spec, at, by, why) in zip(names, replies, strict=True)
+        ]
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The names are one set: read them all (names only), then the page's jobs alone.
+        with self._errors():
+            names = sorted(str(job) for job in self._redis.smembers(self._jobs_key()))
+        return self._infos([n for n in names if n > after and n.startswith(prefix)][:limit])
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        with self._errors():  # SISMEMBER, not SMISMEMBER: Redis 6.0 has only the first
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.sismember(self._jobs_key(), name)
+            members = pipe.execute() if names else []
+        return self._infos(sorted(n for n, known in zip(names, members, strict=True) if known))
+
+    def _infos(self, names: list[str]) -> list[JobInfo]:
         calls = [(self._keys(job), ["info", self.retention_ms]) for job in names]
         replies = self._call_many("control", calls, wait=False) if calls else []
         return [
@@ -621,6 +667,30 @@ class RedisLeaseBackend(RedisSchedules):
         except (RedisError, RedisClusterException):
             with self._errors():
                 raise
+
+    def _call_long(self, step: str, keys: list[str], args: list[Any], changes: int) -> Any:
+        """One script call making ``changes`` changes at once (a batch of stored schedules): its
+        reply may take :data:`~relay.deadlines.PER_JOB` longer per change, so it goes on a client
+        of its own that waits that much longer (then WAIT, when ``wait_replicas`` asks)."""
+        slow = self._slow_client
+        client = self._redis if slow is None else slow(changes * PER_JOB)
+        wait = bool(self.wait_replicas) and step in _WAITED
+        try:
+            with self._errors():
+                if wait and isinstance(client, RedisCluster):
+                    replies, confirmed = self._send_by_node(client, step, [(keys, args)], None)
+                else:
+                    replies, confirmed = self._pipelined(
+                        client, step, [(keys, args)], None, wait=wait
+                    )
+        except _PartlyDone as exc:
+            with self._errors():
+                raise exc.error from None
+        finally:
+            if client is not self._redis:
+                client.close()
+        self._confirm(step, confirmed)
+        return replies[0]
 
     def _call_jobs(
         self, step: str, jobs: list[str], calls: list[tuple[list[str], list[Any]]]

@@ -2,7 +2,7 @@
 -- KEYS: the job's base key, <prefix>live (not on Redis Cluster).
 -- ARGV: mode, limit, retention_ms, 'ro' to write nothing (else 'rw'), then, for 'reclaimable',
 -- the members the index of live runs named for this job (see below).
--- mode 'newest': the `limit` newest runs. mode 'reclaimable': runs another instance may lease now
+-- mode 'newest': the `limit` newest runs. mode 'history': see below. mode 'reclaimable': runs another instance may lease now
 -- (pending, or running with an expired lease), oldest slot first. mode 'last': the newest slot.
 -- Returns {member, slot_ms, field, value, ...} per run, or {slot_ms} for 'last'.
 -- 'reclaimable' also makes the index of live runs agree with the job's runs (unless 'ro'): it
@@ -18,6 +18,36 @@ end
 if mode == 'last' then
   local _, slot = newest_slot(base)
   return slot and {slot} or {}
+end
+if mode == 'history' then
+  -- The `limit` newest slot runs (manual ones left out), then the newest success of any kind,
+  -- walking the slots newest first a page at a time: {{record...}, {record} or {}}.
+  local recent, success, from = {}, {}, 0
+  while #success == 0 do
+    local page = redis.call('ZREVRANGE', base .. 'slots', from, from + 99, 'WITHSCORES')
+    if #page == 0 then
+      break
+    end
+    for i = 1, #page, 2 do
+      local fields = redis.call('HGETALL', base .. 'run:' .. page[i])
+      local record = {page[i], page[i + 1], unpack(fields)}
+      if #fields > 0 then
+        if #recent < limit and string.sub(page[i], 1, 7) ~= 'manual:' then
+          table.insert(recent, record)
+        end
+        for j = 1, #fields, 2 do
+          if #success == 0 and fields[j] == 'state' and fields[j + 1] == 'succeeded' then
+            success = {record}
+          end
+        end
+      end
+    end
+    from = from + 100
+    if #recent >= limit and #success > 0 then
+      break
+    end
+  end
+  return {recent, success}
 end
 
 -- The run's score in the index of live runs, written only when it is not already that.

@@ -11,13 +11,43 @@
 -- ARGV: op, then the op's arguments:
 --   add name definition changes by | update name definition changes by version |
 --   remove name changes by version ('' for any) | get name | all | since revision limit |
---   history name | prune older_than_ms limit
+--   history name | prune older_than_ms limit | batch writes by
 -- A change returns {'ok', row}, {'conflict', row} (nothing written) or {'missing'}. prune deletes
 -- the rows, feed entries and histories of up to limit schedules removed more than older_than_ms
--- ago and returns how many.
+-- ago and returns how many. batch takes a JSON list of changes, each [op, name, definition,
+-- changes, version ('' for any)], checks them all, then writes them all with consecutive
+-- revisions: {'ok', last revision}, or {'refused', position, row or nil} with nothing written.
 
 local base, op = KEYS[1], ARGV[1]
 local rows, feed = base .. 'rows', base .. 'feed'
+
+-- The change `op` of schedule `name` (its row `current`, decoded, or nil) at `revision`.
+local function write(op, name, definition, changes, by, current, revision, now)
+  local version = current and current.version + 1 or 1
+  local created = (op == 'add' or not current) and now or current.created_ms
+  local row = cjson.encode({name = name, definition = definition, removed = op == 'remove',
+    version = version, revision = revision, updated_ms = now, updated_by = by,
+    created_ms = created})
+  redis.call('HSET', rows, name, row)
+  redis.call('ZADD', feed, revision, name)
+  if op == 'remove' then
+    redis.call('ZADD', base .. 'removed', now, name)
+  elseif op == 'add' then
+    redis.call('ZREM', base .. 'removed', name)
+  end
+  redis.call('HSET', base .. 'hist:' .. name, version, cjson.encode({version = version,
+    at_ms = now, by = by, action = op, changes = changes}))
+  return row
+end
+
+-- Whether change `op` (based on version `expected`, '' for any) may be made to row `current`.
+local function allowed(op, current, expected)
+  local exists = current ~= nil and not current.removed
+  if op == 'add' then
+    return not exists
+  end
+  return exists and (expected == '' or tonumber(expected) == current.version)
+end
 
 if op == 'get' then
   return redis.call('HMGET', rows, ARGV[2])[1]
@@ -53,6 +83,23 @@ elseif op == 'prune' then
     redis.call('ZREM', removed, name)
   end
   return #names
+elseif op == 'batch' then
+  local writes, by, found = cjson.decode(ARGV[2]), ARGV[3], {}
+  for i, w in ipairs(writes) do
+    local raw = redis.call('HGET', rows, w[2])
+    found[i] = raw and cjson.decode(raw) or false
+    if not allowed(w[1], found[i] or nil, w[5]) then
+      return {'refused', i, raw}
+    end
+  end
+  local now = clock()
+  local revision = tonumber(redis.call('GET', base .. 'rev') or '0')
+  for i, w in ipairs(writes) do
+    revision = revision + 1
+    write(w[1], w[2], w[3], w[4], by, found[i] or nil, revision, now)
+  end
+  redis.call('SET', base .. 'rev', revision)
+  return {'ok', revision}
 end
 
 local name = ARGV[2]
@@ -64,32 +111,12 @@ if op == 'remove' then
 else
   definition, changes, by, expected = ARGV[3], ARGV[4], ARGV[5], ARGV[6] or ''
 end
-local exists = current ~= nil and not current.removed
-if op == 'add' then
-  if exists then
-    return {'conflict', raw}
-  end
-elseif not exists then
-  return {'missing'}
-elseif expected ~= '' and tonumber(expected) ~= current.version then
-  return {'conflict', raw}
+if not allowed(op, current, expected) then
+  return (op == 'add' or (current ~= nil and not current.removed)) and {'conflict', raw}
+    or {'missing'}
 end
 
 local now = clock()
 local revision = tonumber(redis.call('GET', base .. 'rev') or '0') + 1
 redis.call('SET', base .. 'rev', revision)
-local version = current and current.version + 1 or 1
-local created = (op == 'add' or not current) and now or current.created_ms
-local row = cjson.encode({name = name, definition = definition, removed = op == 'remove',
-  version = version, revision = revision, updated_ms = now, updated_by = by,
-  created_ms = created})
-redis.call('HSET', rows, name, row)
-redis.call('ZADD', feed, revision, name)
-if op == 'remove' then
-  redis.call('ZADD', base .. 'removed', now, name)
-elseif op == 'add' then
-  redis.call('ZREM', base .. 'removed', name)
-end
-redis.call('HSET', base .. 'hist:' .. name, version, cjson.encode({version = version,
-  at_ms = now, by = by, action = op, changes = changes}))
-return {'ok', row}
+return {'ok', write(op, name, definition, changes, by, current, revision, now)}

@@ -35,7 +35,7 @@ from relay.backends._sqlite_schedules import MIGRATION as SCHEDULES_MIGRATION
 from relay.backends._sqlite_schedules import SQLiteSchedules
 from relay.backends._url import BackendURL
 from relay.clock import time as relay_time
-from relay.contract import AcquireRequest, AcquireResult, JobInfo, Outcome
+from relay.contract import AcquireRequest, AcquireResult, JobHistory, JobInfo, Outcome
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -44,7 +44,7 @@ from relay.errors import (
     StoreTooNew,
     StoreTooOld,
 )
-from relay.instances import InstanceInfo
+from relay.instances import InstanceInfo, definitions_json, parse_definitions
 from relay.layout import FLOOR, Layout, running, version_key
 from relay.lease_rules import BUFFERED, Action, StoredRun, decide
 from relay.runs import MANUAL, Run, RunRecord, RunState, check_slots, from_ms, run_id, slot_ms
@@ -55,7 +55,7 @@ Durability = Literal["full", "fast"]
 DURABILITY: dict[str, str] = {"full": "FULL", "fast": "NORMAL"}
 """The URL option ``durability``'s choices and the ``synchronous`` setting of their steps."""
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 _SCHEMA = resources.files("relay.backends").joinpath("sqlite.sql").read_text()
 
 # The statements that bring a database from the version before each key to that version.
@@ -102,6 +102,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 8 (Relay 0.2): an instance records why it is not working although it beats. Only
     # adds: Relay 0.1 (version 7) goes on using the file (see relay.layout).
     8: ("ALTER TABLE relay_instances ADD COLUMN problem TEXT",),
+    # Version 9 (Relay 0.2): the job definitions an instance declares (relay.definitions), which
+    # Relay 0.1 neither writes nor reads. Only adds, like version 8.
+    9: ("ALTER TABLE relay_instances ADD COLUMN definitions TEXT",),
 }
 _INSTANCE_COLUMNS = "owner, role, host, pid, started_ms, version, interval_ms, beat_ms, expires_ms"
 
@@ -348,6 +351,51 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 found[job] = None if value is None else from_ms(value)
         return found
 
+    def job_history(self, jobs: Sequence[str], depth: int) -> dict[str, JobHistory]:
+        # One statement per job, each part walking one key range from its newest id: its slot
+        # runs (one more than asked: see last_slots), then its latest slot and manual successes.
+        columns = self._columns
+        part = f"SELECT * FROM (SELECT {columns}, {{kind}} FROM relay_runs WHERE run_id > ? AND "
+        statement = " UNION ALL ".join(
+            part.format(kind=kind) + f"run_id < ?{where} ORDER BY run_id DESC LIMIT ?)"
+            for kind, where in (
+                (0, ""),
+                (1, " AND state = 'succeeded'"),
+                (2, " AND state = 'succeeded'"),
+            )
+        )
+        found = {}
+        with self._read() as conn:
+            for job in jobs:
+                rows = conn.execute(
+                    statement,
+                    (*_slot_range(job), depth + 1, *_slot_range(job), 2, *_manual_range(job), 2),
+                ).fetchall()
+                recent = sorted(
+                    (r[:-1] for r in rows if r[-1] == 0), key=lambda r: r[2], reverse=True
+                )
+                wins = [r[:-1] for r in rows if r[-1] != 0]
+                best = max(wins, key=lambda row: row[2], default=None)
+                found[job] = JobHistory(
+                    tuple(_record(row) for row in recent[:depth]),
+                    None if best is None else _record(best),
+                )
+        return found
+
+    def mark_once(self, key: str, ttl: float) -> bool:
+        with self._write() as (conn, now_ms):
+            conn.execute(
+                "DELETE FROM relay_meta WHERE key >= 'once:' AND key < 'once;' "
+                "AND CAST(value AS INTEGER) <= ?",
+                (now_ms,),
+            )
+            return bool(
+                conn.execute(
+                    "INSERT OR IGNORE INTO relay_meta (key, value) VALUES (?, ?)",
+                    (f"once:{key}", str(now_ms + _ms(ttl))),
+                ).rowcount
+            )
+
     def reclaimable(self, limit: int = 100) -> list[RunRecord]:
         now_ms = self._now_ms()
         with self._read() as conn:
@@ -387,12 +435,12 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._write() as (conn, now_ms):
             conn.execute("DELETE FROM relay_instances WHERE expires_ms <= ?", (now_ms,))
             conn.execute(
-                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, problem) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO relay_instances ({_INSTANCE_COLUMNS}, tasks, problem, "
+                "definitions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.owner, info.role, info.host, info.pid, slot_ms(info.started_at),
                     info.version, _ms(info.interval), now_ms, now_ms + _ms(ttl),
-                    json.dumps(list(info.tasks)), info.problem,
+                    json.dumps(list(info.tasks)), info.problem, definitions_json(info),
                 ),
             )  # fmt: skip
 
@@ -411,11 +459,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             return []
         tasks = "tasks" if self._version >= 6 else "NULL"
         problem = "problem" if self._version >= 8 else "NULL"
+        declared = "definitions" if self._version >= 9 else "NULL"
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {problem} FROM relay_instances "
-                "WHERE expires_ms > ? "
-                "ORDER BY role, owner",
+                f"SELECT {_INSTANCE_COLUMNS}, {tasks}, {problem}, {declared} FROM relay_instances "
+                "WHERE expires_ms > ? ORDER BY role, owner",
                 (self._now_ms(),),
             ).fetchall()
         return [_instance(*row) for row in rows]
@@ -442,6 +490,37 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' ORDER BY job"
+            ).fetchall()
+        return [
+            JobInfo(job, spec, None if at is None else from_ms(at), by, why)
+            for job, spec, at, by, why in rows
+        ]
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The partial index of job rows gives them in name order: one range of it, whose lower
+        # bound is one term (given two, SQLite bounds the range by one and filters by the other).
+        lower = "job > ?" if after >= prefix else "job >= ?"
+        return self._job_rows(
+            f"{lower} AND job < ? ORDER BY job LIMIT ?", (max(after, prefix), prefix + _LAST, limit)
+        )
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        found: list[JobInfo] = []
+        for start in range(0, len(names), 500):
+            part = list(names[start : start + 500])
+            marks = ", ".join("?" * len(part))
+            found += self._job_rows(f"run_id IN ({marks})", tuple(_job_row_id(job) for job in part))
+        return sorted(found, key=lambda info: info.name)
+
+    def _job_rows(self, where: str, params: tuple[object, ...]) -> list[JobInfo]:
+        columns = (
+            "spec, paused_ms, paused_by, paused_reason"
+            if self._version >= 5
+            else ("NULL, NULL, NULL, NULL")
+        )
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' AND {where}", params
             ).fetchall()
         return [
             JobInfo(job, spec, None if at is None else from_ms(at), by, why)
@@ -834,6 +913,11 @@ def _live_runs(conn: sqlite3.Connection, job: str, live: int, columns: str = _CO
     ).fetchall()
 
 
+_LAST = "\U0010ffff"
+"""Sorts after every other character (UTF-8 and code point order agree): ``p + _LAST`` bounds the
+names that start with ``p``."""
+
+
 def _job_row_id(job: str) -> str:
     """The key of ``job``'s job row: just after its runs' ids (see sqlite.sql)."""
     return f"{job}@~"
@@ -975,11 +1059,13 @@ def _instance(
     expires: int,
     tasks: str | None,
     problem: str | None = None,
+    definitions: str | None = None,
 ) -> InstanceInfo:
     return InstanceInfo(
         owner=owner, role=role, host=host, pid=pid, started_at=from_ms(started), version=version,
         interval=interval / 1000, beat_at=from_ms(beat), expires_at=from_ms(expires),
         tasks=tuple(json.loads(tasks)) if tasks else (), problem=problem,
+        **parse_definitions(definitions),
     )  # fmt: skip
 
 

@@ -3,7 +3,8 @@ read-only views of a lease store, ``relay runs`` (:mod:`.runs`), ``relay instanc
 ``relay health`` (:mod:`.instances`), ``relay timeline`` (:mod:`.timeline`); the control commands
 ``jobs``, ``next``, ``pause``, ``resume``, ``trigger``, ``backfill``, ``prune`` (:mod:`.control`);
 ``relay schedules`` (:mod:`.schedules`); ``relay doctor`` (:mod:`.doctor`); ``relay migrate``
-(:mod:`.migrate`).
+(:mod:`.migrate`); ``relay console``, the web console (:mod:`.console`); ``relay overdue`` and
+``relay alert-rules`` (:mod:`.overdue`).
 
 Every command takes the one ``--backend`` option (default: ``RELAY_BACKEND``) and leaves a Relay
 error through the one boundary, :class:`~relay.cli._options.RelayGroup`: its message and exit
@@ -15,7 +16,18 @@ from __future__ import annotations
 
 import click
 
-from relay.cli import control, demo, doctor, instances, migrate, runs, schedules, timeline
+from relay.cli import (
+    console,
+    control,
+    demo,
+    doctor,
+    instances,
+    migrate,
+    overdue,
+    runs,
+    schedules,
+    timeline,
+)
 from relay.cli._options import RelayGroup
 from relay.cli.instances import instances_table
 from relay.cli.runs import runs_table
@@ -44,5 +56,8 @@ for _command in (
     doctor.doctor,
     schedules.schedules,
     migrate.migrate_command,
+    console.console,
+    overdue.overdue,
+    overdue.alert_rules,
 ):
     main.add_command(_command)

@@ -15,6 +15,8 @@ from relay.cli._format import iso, piped
 from relay.cli._options import backend_option, duration, instant, json_option
 from relay.cli._stores import control as _control
 from relay.control import JobStatus
+from relay.definitions import Choice
+from relay.overdue import STATES, JobHealth
 from relay.runs import RunRecord
 from relay.upcoming import HORIZON, NextRun
 
@@ -27,6 +29,9 @@ __all__ = ["COMMANDS"]
 def jobs(url: str, as_json: bool) -> None:
     """Every job: schedule, time zone, next due, last run, live lease owner and expiry, pause.
 
+    Overdue and failing jobs come first, with their last success and when a success is next
+    expected (see `relay overdue`).
+
     Only reads: the store is opened read-only, and nothing is created.
 
     \b
@@ -35,11 +40,14 @@ def jobs(url: str, as_json: bool) -> None:
     """
     with _control(url, read_only=True) as control:
         statuses = control.jobs()
+        health = {h.job: h for h in control.health()}
+    statuses = _alerting_first(statuses, health)
     if as_json:
         for status in statuses:
-            click.echo(json.dumps(_job_json(status)))
+            found = health.get(status.name)
+            click.echo(json.dumps({**_job_json(status), "health": found and found.to_json()}))
         return
-    Console(width=None if not piped() else 400).print(_jobs_table(statuses))
+    Console(width=None if not piped() else 400).print(_jobs_table(statuses, health))
 
 
 @click.command()
@@ -189,11 +197,20 @@ COMMANDS = (jobs, pause, resume, trigger, backfill, prune, next_)
 """The commands ``relay.cli.main`` adds."""
 
 
-def _jobs_table(statuses: list[JobStatus]) -> Table:
+def _alerting_first(statuses: list[JobStatus], health: dict[str, JobHealth]) -> list[JobStatus]:
+    rank = {name: (STATES.index(h.state), name) for name, h in health.items()}
+    return sorted(statuses, key=lambda s: rank.get(s.name, (len(STATES), s.name)))
+
+
+def _jobs_table(statuses: list[JobStatus], health: dict[str, JobHealth] | None = None) -> Table:
     table = Table(title="Jobs")
-    columns = ["job", "schedule", "next due", "last run", "live lease", "paused"]
+    health = health or {}
+    columns = ["job", "health", "last success", "success expected by"]
+    columns += ["schedule", "next due", "last run", "live lease", "paused"]
     stored = any(s.stored for s in statuses)
-    for column in columns + (["stored schedule"] if stored else []):
+    disagree = any(s.disagreement for s in statuses)
+    extra = (["stored schedule"] if stored else []) + (["definitions"] if disagree else [])
+    for column in columns + extra:
         table.add_column(column, overflow="fold")
     for s in statuses:
         last = (
@@ -207,9 +224,38 @@ def _jobs_table(statuses: list[JobStatus]) -> Table:
             paused = f"since {iso(s.paused_at)} by {s.paused_by}" + (
                 f": {s.paused_reason}" if s.paused_reason else ""
             )
-        row = [s.name, s.schedule or "?", iso(s.next_due), last, live, paused]
-        table.add_row(*row, *([s.stored or ""] if stored else []))
+        h = health.get(s.name)
+        standing = [h.state, iso(h.last_success), iso(h.expected_by)] if h else ["", "", ""]
+        row = [s.name, *standing, s.schedule or "?", iso(s.next_due), last, live, paused]
+        row += [s.stored or ""] if stored else []
+        row += [_disagreement(s.definition)] if disagree else []
+        table.add_row(*row)
     return table
+
+
+def _disagreement(choice: Choice | None) -> str:
+    """Which definition decides a job and which others live instances hold (not fired)."""
+    if choice is None or not choice.others:
+        return ""
+    lines = [
+        f"deciding: {choice.definition.text} [{choice.definition.hash}] on "
+        f"{', '.join(choice.holders)} (Relay {choice.version})"
+    ]
+    for definition, owners in choice.others:
+        lines.append(f"not fired: {definition.text} [{definition.hash}] on {', '.join(owners)}")
+    return "\n".join(lines)
+
+
+def _definition_json(choice: Choice | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    return {
+        "hash": choice.definition.hash, "text": choice.definition.text, "owner": choice.owner,
+        "version": choice.version, "holders": list(choice.holders),
+        "others": [
+            {"hash": d.hash, "text": d.text, "owners": list(owners)} for d, owners in choice.others
+        ],
+    }  # fmt: skip
 
 
 def _job_json(s: JobStatus) -> dict[str, Any]:
@@ -224,6 +270,7 @@ def _job_json(s: JobStatus) -> dict[str, Any]:
         "live": [{"id": r.id, "owner": r.owner, "expires_at": iso(r.expires_at)} for r in s.live],
         "paused": s.paused, "paused_at": iso(s.paused_at), "paused_by": s.paused_by,
         "paused_reason": s.paused_reason, "spec": s.spec, "stored": s.stored,
+        "definition": _definition_json(s.definition),
     }  # fmt: skip
 
 

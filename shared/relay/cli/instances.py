@@ -16,6 +16,7 @@ from relay.cli._format import console, iso, plain
 from relay.cli._options import backend_option, json_option
 from relay.cli._stores import read_only
 from relay.health import ROLES, InstanceInfo, is_alive, is_healthy
+from relay.overdue import ranked, read_health
 
 __all__ = ["health", "instances", "instances_table"]
 
@@ -55,13 +56,26 @@ def instances(url: str, as_json: bool) -> None:
 @click.option("--role", type=click.Choice(ROLES), default=None, help="Only instances of this role.")
 @click.option("--owner", default=None, help="Only the instance with this owner name.")
 @click.option("--host", default=None, help='Only instances on this host (e.g. "$HOSTNAME").')
+@click.option(
+    "--jobs",
+    "check_jobs",
+    is_flag=True,
+    help="Also exit 1 if a job is overdue or failing (see `relay overdue`).",
+)
 def health(
-    url: str, max_age: float | None, role: str | None, owner: str | None, host: str | None
+    url: str,
+    max_age: float | None,
+    role: str | None,
+    owner: str | None,
+    host: str | None,
+    check_jobs: bool = False,
 ) -> None:
     """Exit 0 if a matching instance beat recently and works, 1 if none: a liveness/readiness probe.
 
     An instance that beats but recorded a problem (its steps failed for longer than a lease, or
     its store needs a newer Relay) counts as unhealthy, whatever --max-age says.
+
+    With --jobs, also exit 1 if a job is overdue or failing (`relay overdue` lists them).
 
     \b
     Example:
@@ -69,6 +83,9 @@ def health(
     """
     with read_only(url) as backend:
         found, now = backend.instances(), backend.now()
+        alerting = [h for h in read_health(backend) if h.alerting] if check_jobs else []
+    for job in ranked(alerting):
+        click.echo(f"{job.state}: job {job.job}: {job.detail}")
     wanted = [
         i
         for i in found
@@ -91,6 +108,9 @@ def health(
             f"{info.host}) beat {_age(info, now):.1f}s ago (max age {limit:g}s)"
             + ("" if info.problem is None else f": {info.problem}")
         )
+    if alerting and alive:
+        click.echo(f"unhealthy: {len(alerting)} job(s) overdue or failing in {backend.name}")
+        sys.exit(1)
     if not alive:
         what = " ".join(
             f"{k}={v}" for k, v in (("role", role), ("owner", owner), ("host", host)) if v

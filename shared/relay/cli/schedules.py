@@ -19,7 +19,7 @@ from relay.cli._options import backend_option, duration, instant, json_option
 from relay.cli._stores import control as _control
 from relay.control_schedules import describe
 from relay.schedule_files import apply as apply_plan
-from relay.schedule_files import export_text, load, plan
+from relay.schedule_files import check, export_text, load, plan
 from relay.stored import Schedule, ScheduleChange, to_definition
 
 __all__ = ["schedules"]
@@ -52,6 +52,12 @@ _FIELDS: list[tuple[str, Callable[[str, str], Any], str]] = [
     ("jitter", duration, "Start each slot up to this late (hashed, the same everywhere)."),
     ("options", _json_value, "The host's publish options as a JSON object."),
     ("description", lambda t, o: t, "What it is for."),
+    (
+        "expect_success_within",
+        lambda t, o: False if t.lower() == "off" else duration(t, o),
+        "Overdue when a slot has not succeeded this long after its time; off: never.",
+    ),
+    ("alert_after_failures", lambda t, o: int(t), "Failing after this many slots in a row fail."),
 ]
 
 
@@ -236,6 +242,9 @@ def apply_(url: str, file: Path, prune: bool, dry_run: bool, by: str | None,
            force: bool) -> None:  # fmt: skip
     """Make the store hold the schedules of FILE (idempotent: a second apply changes nothing).
 
+    All or nothing: every entry is checked first (a refusal names its position and name), then
+    every change is written in one atomic step.
+
     \b
     Example:
       relay schedules apply schedules.yaml --backend sqlite:///relay.db --prune --dry-run
@@ -243,7 +252,9 @@ def apply_(url: str, file: Path, prune: bool, dry_run: bool, by: str | None,
     with _control(url, read_only=dry_run) as control:
         steps = plan(control, load(file), prune=prune)
         lines = steps.summary()
-        if not dry_run:
+        if dry_run:
+            check(control, steps, force=force)
+        else:
             apply_plan(control, steps, by=by, force=force)
     for line in lines or ["nothing to change"]:
         click.echo(("would " if dry_run else "") + line)

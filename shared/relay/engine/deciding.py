@@ -136,6 +136,12 @@ class Decider:
         """Runs asked for in an acquire the store did not answer, not answered since but held:
         the store may have leased them to this owner and lost only the answer. The next sweep
         reads them (see :meth:`_hand_back_unanswered`)."""
+        self.revision = 0
+        """Counts the jobs added, replaced and removed: what depends on the set of jobs (the
+        definitions an instance declares) is computed again only when it changed."""
+        self.deferred: set[str] = set()
+        """Jobs this instance does not fire: another definition of theirs decides them (see
+        :meth:`defer`)."""
 
     def release_at_next_sweep(self, run: Run) -> None:
         """Hand ``run`` back at the next sweep: won here, its start went unanswered (the store
@@ -150,6 +156,7 @@ class Decider:
         if job.name in self.jobs:
             raise ConfigurationError(f"job {job.name!r} is already scheduled: rename one (name=)")
         self.jobs[job.name] = job
+        self.revision += 1
         self._undecided.add(job.name)
         self._order[job.name] = len(self._order)
         self._unregistered.add(job.name)
@@ -158,10 +165,12 @@ class Decider:
         """Stop deciding job ``name`` (runs already won go on); nothing if it is not scheduled."""
         if self.jobs.pop(name, None) is None:
             return
+        self.revision += 1
         self._generations[name] = self._generations.get(name, 0) + 1
         self._decided.pop(name, None)
         self._undecided.discard(name)
         self._unregistered.discard(name)
+        self.deferred.discard(name)
 
     def replace(self, job: Job) -> None:
         """Decide ``job`` in place of the job of its name (or as a new one) from the next tick.
@@ -170,6 +179,24 @@ class Decider:
         """
         self.remove(job.name)
         self.add(job)
+
+    def defer(self, name: str) -> None:
+        """Stop firing job ``name`` (its slots, retries and takeovers) until :meth:`undefer`:
+        live instances hold another definition of it, and theirs decides (see
+        :mod:`relay.definitions`). Runs already won go on."""
+        if name in self.jobs:
+            self.deferred.add(name)
+
+    def undefer(self, name: str) -> None:
+        """Fire job ``name`` again, from its history in the store: only slots after its last
+        recorded one are due (within its catch-up window), as for a job just added."""
+        if name not in self.deferred:
+            return
+        self.deferred.discard(name)
+        if name in self.jobs:
+            self._generations[name] = self._generations.get(name, 0) + 1
+            self._decided.pop(name, None)
+            self._undecided.add(name)
 
     def forget_progress(self) -> None:
         """Re-read each job's state from the store at the next tick (after the store was down)."""
@@ -199,6 +226,8 @@ class Decider:
             _, name, generation = heapq.heappop(self._next)
             if generation == self._generations.get(name, 0) and name in self.jobs:
                 names.add(name)  # else queued before the job was replaced or removed
+        if self.deferred:  # left out of the queue until undeferred, which re-reads them
+            names -= self.deferred
         if not names:  # the idle tick: nothing came due
             return []
         try:
@@ -266,7 +295,8 @@ class Decider:
             self._hand_back_unanswered(backend)
         records = [
             r for r in backend.reclaimable()
-            if r.job in self.jobs and (takeovers or r.state is not RunState.RUNNING)
+            if r.job in self.jobs and r.job not in self.deferred
+            and (takeovers or r.state is not RunState.RUNNING)
         ]  # fmt: skip
         won = self._acquire(
             backend, [(self.jobs[r.job], r.scheduled_for) for r in records], records

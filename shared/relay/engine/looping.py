@@ -20,12 +20,17 @@ published task, an enqueued message). The loop owns every rule of timing:
   lease pending runs (handed over, retried, triggered); only expired leases wait. The tick is
   what finds the store back: no sweep is tried before it answered;
 * given a ``role``, a step the store answered also records the instance's own heartbeat
-  (:class:`relay.health.InstanceHeartbeat`, at most once per its interval). When steps have
-  failed for longer than a lease, the heartbeat records that problem, and ``relay health``
+  (:class:`relay.health.InstanceHeartbeat`, at most once per its interval), which declares the
+  instance's job definitions; after each beat the fleet's declarations are read once, and the
+  jobs another definition decides are not fired here (:mod:`relay.engine.agreeing`). When steps
+  have failed for longer than a lease, the heartbeat records that problem, and ``relay health``
   counts the instance unhealthy whatever its last beat; a step that works clears it;
 * a store whose layout needs a newer Relay (:class:`~relay.errors.StoreTooNew`) is reported
   once (:class:`~relay.events.StoreIncompatible`); what the step won is handed back, not
-  dispatched, and the problem is recorded at once.
+  dispatched, and the problem is recorded at once;
+* on a lease backend, a step the store answered also checks the jobs' expectations every
+  ``watch_every`` (:class:`~relay.engine.watching.Watch`) and announces a job turning overdue,
+  failing or recovered, once across the fleet.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from datetime import datetime, timedelta, timezone
 
 from relay import clock as relay_clock
 from relay.contract import is_lease
+from relay.engine.agreeing import Agreement
 from relay.engine.deciding import Decider, Won
 from relay.engine.running import Runner
 from relay.engine.stored import ScheduleFeed
+from relay.engine.watching import DEFAULT_EVERY, Watch
 from relay.errors import BackendUnavailable, StoreTooNew
 from relay.events import RunDispatched, StoreIncompatible, StoreRecovered, StoreUnavailable
 from relay.health import InstanceHeartbeat
@@ -95,6 +102,7 @@ class Loop:
         grace: float | None = None,
         monotonic: Callable[[], float] = relay_clock.monotonic,
         schedules: ScheduleFeed | None = None,
+        watch_every: float | None = DEFAULT_EVERY,
     ) -> None:
         self.decider = decider
         self.schedules = schedules
@@ -109,9 +117,26 @@ class Loop:
             events=decider.events,
         )  # fmt: skip
         self.instance = (
-            None if role is None else InstanceHeartbeat(decider.backend, decider.owner, role)
+            None
+            if role is None
+            else InstanceHeartbeat(
+                decider.backend, decider.owner, role, clock=lambda: self.monotonic()
+            )
         )
         """This instance's own heartbeat, recorded from the loop (``None``: not recorded)."""
+        self.agreement = None if self.instance is None else Agreement(decider, self.instance)
+        """Declares this instance's job definitions with its heartbeat and defers the jobs a
+        peer's definition decides (``None`` without a heartbeat)."""
+        backend = decider.backend
+        self.watch = (
+            Watch(
+                backend, lambda: list(decider.jobs), decider.events, decider.owner,
+                every=watch_every, monotonic=monotonic,
+            )
+            if is_lease(backend) and watch_every is not None
+            else None
+        )  # fmt: skip
+        """Checks the jobs' expectations (``None``: a claim backend, or ``watch_every=None``)."""
         self.next_sweep = 0.0
         """When the next sweep is due, on ``monotonic``: set it to 0 to sweep at the next step."""
         self.grace = decider.lease if grace is None else grace
@@ -143,6 +168,8 @@ class Loop:
         failure: Exception | None = None
         try:
             changed = self.schedules is not None and self.schedules.apply()
+            if self.agreement is not None and self.agreement.unchecked():
+                self._first_beat()
             won += self._tick(force or changed)
             if self.decider.jobs:  # after an outage a tick re-reads history: the store is back
                 self._recovered(now)
@@ -163,10 +190,38 @@ class Loop:
             return Step(won, self._back_off(failure, now), healthy=False)
         self._recovered(now)
         self._failing = None
-        if self.instance is not None:
-            self.instance.report(None)
-            self.instance.maybe_record()
+        self._beat()
+        if self.watch is not None:
+            self.watch.maybe_check()
         return Step(won, self._next_in(now))
+
+    def _beat(self) -> None:
+        """Record this instance's heartbeat when due, with its job definitions, and then read
+        the fleet's definitions (:class:`~relay.engine.agreeing.Agreement`)."""
+        if self.instance is None:
+            return
+        if self.agreement is not None:
+            self.agreement.declare()
+        working_again = self.instance.info.problem is not None
+        self.instance.report(None)  # recorded at once when it clears a problem
+        beat = working_again or self.instance.maybe_record()
+        if beat and self.agreement is not None and self.agreement.check():
+            self._wake = None  # a job fired again: plan it at the next tick
+
+    def _first_beat(self) -> None:
+        """Beat and read the fleet's definitions before this instance's first tick, so that it
+        fires no job a peer's definition decides (its beats go on at their interval)."""
+        assert self.instance is not None and self.agreement is not None
+        if self.instance.record() and self.agreement.check():
+            self._wake = None
+
+    def next_beat(self) -> float | None:
+        """When (on ``monotonic``) this instance must beat on time, or ``None``: while another
+        live instance declares one of its jobs, its peers judge from its beats whether it is
+        alive, and it reads theirs at each beat."""
+        if self.instance is None or self.agreement is None or not self.agreement.watching:
+            return None
+        return self.instance.next_at()
 
     def _incompatible_store(self, exc: StoreTooNew, won: list[Won]) -> None:
         """Report once that the store needs a newer Relay, and hand back what was won."""
@@ -220,6 +275,11 @@ class Loop:
             wait = min(wait, (self._wake - clock).total_seconds() + 0.001)
         if is_lease(self.decider.backend):
             wait = min(wait, self.next_sweep - now)
+        beat = self.next_beat()
+        if beat is not None:
+            wait = min(wait, beat - now)
+        if self.watch is not None:
+            wait = min(wait, self.watch.due_in())
         return max(wait, 0.0)
 
     def _send(self, won: Won, send: Send) -> None:

@@ -70,6 +70,12 @@ class FakeClock:
             )
         return host
 
+    def stop(self, host: object) -> None:
+        """Stop stepping ``host`` (a scheduler or step function given to :meth:`drive`), as
+        if that instance stopped: its heartbeat record ages and its peers see it die. Nothing
+        if it is not driven."""
+        self._hosts = [h for h in self._hosts if _driven(h) != host]  # == : bound methods
+
     def advance(
         self,
         seconds: float | timedelta = 0.0,
@@ -143,6 +149,13 @@ class FakeClock:
                 )
             self._now = at
             due.step(at)
+
+
+def _driven(host: Host) -> object:
+    """What :meth:`FakeClock.drive` was given for ``host``."""
+    if isinstance(host, InlineScheduler):
+        return host.scheduler
+    return host.driven if isinstance(host, SteppedHost) else host
 
 
 def _seconds(value: Any, name: str) -> float:

@@ -53,6 +53,8 @@ class SteppedHost:
     """A host stepped by a function returning the seconds until its next useful step."""
 
     def __init__(self, step: Callable[[], float], settle: Callable[[], object] | None) -> None:
+        self.driven = step
+        """The function :meth:`FakeClock.drive` was given."""
         self._step = step
         self._settle = settle
         self._next = -math.inf
@@ -94,8 +96,14 @@ class InlineScheduler:
     def next_at(self) -> float:
         due = self.scheduler.decider.next_due()
         at = math.inf if due is None else due.timestamp()
+        beat = self.scheduler.loop.next_beat()  # a peer declares one of its jobs: beat as live
+        if beat is not None:
+            at = min(at, beat)
         if self._sweeps:
             at = min(at, self._sweeps[0])
+        watch = self.scheduler.loop.watch
+        if watch is not None:  # a job's expectation passes: announce it on time
+            at = min(at, watch.wake_at)
         return max(at, self._retry_at)
 
     def poke(self, now: float) -> None:

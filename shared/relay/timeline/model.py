@@ -17,7 +17,10 @@ the last one that failed. Earlier attempts leave no record of their own, so:
   and ``paused`` where the store has a control plane.
 
 A lane of a stored schedule (:mod:`relay.timeline.stored`) also carries its task, its state and
-its edits, read from the schedule's history: a removed schedule's lane keeps its past runs.
+its edits, read from the schedule's history: a removed schedule's lane keeps its past runs. A
+lane also carries the stretches when its job was overdue (:mod:`relay.overdue`), by the
+expectation its job registered: from the first slot after a success's expectation to the next
+success.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 
 from relay.contract import LeaseBackend
 from relay.errors import ConfigurationError
+from relay.overdue import overdue_stretches, plans_of
 from relay.runs import RunRecord, RunState, is_manual
 from relay.schedule_store import stores_schedules
 from relay.timeline.stored import StoredLane, read_stored
@@ -102,6 +106,8 @@ class Lane:
     rows: int
     stored: StoredLane | None = None
     """Its stored schedule's task, state and edits; ``None`` for a code-defined job."""
+    overdue: tuple[tuple[datetime, datetime], ...] = ()
+    """When the job was overdue (:func:`relay.overdue.overdue_stretches`), from-to."""
 
 
 @dataclass(frozen=True)
@@ -143,9 +149,30 @@ def read(
         start, end = _span(bars, now)
         ran = {r.job for r in records}
         stored = read_stored(backend, jobs, ran, _edits_from(since, start, end, bool(bars)))
-    return build_timeline(
+    timeline = build_timeline(
         records, now=now, source=backend.name, truncated=truncated, stored=stored, since=since
     )
+    return _with_overdue(timeline, backend, records)
+
+
+def _with_overdue(
+    timeline: Timeline, backend: LeaseBackend, records: Sequence[RunRecord]
+) -> Timeline:
+    """Each lane with its overdue stretches, by the expectation its job registered."""
+    plans = plans_of(backend.jobs())
+    by_job: dict[str, list[RunRecord]] = {}
+    for record in records:
+        by_job.setdefault(record.job, []).append(record)
+    lanes = []
+    for lane in timeline.lanes:
+        plan = plans.get(lane.job)
+        if plan is not None and not plan.paused and plan.within is not False:
+            found = overdue_stretches(
+                plan.schedule, by_job.get(lane.job, []), timeline.now, plan.within, plan.jitter
+            )
+            lane = replace(lane, overdue=tuple(found))
+        lanes.append(lane)
+    return replace(timeline, lanes=tuple(lanes))
 
 
 def build_timeline(

@@ -21,7 +21,10 @@ from statistics import median
 from relay.timeline.model import MARKS, Bar, Lane, Mark, Timeline
 from relay.timeline.stored import EDITS, Edit
 
-__all__ = ["STATES", "STYLE", "render_svg"]
+__all__ = ["OVERDUE", "STATES", "STYLE", "render_svg"]
+
+OVERDUE = "no run succeeded by the expectation of the oldest slot not yet succeeded"
+"""What an overdue band means."""
 
 LABEL_W, AXIS_H, ROW_H, BAR_H, PAD = 170, 30, 22, 12, 6
 MIN_W, MAX_W, MIN_GAP_PX, TICK_PX = 1000, 60_000, 12, 110
@@ -72,6 +75,7 @@ STYLE = (
     + "".join(f".relay-timeline .s-{s} rect{{fill:{c}}}" for s, c in STATES.items())
     + "".join(f".relay-timeline .m-{m}{{fill:{c}}}" for m, c in _MARK_COLOURS.items())
     + ".relay-timeline .stored-tag{font-size:10px;fill:#5f3dc4}"
+    + ".relay-timeline .overdue rect{fill:#e03131;opacity:.12}"
     + ".relay-timeline .edit line{stroke-width:2;stroke-dasharray:4 2}"
     + "".join(
         f".relay-timeline .e-{k} line{{stroke:{c}}}.relay-timeline .e-{k} circle{{fill:{c}}}"
@@ -102,6 +106,8 @@ def render_svg(timeline: Timeline) -> str:
         )
     chart += _axis(timeline, x, width, height)
     for lane, top in zip(timeline.lanes, tops, strict=True):
+        h = lane.rows * ROW_H + 2 * PAD
+        chart += (_overdue(begin, end, x, top, h, timeline) for begin, end in lane.overdue)
         chart.append(f'<g class="lane" data-job="{escape(lane.job)}">')
         chart += (_bar(bar, x, top + PAD + bar.row * ROW_H) for bar in lane.bars)
         if lane.stored is not None:
@@ -176,6 +182,24 @@ def _bar(bar: Bar, x: Callable[[datetime], float], y: float) -> str:
     )
 
 
+def _overdue(
+    begin: datetime,
+    end: datetime,
+    x: Callable[[datetime], float],
+    top: float,
+    height: float,
+    timeline: Timeline,
+) -> str:
+    """A band across the lane while the job was overdue, with its span as hover text."""
+    left, right = x(max(begin, timeline.start)), x(min(end, timeline.end))
+    text = f"overdue from {_clock(begin)} to {_clock(end)}: {OVERDUE}"
+    return (
+        f'<g class="overdue" data-overdue="{begin.isoformat()}"><title>{escape(text)}</title>'
+        f'<rect x="{left:.1f}" y="{top:.0f}" width="{max(right - left, 1):.1f}" '
+        f'height="{height}"/></g>'
+    )
+
+
 def _rect(cls: str, x: float, y: float, w: float, h: float) -> str:
     return f'<rect class="{cls}" x="{x:.1f}" y="{y:.0f}" width="{w:.1f}" height="{h}"/>'
 
@@ -229,7 +253,9 @@ def _legend(edits: bool) -> str:
     )
     return (
         f'<div class="legend">{states}<span><i style="background:{STATES["succeeded"]};'
-        'opacity:.3"></i>wait from slot to start</span></div>'
+        'opacity:.3"></i>wait from slot to start</span>'
+        f'<span title="{escape(OVERDUE)}"><i style="background:#e03131;opacity:.12"></i>'
+        "overdue</span></div>"
         f'<div class="legend">marks: {marks}</div>'
         + (f'<div class="legend">stored schedules\' edits: {_edit_legend()}</div>' if edits else "")
     )

@@ -20,7 +20,7 @@ from relay.stored import DEFINITION, Schedule
 __all__ = ["ScheduleForm", "field_of"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATIONS = ("every", "catch_up", "stale_after", "jitter")
+_DURATIONS = ("every", "catch_up", "stale_after", "jitter", "expect_success_within")
 _TIMES = ("at", "start", "end")
 _JSON = ("args", "kwargs", "options")
 _WORDS = {
@@ -71,6 +71,12 @@ class ScheduleForm(forms.Form):
     stale_after = forms.CharField(required=False, help_text="Skip a run this late.")
     jitter = forms.CharField(required=False, help_text="Start each slot up to this late.")
     options = forms.CharField(required=False, initial="{}", help_text="Publish options (JSON).")
+    expect_success_within = forms.CharField(
+        required=False, help_text="Overdue if no run succeeded this long after its slot."
+    )
+    alert_after_failures = forms.IntegerField(
+        required=False, help_text="Failing after this many slots in a row failed."
+    )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
     force = forms.BooleanField(

@@ -9,16 +9,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from relay.backends import open_backend
 from relay.contract import LeaseBackend, is_lease
 from relay.control import Control, JobStatus
 from relay.control_schedules import describe
 from relay.errors import ConfigurationError
+from relay.overdue import STATES, JobHealth
 from relay.settings import django_backend, from_django
 from relay.stored import Schedule, schedule_job
 
-__all__ = ["ScheduleRow", "backend_url", "job_rows", "read_store", "schedule_rows"]
+__all__ = ["JobRow", "ScheduleRow", "backend_url", "job_rows", "read_store", "schedule_rows"]
 
 
 def backend_url() -> str:
@@ -48,9 +50,28 @@ def read_store() -> Iterator[LeaseBackend]:
         backend.close()
 
 
-def job_rows(backend: LeaseBackend) -> list[JobStatus]:
-    """Every job the store knows, by name: schedule, next due, last run, live leases, pause."""
-    return Control(backend).jobs()
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the admin lists it: its :class:`~relay.control.JobStatus` (whose fields it
+    answers too) and its standing against its expectations (:mod:`relay.overdue`)."""
+
+    status: JobStatus
+    health: JobHealth | None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.status, name)
+
+
+def job_rows(backend: LeaseBackend) -> list[JobRow]:
+    """Every job the store knows, overdue and failing ones first, then by name: its standing,
+    last success and next expected one, schedule, next due, last run, live leases, pause."""
+    control = Control(backend)
+    health = {h.job: h for h in control.health()}
+    rows = [JobRow(status, health.get(status.name)) for status in control.jobs()]
+    last = len(STATES)
+    return sorted(
+        rows, key=lambda r: (STATES.index(r.health.state) if r.health else last, r.status.name)
+    )
 
 
 @dataclass(frozen=True)
