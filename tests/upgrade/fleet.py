@@ -108,10 +108,12 @@ class Fleet:
     ended: float = 0.0
     """When the last phase ended: :meth:`stop_all` began."""
 
-    def start(self, release: str, *names: str, timeout: float = 60) -> list[Instance]:
-        """Start instances of ``release`` together; wait until each has made its scheduler or has
-        exited."""
-        started = [self._spawn(release, name) for name in names]
+    def start(
+        self, release: str, *names: str, timeout: float = 60, **options: Any
+    ) -> list[Instance]:
+        """Start instances of ``release`` together (``options`` for ``instance.py``, such as
+        ``every``); wait until each has made its scheduler or has exited."""
+        started = [self._spawn(release, name, options) for name in names]
 
         def waiting() -> list[str]:
             return [i.name for i in started if not i.lines("hello") and i.proc.poll() is None]
@@ -119,12 +121,12 @@ class Fleet:
         wait_for(lambda: not waiting(), timeout, lambda: f"{waiting()} did not start")
         return started
 
-    def _spawn(self, release: str, name: str) -> Instance:
+    def _spawn(self, release: str, name: str, options: dict[str, Any]) -> Instance:
         log = self.folder / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if release == "new":  # HEAD's code, wherever the venv's editable install points
             env["PYTHONPATH"] = str(ROOT / "shared")
-        args = {"name": name, "url": self.url, "log": str(log)}
+        args = {"name": name, "url": self.url, "log": str(log), **options}
         with (self.folder / f"{name}.stderr").open("wb") as stderr:
             proc = subprocess.Popen(
                 [str(self.pythons[release]), str(SCRIPT), json.dumps(args)],

@@ -2,10 +2,10 @@
 
 Run by the previous release's interpreter as well as by HEAD's, so it imports only the standard
 library and ``relay``, and uses only what both releases offer. It runs the code job ``tick``
-(``every=1``), which every instance races for, its own code job ``own-<name>`` (``every=1``),
-which only it runs (proof that it can still lease runs, whoever wins the race), and allows the
-task ``echo`` of stored schedules. Each line it appends to its own
-``log`` file is a JSON list:
+(``every=1``, or ``"every"`` seconds: a deploy that changes it), which every instance races for,
+its own code job ``own-<name>`` (``every=1``), which only it runs (proof that it can still lease
+runs, whoever wins the race), and allows the task ``echo`` of stored schedules. Each line it
+appends to its own ``log`` file is a JSON list:
 
 - ``["hello", name, relay version, relay's path]`` once the scheduler is made;
 - ``["run", job, run id, attempt, token, name]`` for each run it starts;
@@ -60,8 +60,8 @@ def main(args: dict[str, Any]) -> None:
         def record(run: relay.Run) -> None:
             write(log, "run", run.job, run.id, run.attempt, run.token, name)
 
-        for job in ("tick", f"own-{name}"):
-            scheduler.job(every=1, name=job, catch_up=args.get("catch_up", 10))(record)
+        for job, every in (("tick", args.get("every", 1)), (f"own-{name}", 1)):
+            scheduler.job(every=every, name=job, catch_up=args.get("catch_up", 10))(record)
         scheduler.task("echo")(record)
         scheduler.run()
     except relay.RelayError as exc:  # the store refused this Relay, at open or later

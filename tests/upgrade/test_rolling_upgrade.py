@@ -162,9 +162,10 @@ def check_releases(fleet: Fleet, previous: Release) -> None:
 
 
 def check_each_slot_once(
-    runs: list[Run], job: str, start: datetime, end: datetime, killed: set[str]
+    runs: list[Run], job: str, start: datetime, end: datetime, killed: set[str], every: int = 1
 ) -> None:
-    """No slot of ``job`` ran twice; each one from ``start`` to ``end`` (less the edge) ran.
+    """No slot of ``job`` ran twice; each one from ``start`` to ``end`` (less the edge) ran (each
+    ``every`` seconds from the epoch).
 
     A slot started again counts once when each start before the last was a killed instance's,
     and each new start is a new attempt: a takeover of a run whose runner died.
@@ -183,11 +184,12 @@ def check_each_slot_once(
     ]
     assert twice == [], f"{job}: slots that ran more than once"
     want, last = start.replace(microsecond=0) + timedelta(seconds=1), end - EDGE
+    want += timedelta(seconds=-int(want.timestamp()) % every)
     lost = []
     while want <= last:
         if want not in starts:
             lost.append(want.isoformat())
-        want += timedelta(seconds=1)
+        want += timedelta(seconds=every)
     assert lost == [], f"{job}: slots that never ran"
 
 
@@ -257,3 +259,55 @@ def test_the_previous_release_on_a_store_contracted_by_head(
     finally:
         fleet.stop_all()
     print(report(fleet))
+
+
+DECLARES_NOTHING = {"v0.1.0"}
+"""Previous releases that declare no job definition: they fire their own until they stop."""
+HEARTBEAT = timedelta(seconds=10)
+"""How late an instance of a release that declares may still fire a slot of its old definition
+after the first new instance started: one heartbeat (docs/deployment.md)."""
+
+
+@pytest.mark.slow
+def test_a_job_whose_schedule_the_deploy_changes(
+    lease_url: str, previous: Release, tmp_path: Path
+) -> None:
+    """``tick`` goes from every second (old) to every two seconds (new): the odd seconds are slots
+    of the old definition only. Each slot runs once; once the old definition no longer decides
+    (no old instance left if the previous release declares nothing, one heartbeat after the first
+    new instance otherwise), no odd second runs."""
+    assert previous.python is not None
+    fleet = Fleet(lease_url, tmp_path, {"old": previous.python, "new": Path(sys.executable)})
+    try:
+        fleet.start("old", "old-a", "old-b")
+        step(fleet, "two old, tick every 1 s")
+        [first_new] = fleet.start("new", "new-1", every=2)
+        step(fleet, "new-1, tick every 2 s")
+        fleet.stop("old-a")
+        step(fleet, "old-a stopped")
+        fleet.start("new", "new-2", every=2)
+        fleet.stop("old-b")
+        gone = datetime.now(timezone.utc)
+        fleet.phase("only new")
+        wait_for(lambda: len(tick_slots_after(fleet, gone + EDGE)) >= 3, 60, "new ticks")
+        end = datetime.now(timezone.utc)
+    finally:
+        fleet.stop_all()
+    print(report(fleet))
+    runs = fleet.runs()
+    # Both definitions have the even seconds: one of them runs each, whichever decides.
+    first = min(r.slot for r in runs if r.job == "tick")
+    check_each_slot_once(runs, "tick", first, end, set(), every=2)
+    odd = [r for r in runs if r.job == "tick" and r.slot.second % 2]
+    started = datetime.fromtimestamp(first_new.started, timezone.utc)
+    if previous.tag in DECLARES_NOTHING:
+        assert any(r.slot > started + EDGE for r in odd)  # the old ones went on with theirs
+        decided = gone + EDGE
+    else:
+        decided = started + HEARTBEAT + EDGE
+    assert [r for r in odd if r.slot > decided] == []
+    assert {i.name: troubles_of(i) for i in fleet.instances.values() if troubles_of(i)} == {}
+
+
+def tick_slots_after(fleet: Fleet, moment: datetime) -> list[datetime]:
+    return [r.slot for r in fleet.runs() if r.job == "tick" and r.slot > moment]
