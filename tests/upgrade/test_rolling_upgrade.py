@@ -10,7 +10,8 @@ for, the old ones until they are stopped.
 Half-way, ``relay migrate --plan`` says the old instances can go on beside the migrated store,
 and ``relay migrate --contract`` is refused while one of them lives.
 
-A second test records what the previous release does on a store HEAD contracted.
+Two more tests: what the previous release does on a store HEAD contracted, and a job whose
+schedule the deploy changes.
 """
 
 from __future__ import annotations
