@@ -18,8 +18,11 @@ comes first so that a canary of a newer Relay is not overruled by an old instanc
 beside it. An instance holding another definition does not fire the job; the engine reports it.
 
 Instances that declare nothing (Relay 0.1.0, workers, claim stores) take no part: they neither
-decide nor hold anyone back. Jobs of stored schedules are not declared: every instance reads
-them from the store, versioned (:mod:`relay.stored`).
+decide nor hold anyone back. Nor does an instance that is not working (it recorded a
+:attr:`~relay.instances.InstanceInfo.problem`: its ticks have failed for longer than a lease, or
+its store needs a newer Relay), like a dead one: it fires nothing, so it must not hold the job.
+Jobs of stored schedules are not declared: every instance reads them from the store, versioned
+(:mod:`relay.stored`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from relay.instances import InstanceInfo, is_alive
+from relay.instances import InstanceInfo, is_healthy
 from relay.jobs import DEFAULT_MAX_ATTEMPTS, Job
 from relay.schedules import BoundedSchedule, CronSchedule, EverySchedule, OnceSchedule
 
@@ -129,11 +132,12 @@ def deciding(
     """The definition deciding each job live ``instances`` declare (of ``jobs`` only, if given).
 
     ``now`` is the store's clock: an instance that missed its beats is not alive and decides
-    nothing. Instances declaring nothing are left out.
+    nothing, nor does one that recorded a problem (:func:`~relay.instances.is_healthy`).
+    Instances declaring nothing are left out.
     """
     wanted = None if jobs is None else set(jobs)
     ranked = sorted(
-        (i for i in instances if i.definitions and is_alive(i, now)),
+        (i for i in instances if i.definitions and is_healthy(i, now)),
         key=lambda i: (release_key(i.version), i.started_at, i.owner),
         reverse=True,
     )

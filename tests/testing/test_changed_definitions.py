@@ -164,6 +164,30 @@ def test_relay_jobs_shows_the_disagreement_while_it_lasts(fleet: Fleet) -> None:
     assert "definitions" not in table.output
 
 
+def test_an_instance_that_is_not_working_decides_nothing(fleet: Fleet) -> None:
+    fleet.start("old-1", cron="0 9 * * *")
+    broken = InstanceInfo(
+        "new-broken", "scheduler", "h", 1, datetime.now(UTC), "9.0.0", 10.0,
+        definitions={"report": "0123456789ab"},
+        definition_texts={"0123456789ab": "cron '0 10 * * *' (UTC)"},
+        problem="its steps have failed for longer than a lease (60s): store unavailable",
+    )  # fmt: skip
+    # A newer release's definition, on an instance whose ticks fail: it fires nothing.
+    store = open_backend(fleet.url)
+    assert store.capability == "lease"
+
+    def beat() -> float:
+        store.record_instance(broken, ttl=600)
+        return 10.0
+
+    fleet.clock.drive(beat)
+    fleet.clock.advance(minutes=15)
+    fleet.clock.stop(beat)
+    store.close()
+    assert fleet.ran == [("old-1", START.replace(hour=9, minute=0))]
+    assert not [e for e in fleet.events if isinstance(e, DefinitionDeferred)]
+
+
 def test_an_instance_of_relay_0_1_0_declaring_nothing_blocks_nobody(fleet: Fleet) -> None:
     fleet.start("new-1", cron="0 9 * * *")
     old = InstanceInfo(

@@ -25,7 +25,7 @@ from relay.engine.deciding import Decider
 from relay.errors import BackendUnavailable
 from relay.events import DefinitionDeferred, DefinitionResumed
 from relay.health import InstanceHeartbeat
-from relay.instances import is_alive
+from relay.instances import is_healthy
 from relay.jobs import Job
 
 __all__ = ["Agreement"]
@@ -107,7 +107,7 @@ class Agreement:
             i.owner != owner and not self._declared.keys().isdisjoint(i.definitions)
             for i in instances
         )  # alive or not: an idle peer in fake time beats late, and is alive again when stepped
-        live = [i for i in instances if i.definitions and is_alive(i, ours.beat_at)]
+        live = [i for i in instances if i.definitions and is_healthy(i, ours.beat_at)]
         if all(i.definitions == ours.definitions for i in live):
             # The usual case, outside a rollout that changed a job: every live instance declares
             # what we do (one comparison of maps each), so nothing is deferred.
