@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Bottom up; a module belongs to the last layer one of whose prefixes it starts with.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", (
-        "relay.errors", "relay.durations", "relay.clock", "relay.runs", "relay.schedules",
+        "relay.errors", "relay.arguments", "relay.durations", "relay.clock", "relay.runs",
+        "relay.schedules",
         "relay.cron", "relay.instances", "relay.retries", "relay.events",
     )),
     ("contract", (

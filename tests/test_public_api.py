@@ -18,7 +18,7 @@ PROMISED = {
     "RelayError", "ConfigurationError", "InvalidSchedule", "UnknownBackend", "UnsupportedOption",
     "MissingDependency", "BackendError", "BackendUnavailable", "LeaseLost", "__version__",
     "Control", "JobInfo", "JobStatus", "Schedule", "ScheduleChange", "Conflict",
-    "UnknownSchedule",
+    "UnknownSchedule", "InvalidArgument",
 }  # fmt: skip
 
 
@@ -35,7 +35,8 @@ def test_all_is_what_the_docs_promise() -> None:
      "relay.retries", "relay.control", "relay.lease_rules", "relay.upcoming", "relay.testing",
      "relay.testing.plugin", "relay.clock", "relay.deadlines", "relay.doctor",
      "relay.doctor_rules", "relay.stored", "relay.schedule_store", "relay.control_schedules",
-     "relay.engine.stored", "relay.migrate", "relay.instances", "relay.health", "relay.tracing"],
+     "relay.engine.stored", "relay.migrate", "relay.instances", "relay.health", "relay.tracing",
+     "relay.arguments"],
 )  # fmt: skip
 def test_every_public_name_has_a_docstring(module: str) -> None:
     loaded = importlib.import_module(module)
