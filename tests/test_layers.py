@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Bottom up; a module belongs to the last layer one of whose prefixes it starts with.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", (
-        "relay.errors", "relay.durations", "relay.clock", "relay.runs", "relay.schedules",
-        "relay.cron", "relay.instances", "relay.retries", "relay.events", "relay.expectations",
-        "relay.layout",
+        "relay.errors", "relay.arguments", "relay.durations", "relay.clock", "relay.runs",
+        "relay.schedules", "relay.cron", "relay.instances", "relay.retries", "relay.events",
+        "relay.expectations", "relay.layout",
     )),
     ("contract", (
         "relay.contract", "relay.jobs", "relay.lease_rules", "relay.deadlines", "relay.stored",

@@ -18,7 +18,7 @@ PROMISED = {
     "RelayError", "ConfigurationError", "InvalidSchedule", "UnknownBackend", "UnsupportedOption",
     "MissingDependency", "BackendError", "BackendUnavailable", "LeaseLost", "__version__",
     "Control", "JobInfo", "JobStatus", "Schedule", "ScheduleChange", "Conflict",
-    "UnknownSchedule",
+    "UnknownSchedule", "InvalidArgument",
 }  # fmt: skip
 
 
@@ -36,7 +36,7 @@ def test_all_is_what_the_docs_promise() -> None:
      "relay.testing.plugin", "relay.clock", "relay.deadlines", "relay.doctor",
      "relay.doctor_rules", "relay.stored", "relay.schedule_store", "relay.control_schedules",
      "relay.engine.stored", "relay.migrate", "relay.instances", "relay.health", "relay.tracing",
-     "relay.layout"],
+     "relay.layout", "relay.arguments"],
 )  # fmt: skip
 def test_every_public_name_has_a_docstring(module: str) -> None:
     loaded = importlib.import_module(module)

@@ -13,12 +13,13 @@ import json
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from relay import arguments as check
 from relay.backends import capability_of, open_backend
 from relay.contract import ClaimBackend, JobInfo, LeaseBackend, is_lease, pages_jobs
 from relay.control_schedules import JobStatus, ScheduleControl, operator
 from relay.definitions import Choice, deciding
 from relay.doctor import DoctorReport, diagnose
-from relay.errors import ConfigurationError, UnsupportedOption
+from relay.errors import ConfigurationError, InvalidArgument, UnsupportedOption
 from relay.jobs import LEASE_BACKENDS, jitter_delay
 from relay.overdue import JobHealth, ranked, read_health
 from relay.runs import RunRecord, RunState
@@ -32,6 +33,10 @@ MAX_BACKFILL = 1000
 """The most runs one backfill creates: a longer range is refused (split it, or widen the slots)."""
 PRUNE_BATCH = 500
 """Runs one store call of :meth:`Control.prune` deletes at most."""
+RUNS_MAX = 100_000
+"""The most runs one call of :meth:`Control.runs` returns."""
+NEXT_MAX = 1000
+"""The most slots one call of :meth:`Control.next_runs` lists."""
 
 
 class Control(ScheduleControl):
@@ -42,11 +47,24 @@ class Control(ScheduleControl):
     backend passed in stays the caller's. ``read_only=True`` opens the URL for reading only
     (:meth:`jobs` and :meth:`job` work; nothing is created, and a missing store raises
     :class:`~relay.errors.StoreNotFound`).
+
+    Every method checks its arguments before the store is touched (:mod:`relay.arguments`): a
+    wrong type or value raises :class:`~relay.errors.InvalidArgument` naming the parameter, the
+    same on every store.
     """
 
     def __init__(
         self, backend: str | ClaimBackend | LeaseBackend, *, read_only: bool = False
     ) -> None:
+        if not isinstance(backend, str) and getattr(backend, "capability", None) not in (
+            "claim",
+            "lease",
+        ):
+            raise InvalidArgument(
+                "backend", backend, "a backend URL (a string) or an object from open_backend(url)"
+            )
+        if not isinstance(read_only, bool):
+            raise InvalidArgument("read_only", read_only, "True or False")
         self._owns = isinstance(backend, str)
         if isinstance(backend, str):
             # A claim URL is opened as it is, so each operation refuses it with UnsupportedOption.
@@ -114,12 +132,17 @@ class Control(ScheduleControl):
     def runs(self, job: str | None = None, limit: int = 50) -> list[RunRecord]:
         """The most recent runs (of ``job``, or of every job), newest slot first; a run of a
         stored schedule has the ``schedule_version`` it was first leased with."""
+        if job is not None:
+            check.name(job, "job")
+        check.count(limit, "limit", 1, RUNS_MAX)
         return self._lease("runs").runs(job, limit)
 
     def next_runs(self, job: str, count: int = 5) -> list[NextRun]:
         """The next ``count`` runs of ``job`` after the store's clock, as its schedulers
         registered it: each slot, when it starts after the job's jitter (UTC and the job's time
         zone), and whether the job's pause will skip it. Reads only."""
+        check.name(job, "job")
+        check.count(count, "count", 1, NEXT_MAX)
         store = self._lease("next")
         info = self._known(store, job)
         paused = info.paused_at is not None
@@ -127,6 +150,7 @@ class Control(ScheduleControl):
 
     def job(self, name: str) -> JobStatus:
         """One job's status; :class:`ConfigurationError` naming the known jobs if it is unknown."""
+        check.name(name, "name")
         store = self._lease("jobs")
         info = self._known(store, name)
         now = store.now()
@@ -146,6 +170,10 @@ class Control(ScheduleControl):
     def pause(self, job: str, reason: str = "", *, by: str | None = None) -> bool:
         """Pause ``job`` on every instance from its next tick: its slots are recorded
         ``skipped (paused)``. ``by`` defaults to ``user@host``. ``False`` if already paused."""
+        check.name(job, "job")
+        check.text(reason, "reason", check.REASON_MAX)
+        if by is not None:
+            check.text(by, "by", check.BY_MAX)
         store = self._lease("pause")
         self._known(store, job)
         return store.pause(job, reason, by or operator())
@@ -163,12 +191,15 @@ class Control(ScheduleControl):
         those within the job's ``catch_up`` window (or ``window`` seconds), as after downtime:
         their runs become pending and the instances' next sweep runs them. Returns their ids.
         """
+        check.name(job, "job")
+        if missed not in ("skip", "catch_up"):
+            raise InvalidArgument("missed", missed, "'skip' or 'catch_up'")
+        if window is not None:
+            check.seconds(window, "window", zero=False)
         store = self._lease("resume")
         info = self._known(store, job)
         if missed == "skip":
             return store.resume(job)
-        if missed != "catch_up":
-            raise ConfigurationError(f"missed={missed!r} is not known: use 'skip' or 'catch_up'")
         span = window if window is not None else float(_spec(info).get("catch_up") or 0)
         if span <= 0:
             raise ConfigurationError(
@@ -183,10 +214,11 @@ class Control(ScheduleControl):
 
         ``overlap="skip"`` records it skipped instead if another run of the job holds a live lease.
         """
+        check.name(job, "job")
+        if overlap not in ("allow", "skip"):
+            raise InvalidArgument("overlap", overlap, "'allow' or 'skip'")
         store = self._lease("trigger")
         self._known(store, job)
-        if overlap not in ("allow", "skip"):
-            raise ConfigurationError(f"overlap={overlap!r} is not known: use 'allow' or 'skip'")
         return store.trigger(job, overlap_skip=overlap == "skip")
 
     def backfill(
@@ -203,12 +235,13 @@ class Control(ScheduleControl):
         skipped) is not run again (``False``). At most :data:`MAX_BACKFILL` slots; ``end`` may not
         be in the future. ``overlap="buffer_all"`` runs them one at a time, else side by side.
         """
+        check.name(job, "job")
+        check.aware(start, "start")
+        check.aware(end, "end")
+        if overlap not in ("allow", "buffer_all"):
+            raise InvalidArgument("overlap", overlap, "'allow' or 'buffer_all'")
         store = self._lease("backfill")
         schedule = _schedule(self._known(store, job))
-        if overlap not in ("allow", "buffer_all"):
-            raise ConfigurationError(
-                f"overlap={overlap!r} is not known: use 'allow' or 'buffer_all'"
-            )
         slots = _backfill_slots(schedule, start, end, store.now())
         created = store.backfill(job, slots, serial=overlap == "buffer_all")
         return list(zip(slots, created, strict=True))
@@ -219,9 +252,8 @@ class Control(ScheduleControl):
 
         Stored schedules removed more than ``older_than`` seconds ago go too, with their history
         (a disabled schedule never does); they are not counted."""
+        check.seconds(older_than, "older_than")
         store = self._lease("prune")
-        if older_than < 0:
-            raise ConfigurationError(f"older_than={older_than!r} must be 0 or more seconds")
         total = 0
         while (deleted := store.prune(older_than, PRUNE_BATCH)) > 0:
             total += deleted

@@ -17,10 +17,17 @@ from functools import cached_property
 from itertools import islice
 from typing import Any, Literal
 
+from relay import arguments as check
 from relay.contract import ClaimBackend, LeaseBackend, is_lease
 from relay.definitions import Choice
 from relay.durations import Duration
-from relay.errors import ConfigurationError, Conflict, UnknownSchedule, UnsupportedOption
+from relay.errors import (
+    ConfigurationError,
+    Conflict,
+    InvalidArgument,
+    UnknownSchedule,
+    UnsupportedOption,
+)
 from relay.health import is_alive
 from relay.jobs import LEASE_BACKENDS, Overlap
 from relay.runs import RunRecord
@@ -123,6 +130,9 @@ class ScheduleControl:
         instance (``@scheduler.task(name)``) unless ``force=True``; the name may not be a code
         job's. ``Conflict`` if a schedule of that name exists. ``by`` defaults to ``user@host``.
         """
+        check.name(name, "name")
+        check.name(task, "task")
+        _check_by(by)
         store = self._schedule_store("add_schedule")
         schedule = check_schedule(
             self._lease_backend(), name, task, cron=cron, every=every, at=at, tz=tz, args=args,
@@ -132,9 +142,10 @@ class ScheduleControl:
             jitter=jitter, options=options, description=description,
             expect_success_within=expect_success_within, alert_after_failures=alert_after_failures,
         )  # fmt: skip
+        definition = _sized(schedule)
         self.checks(force=force).added(schedule)
         row = store.add_schedule(
-            name, _text(schedule), _json(changes_between(None, schedule)), by or operator()
+            name, definition, _json(changes_between(None, schedule)), by or operator()
         )
         return from_row(row)
 
@@ -155,6 +166,9 @@ class ScheduleControl:
         and a run in flight finishes as it was. A change that changes nothing makes no version.
         ``Conflict`` (naming the current version, when and by whom) if it is not at ``version``.
         """
+        check.name(name, "name")
+        check.count(version, "version")
+        _check_by(by)
         store = self._schedule_store("update_schedule")
         unknown = sorted(set(changes) - set(DEFINITION))
         if unknown:
@@ -175,8 +189,9 @@ class ScheduleControl:
         diff = changes_between(current, updated)
         if not diff:
             return current
+        definition = _sized(updated)
         self.checks(force=force).updated(updated, diff)
-        row = store.update_schedule(name, _text(updated), _json(diff), by or operator(), version)
+        row = store.update_schedule(name, definition, _json(diff), by or operator(), version)
         if row is None:
             raise self._unknown(store, name)
         return from_row(row)
@@ -186,6 +201,10 @@ class ScheduleControl:
     ) -> None:
         """Remove schedule ``name`` (if at ``version``, when given): no new slot starts; a run in
         flight finishes; its history and runs stay until retention prunes them."""
+        check.name(name, "name")
+        if version is not None:
+            check.count(version, "version")
+        _check_by(by)
         store = self._schedule_store("remove_schedule")
         current = store.stored_schedule(name)
         if current is None:
@@ -196,6 +215,7 @@ class ScheduleControl:
 
     def schedule(self, name: str) -> Schedule:
         """Stored schedule ``name``; :class:`~relay.errors.UnknownSchedule` if there is none."""
+        check.name(name, "name")
         store = self._schedule_store("schedule")
         row = store.stored_schedule(name)
         if row is None:
@@ -208,6 +228,7 @@ class ScheduleControl:
 
     def schedule_history(self, name: str) -> list[ScheduleChange]:
         """Every change of schedule ``name``, oldest first (removed schedules keep theirs)."""
+        check.name(name, "name")
         store = self._schedule_store("schedule_history")
         history = store.schedule_history(name)
         if not history:
@@ -388,6 +409,23 @@ def _stored_spec(spec: str | None) -> bool:
 
 def _text(schedule: Schedule) -> str:
     return _json(to_definition(schedule))
+
+
+def _sized(schedule: Schedule) -> str:
+    """The definition's text, refused above :data:`~relay.arguments.DEFINITION_MAX` bytes."""
+    text = _text(schedule)
+    if len(text.encode()) > check.DEFINITION_MAX:
+        raise InvalidArgument(
+            "args, kwargs, options and description",
+            f"{len(text.encode())} bytes of definition",
+            f"at most {check.DEFINITION_MAX} bytes of definition in all",
+        )
+    return text
+
+
+def _check_by(by: object) -> None:
+    if by is not None:
+        check.text(by, "by", check.BY_MAX)
 
 
 def _json(value: Any) -> str:

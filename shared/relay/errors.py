@@ -8,6 +8,7 @@
     │   ├── UnknownBackend          a backend URL whose scheme Relay does not know
     │   ├── UnsupportedOption       a lease-only option given to a claim backend
     │   ├── MissingDependency       the backend's driver is not installed (names the extra)
+    │   ├── InvalidArgument         a wrong argument of a public call (names the parameter)
     │   └── UnknownSchedule         no stored schedule has this name
     └── BackendError                the store misbehaved or refused
         ├── BackendUnavailable      the store cannot be reached, or refused our credentials
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigurationError",
     "Conflict",
     "InstancesTooOld",
+    "InvalidArgument",
     "InvalidSchedule",
     "LeaseLost",
     "MigrationRequired",
@@ -83,6 +85,17 @@ class MissingDependency(ConfigurationError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class InvalidArgument(ConfigurationError, TypeError):
+    """A wrong type or value for a parameter of a public call, refused before any store is
+    touched (:mod:`relay.arguments`): the same answer on every store. ``parameter`` names it."""
+
+    def __init__(self, parameter: str, value: object, expected: str) -> None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+        super().__init__(f"{parameter}={shown} is not valid: give {expected}")
+        self.parameter = parameter
 
 
 class UnsupportedOption(ConfigurationError, TypeError):

@@ -11,6 +11,7 @@ from datetime import datetime, tzinfo
 from pathlib import PurePath
 from typing import Any, Literal
 
+from relay.arguments import NAME_MAX
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.deadlines import check_deadline
 from relay.durations import (
@@ -156,6 +157,10 @@ def make_job(
     if not isinstance(name, str) or not name or "@" in name or not name.isprintable():
         raise ConfigurationError(
             f"job name {name!r} must be a non-empty string without '@' or control characters"
+        )
+    if len(name) > NAME_MAX:
+        raise ConfigurationError(
+            f"job name {name[:40]!r}… is {len(name)} characters: at most {NAME_MAX}"
         )
     if schedule is None:
         schedule = make_schedule(cron=cron, every=every, tz=tz, job=name)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.control import Control
-from relay.control_schedules import _json, _text, operator
+from relay.control_schedules import _check_by, _json, _sized, operator
 from relay.errors import ConfigurationError, Conflict, MissingDependency, UnknownSchedule
 from relay.schedule_store import ScheduleWrite
 from relay.stored import DEFINITION, Schedule, changes_between, check_schedule, to_definition
@@ -142,12 +142,13 @@ def apply(control: Control, steps: Plan, *, by: str | None = None, force: bool =
     """Make every change ``steps`` lists in one atomic step, or none: each on the version
     :func:`plan` read, after :func:`check`. A schedule changed since raises
     :class:`~relay.errors.Conflict` naming its entry, and nothing is written."""
+    _check_by(by)
     check(control, steps, force=force)
     writes = [
-        ScheduleWrite("add", s.name, _text(s), _json(changes_between(None, s))) for s in steps.add
+        ScheduleWrite("add", s.name, _sized(s), _json(changes_between(None, s))) for s in steps.add
     ]
     writes += [
-        ScheduleWrite("update", s.name, _text(s), _json(diff), steps.versions[s.name])
+        ScheduleWrite("update", s.name, _sized(s), _json(diff), steps.versions[s.name])
         for s, diff in steps.update
     ]
     current = {s.name: s for s in control.schedules()} if steps.remove else {}

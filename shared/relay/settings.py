@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from relay.backends._url import redact
 from relay.durations import Duration, optional_seconds
 from relay.errors import ConfigurationError
 
@@ -52,6 +53,15 @@ class Settings:
     """Task names stored schedules may run on this host (Celery's ``relay_schedulable_tasks``;
     Dramatiq's ``RelayMiddleware(schedulable=...)``, actor names)."""
 
+    def __repr__(self) -> str:
+        """The settings, with the backend URL's secrets as ``***``."""
+        backend = None if self.backend is None else redact(self.backend)
+        return (
+            f"Settings(backend={backend!r}, lease={self.lease!r}, heartbeat={self.heartbeat!r}, "
+            f"tick={self.tick!r}, queue_lease={self.queue_lease!r}, "
+            f"schedulable_tasks={self.schedulable_tasks!r})"
+        )
+
 
 def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Settings:
     """Read ``BACKEND``, ``LEASE``, ``HEARTBEAT``, ``TICK``, ``QUEUE_LEASE`` and
@@ -73,7 +83,9 @@ def from_mapping(values: Mapping[str, Any], *, source: str = "RELAY") -> Setting
     if backend is not None and (not isinstance(backend, str) or "://" not in backend):
         raise ConfigurationError(
             f"{source}['BACKEND'] must be a backend URL such as 'redis://localhost:6379/0', "
-            f"got {backend!r}"
+            f"got {redact(backend)!r}"
+            if isinstance(backend, str)
+            else f"{source}['BACKEND'] must be a backend URL, not {type(backend).__name__}"
         )
     return Settings(
         backend=backend,

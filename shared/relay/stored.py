@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from itertools import islice
 from typing import Any, Literal
 
+from relay.arguments import NAME_MAX
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration
 from relay.errors import ConfigurationError, InvalidSchedule
@@ -331,6 +332,10 @@ def _check_text(value: object, what: str) -> None:
     if not isinstance(value, str) or not value or not value.isprintable() or "@" in value:
         raise ConfigurationError(
             f"{what} {value!r} must be a non-empty string without '@' or control characters"
+        )
+    if len(value) > NAME_MAX:
+        raise ConfigurationError(
+            f"{what} {value[:40]!r}… is {len(value)} characters: at most {NAME_MAX}"
         )
 
 

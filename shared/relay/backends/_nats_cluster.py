@@ -21,6 +21,7 @@ import nats.errors
 import nats.js.errors
 
 from relay.backends._url import BackendURL
+from relay.errors import ConfigurationError
 
 __all__ = ["ATTEMPT", "LEADERLESS_CODES", "leaderless", "retried", "server_urls"]
 
@@ -43,6 +44,11 @@ def server_urls(url: str) -> list[str]:
     server gets the scheme (so TLS) and the credentials. Query options are dropped.
     """
     parsed = BackendURL(url)
+    if not parsed.hosts:  # nats-py would look for a server among none, for ever
+        raise ConfigurationError(
+            f"NATS URL {parsed.redacted()!r} names no server: write nats://host:4222 (or "
+            "nats://a:4222,b:4222 for a cluster)"
+        )
     userinfo, at, _ = parsed.parts.netloc.rpartition("@")
     prefix = f"{parsed.parts.scheme}://{userinfo}{at}"
     servers = []

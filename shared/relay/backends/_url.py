@@ -3,38 +3,82 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from relay.errors import ConfigurationError
 
-__all__ = ["BackendURL"]
+__all__ = ["BackendURL", "redact"]
 
 _TOKEN_SCHEMES = ("nats", "tls")
 _FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_SECRET_OPTION = re.compile(r"(?i)([?&;#](?:[^=&;#?]*password|[^=&;#?]*token)=)[^&;#]*")
+
+
+def redact(url: str) -> str:
+    """``url`` with whatever may be a secret as ``***``, whatever its shape, for any output.
+
+    It reads the text, never a parse that a malformed URL could defeat (``redis:/u:pw@host``,
+    an unclosed ``[::1``): the user information runs from after the scheme and its slashes to the
+    **last** ``@`` of the text, and everything in it after its first ``:`` is the password (a
+    NATS token: all of it, on ``nats://`` and ``tls://``); so are the values of options named
+    ``*password`` or ``*token``. A URL with an ``@`` in its path or query may show less than it
+    could; it never shows more.
+    """
+    text = _SECRET_OPTION.sub(r"\1***", url)
+    span = _secret_span(text)
+    return text if span is None else f"{text[: span[0]]}***{text[span[1] :]}"
+
+
+def _secret_span(text: str) -> tuple[int, int] | None:
+    """Where :func:`redact` finds the password (or NATS token) in ``text``: ``None`` if nowhere."""
+    at = text.rfind("@")
+    if at < 0:
+        return None
+    scheme = _SCHEME.match(text)
+    start = scheme.end() if scheme else 0
+    while start < at and text[start] in "/\\":
+        start += 1
+    colon = text.find(":", start, at)
+    if colon >= 0:
+        return colon + 1, at
+    token = scheme is not None and scheme.group()[:-1].lower() in _TOKEN_SCHEMES
+    return (start, at) if token and start < at else None
 
 
 class BackendURL:
     """A backend URL split into its parts, with its query options checked against a known set."""
 
     def __init__(self, url: str) -> None:
-        if not isinstance(url, str) or "://" not in url:
+        if not isinstance(url, str):
             raise ConfigurationError(
-                f"backend URL {url!r} is malformed: expected 'scheme://…', "
+                f"a backend URL must be a string such as 'sqlite:///relay.db' or "
+                f"'redis://localhost:6379/0', not {type(url).__name__}"
+            )
+        if "://" not in url:
+            raise ConfigurationError(
+                f"backend URL {redact(url)!r} is malformed: expected 'scheme://…', "
                 "such as 'sqlite:///relay.db' or 'redis://localhost:6379/0'"
             )
         self.url = url
         try:
             self.parts = urlsplit(url)
         except ValueError as exc:  # such as an unclosed "[" around an IPv6 host
-            raise ConfigurationError(f"backend URL {url!r} is malformed: {exc}") from None
+            raise ConfigurationError(
+                f"backend URL {redact(url)!r} is malformed: {redact(str(exc))}"
+            ) from None
         self.scheme = self.parts.scheme.lower()
         try:
             pairs = parse_qsl(self.parts.query, keep_blank_values=True, strict_parsing=False)
         except ValueError as exc:
-            raise ConfigurationError(f"backend URL {url!r} has a malformed query: {exc}") from None
+            raise ConfigurationError(
+                f"backend URL {redact(url)!r} has a malformed query: {redact(str(exc))}"
+            ) from None
         self.options = dict(pairs)
+        self._check_secret_in_place()
         self.hosts = self._hosts()
         """Every ``(host, port)`` the URL names, in order; more than one in a multi-host URL
         (``postgresql://a:5432,b:5432/db``). ``port`` is ``None`` where the URL gives none."""
@@ -43,6 +87,21 @@ class BackendURL:
             raise ConfigurationError(
                 f"backend URL {self.redacted()!r} gives the option(s) {', '.join(repeated)} more "
                 "than once; give each once"
+            )
+
+    def _check_secret_in_place(self) -> None:
+        """Refuse a URL whose password is not where a URL's grammar puts it (a drivers would
+        take it for a host, a path or a virtual host, and might print it)."""
+        span = _secret_span(self.url)
+        if span is None:
+            return
+        token = self.scheme in _TOKEN_SCHEMES and self.parts.password is None
+        parsed = self.parts.username if token else self.parts.password
+        if self.url[span[0] : span[1]] != parsed:
+            raise ConfigurationError(
+                f"backend URL {self.redacted()!r} is malformed: its user and password are not "
+                "between 'scheme://' and the host; write scheme://user:password@host:port/…, "
+                "with any '@', ':', '/', '?' or '#' of the password percent-encoded (%40 for '@')"
             )
 
     @property
@@ -123,19 +182,7 @@ class BackendURL:
         return urlunsplit(self.parts._replace(query="&".join(kept)))
 
     def redacted(self) -> str:
-        """The URL with any secret as ``***``, for messages: the password, a NATS token
-        (``nats://TOKEN@host``: a user name with no password), and the options that carry one
-        (named ``*password``, such as libpq's ``sslpassword``, or ``token``)."""
-        parts = self.parts
-        token = self.scheme in _TOKEN_SCHEMES and "@" in parts.netloc
-        secrets = [k for k in self.options if k.lower().endswith("password") or k == "token"]
-        if parts.password is None and not token and not secrets:
-            return self.url  # as given: urlunsplit would rewrite some (an empty host's "//")
-        if parts.password is not None:
-            parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
-        elif token:
-            parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
-        if secrets:
-            masked = [f"{k}={'***' if k in secrets else v}" for k, v in self.options.items()]
-            parts = parts._replace(query="&".join(masked))
-        return urlunsplit(parts)
+        """The URL with any secret as ``***``, for messages (:func:`redact`): the password, a
+        NATS token (``nats://TOKEN@host``: a user name with no password), and the options that
+        carry one (named ``*password``, such as libpq's ``sslpassword``, or ``*token``)."""
+        return redact(self.url)

@@ -201,11 +201,13 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         parsed.check_options(["busy_timeout", "durability", "migrate"], "the SQLite backend")
         if parsed.parts.netloc:
             raise ConfigurationError(
-                f"SQLite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
+                f"SQLite URL {parsed.redacted()!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
             )
         path = parsed.parts.path[1:] if parsed.parts.path.startswith("/") else parsed.parts.path
         if not path:
-            raise ConfigurationError(f"SQLite URL {url!r} names no file: use sqlite:///relay.db")
+            raise ConfigurationError(
+                f"SQLite URL {parsed.redacted()!r} names no file: use sqlite:///relay.db"
+            )
         durability = _checked_durability(parsed.option("durability", "full"))
         return cls(
             path,

@@ -44,7 +44,9 @@ class SQLiteClaimBackend:
         parsed.check_options(["strategy", "busy_timeout"], "the SQLite claim backend")
         path = parsed.parts.path[1:]
         if parsed.parts.netloc or not path:
-            raise ConfigurationError(f"SQLite URL {url!r} must look like sqlite:///claims.db")
+            raise ConfigurationError(
+                f"SQLite URL {parsed.redacted()!r} must look like sqlite:///claims.db"
+            )
         return cls(path, busy_timeout=parsed.float_option("busy_timeout", 30.0), **kwargs)
 
     @property
