@@ -490,3 +490,22 @@ def test_the_command_names_a_bad_auth_hook(tmp_path: Path) -> None:
         result = CliRunner().invoke(relay_cli, ["console", "--backend", url, "--auth", hook])
         assert result.exit_code == 2 and said in result.output, result.output
     assert not (tmp_path / "x.db").exists()  # nothing was opened
+
+
+def test_an_open_backend_object_is_used_and_left_open(site: dict[str, Any]) -> None:
+    from relay import open_backend
+
+    store = open_backend(site["url"])
+    app = asgi_app(store)  # type: ignore[arg-type]
+    try:
+        local = TestClient(app, client=LOCAL)
+        assert 'data-job="tick"' in local.get("/").text
+        token = csrf_of(local.get("/jobs/tick").text)
+        assert "Paused tick" in local.post("/act/pause/tick", data={"csrf": token}).text
+        app.state.console.close()
+        assert store.runs("tick", 1)  # still open: the caller's to close
+        assert local.post("/act/resume/tick", data={"csrf": token}).status_code == 200
+    finally:
+        store.close()
+    with Control(site["url"]) as control:
+        assert not control.job("tick").paused
