@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 from typing_extensions import Self
 
-from relay.backends import open_backend
+from relay.backends import open_or_defer
 from relay.consumer_mode import dispatcher
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
@@ -29,6 +29,7 @@ from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.coroutines import call_handler, is_coroutine_function
 from relay.engine.dispatching import Dispatcher
 from relay.engine.stored import ScheduleFeed
+from relay.engine.waiting import wait_for_store
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -144,7 +145,7 @@ class Scheduler(Generic[BackendT]):
     ) -> None:
         check_instance_options(backend, owner, max_workers, clock)
         self.backend: ClaimBackend | LeaseBackend = (
-            open_backend(backend) if isinstance(backend, str) else backend
+            open_or_defer(backend) if isinstance(backend, str) else backend
         )
         self._owns_backend = isinstance(backend, str)
         try:
@@ -343,11 +344,14 @@ class Scheduler(Generic[BackendT]):
 
         A backend the scheduler opened from a URL is closed when it returns. An instance whose
         code job has the name of a stored schedule refuses to start (``ConfigurationError``).
+        A store that cannot be reached yet is waited for (``store_waiting`` is reported every
+        30 s): nothing runs and no heartbeat is recorded until it answers.
         """
         restore = self._install_signal_handlers()
         try:
-            self._serve_dispatcher()
-            self._loop()
+            if self._wait_for_store():
+                self._serve_dispatcher()
+                self._loop()
         finally:
             self._close()
             restore()
@@ -368,6 +372,14 @@ class Scheduler(Generic[BackendT]):
         # A thread of its own for the store's calls: a busy default executor must not delay ticks.
         store = ThreadPoolExecutor(1, thread_name_prefix=f"relay-serve-{self.owner}")
         try:
+            waiting = loop.run_in_executor(store, self._wait_for_store)
+            try:
+                if not await asyncio.shield(waiting):
+                    return  # stopped before the store answered
+            except asyncio.CancelledError:
+                self._stopping.set()  # the wait returns within one try
+                await asyncio.wait({waiting})
+                raise
             await loop.run_in_executor(store, self._serve_dispatcher)
             while not self._stopping.is_set():
                 step = loop.run_in_executor(store, self._step)
@@ -467,6 +479,13 @@ class Scheduler(Generic[BackendT]):
         self._start_feed()  # stored schedules first: a clash with a code job refuses to start
         if self._dispatcher is not None:  # RabbitMQ consumer mode: its consumers run the runs
             self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
+
+    def _wait_for_store(self) -> bool:
+        """Wait until the store answers (a URL's store may be down at start); ``False`` if the
+        instance was stopped first."""
+        return wait_for_store(
+            self.backend, owner=self.owner, events=self.events, stopping=self._stopping
+        )
 
     def _close(self) -> None:
         self.shutdown()
