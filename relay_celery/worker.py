@@ -154,8 +154,8 @@ class RelayStep(bootsteps.StartStopStep):
 
     def start(self, parent: Any) -> None:
         """Start the worker's heartbeat, on a backend connection of its own."""
-        try:
-            backend = open_backend(self._settings.backend)
+        try:  # deferred: a store down at start is recorded once it answers
+            backend = open_backend(self._settings.backend, deferred=True)
         except RelayError as exc:
             log.error("relay: the worker's heartbeat will not be recorded: %s", exc)
             return
@@ -335,7 +335,9 @@ class RunHooks:
         if runner is None or self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self._backend = open_backend(self.settings.backend)
+                    # Deferred: while the store is down each start is refused (the message is
+                    # dropped, its run dispatched again), and the next one tries it again.
+                    self._backend = open_backend(self.settings.backend, deferred=True)
                     self._renewals = Renewals.of(self._backend)
                     # A run's lease outlives no unanswered start by more than the queue lease.
                     self._unanswered = HandBackLater.of(self._backend, self.settings.queue_lease)

@@ -75,6 +75,7 @@ class InstanceHeartbeat:
         )  # fmt: skip
         self._clock = clock
         self._next: float | None = None
+        self._recorded = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -93,8 +94,12 @@ class InstanceHeartbeat:
         try:
             self.backend.record_instance(self.info, self.ttl)
         except BackendUnavailable as exc:
-            log.warning("could not record the heartbeat of %s: %s", self.info.owner, exc)
+            if not self._recorded:  # a host started with its store down: not ready yet
+                log.warning("%s waits for the store to answer: %s", self.info.owner, exc)
+            else:
+                log.warning("could not record the heartbeat of %s: %s", self.info.owner, exc)
             return False
+        self._recorded = True
         return True
 
     def start(self) -> None:
