@@ -60,7 +60,8 @@ def test_worker_and_scheduler_started_with_the_store_down_wait_then_run_each_run
             assert proxy.accepted == before, "importing the app connected to the store"
             worker = d.worker("worker")
             scheduler = d.scheduler("scheduler")
-            d.wait_for("the scheduler to wait", lambda: read_events(d.relay_events, "store_waiting"))
+            waiting = d.relay_events
+            d.wait_for("relay-dramatiq to wait", lambda: read_events(waiting, "store_waiting"))
             d.wait_for("the worker to wait", lambda: "waits for the store" in d.logs())
             assert worker.poll() is None and scheduler.poll() is None, d.logs()
             assert d.events() == []
