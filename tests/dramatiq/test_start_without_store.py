@@ -22,9 +22,7 @@ from tests.support.fault_proxy import proxied
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
-STORES = [
-    pytest.param(name, marks=LEASE_BACKENDS[name][1], id=name) for name in ("redis", "nats")
-]
+STORES = [pytest.param(name, marks=LEASE_BACKENDS[name][1], id=name) for name in ("redis", "nats")]
 
 
 def healthy(url: str, role: str) -> bool:
