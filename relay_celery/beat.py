@@ -34,7 +34,7 @@ from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
 from relay_celery.schedules import schedule_options
 from relay_celery.stored import StoredTask, allowed_tasks, stored_task
-from relay_celery.worker import refuse_coroutine_tasks, require_worker_hooks
+from relay_celery.worker import check_scheduled_tasks, require_worker_hooks
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
@@ -82,10 +82,11 @@ class RelayScheduler(Scheduler):
         )
         loaded = load_settings(self.app)
         self.allowed = allowed_tasks(self.app, loaded)
-        refuse_coroutine_tasks(self.app, self.allowed)
         backend, settings = open_checked(loaded)
         self._backend, self.settings = backend, settings
         try:
+            # What the worker refuses at start, beat refuses too: it would publish runs for it.
+            check_scheduled_tasks(self.app, self.allowed, settings.capability)
             self.decider = Decider(
                 backend, owner=default_owner(), lease=settings.queue_lease, events=bus
             )

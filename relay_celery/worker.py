@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
@@ -52,6 +52,7 @@ __all__ = [
     "SCHEDULER",
     "RelayStep",
     "RetryRequested",
+    "check_scheduled_tasks",
     "install",
     "refuse_coroutine_tasks",
     "require_worker_hooks",
@@ -143,9 +144,7 @@ class RelayStep(bootsteps.StartStopStep):
             jobs = None if consumer is None else setup_worker(parent, consumer)
         finally:
             backend.close()
-        refuse_coroutine_tasks(app, allowed)
-        if settings.capability == "lease":
-            _refuse_celery_retries(app, allowed)
+        check_scheduled_tasks(app, allowed, settings.capability)
         hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
@@ -181,6 +180,19 @@ class RelayStep(bootsteps.StartStopStep):
             heartbeat.backend.close()
 
     terminate = stop
+
+
+def check_scheduled_tasks(
+    app: Celery, allowed: Iterable[str], capability: Literal["claim", "lease"]
+) -> None:
+    """Refuse the scheduled tasks the worker could not run as Relay runs them: ``async def``
+    ones, and on a lease store ones declaring Celery retries (``autoretry_for``).
+
+    Beat and the worker both call it at start, so beat never publishes what the worker refuses.
+    """
+    refuse_coroutine_tasks(app, allowed)
+    if capability == "lease":
+        _refuse_celery_retries(app, allowed)
 
 
 def refuse_coroutine_tasks(app: Celery, allowed: Iterable[str] = ()) -> None:
