@@ -20,7 +20,7 @@ from typing import Any
 from relay.backends._url import BackendURL
 from relay.errors import BackendUnavailable
 
-__all__ = ["DeferredBackend", "backend_class", "deferred", "open_now"]
+__all__ = ["DeferredBackend", "backend_class", "deferred"]
 
 _OWN = frozenset({"name", "close", "deadline", "open", "is_open", "backend_class"})
 _STATE = frozenset({"_url", "_options", "_where", "_deadline", "_opening", "_opened", "_closed"})
@@ -102,13 +102,6 @@ def deferred(factory: type, url: str, options: dict[str, Any]) -> DeferredBacken
 def backend_class(backend: object) -> Any:
     """The class of ``backend``, or of the backend a :class:`DeferredBackend` opens."""
     return backend.backend_class if isinstance(backend, DeferredBackend) else type(backend)
-
-
-def open_now(backend: object) -> None:
-    """Open ``backend`` if it is a :class:`DeferredBackend` not open yet (raising what opening
-    raises); any other backend is open already."""
-    if isinstance(backend, DeferredBackend):
-        backend.open()
 
 
 def _stand_in(factory: type) -> type[DeferredBackend]:

@@ -13,19 +13,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from relay import clock as relay_clock
-from relay.backends._deferred import open_now
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.errors import BackendUnavailable
 from relay.events import EventBus, StoreRecovered, StoreWaiting
 
-__all__ = ["REPORT_EVERY", "RETRY", "wait_for_store"]
+__all__ = ["REPORT_EVERY", "RETRY", "OpensLater", "wait_for_store"]
 
 RETRY = 1.0
 """Seconds between two tries to reach a store that has not answered since the host started."""
 REPORT_EVERY = 30.0
 """Seconds between two ``store_waiting`` reports while a host waits (the longest back-off)."""
+
+
+@runtime_checkable
+class OpensLater(Protocol):
+    """A backend opened at its first use (``relay.backends.open_backend(url, deferred=True)``)."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the store answered once and the backend is open."""
+
+    def open(self) -> object:
+        """Open it now if it is not open: ``BackendUnavailable`` while the store is down."""
 
 
 def wait_for_store(
@@ -48,7 +60,8 @@ def wait_for_store(
     reported: float | None = None
     while not stopping.is_set():
         try:
-            open_now(backend)
+            if isinstance(backend, OpensLater):
+                backend.open()
         except BackendUnavailable as exc:
             now = monotonic()
             if reported is None or now - reported >= report_every:
