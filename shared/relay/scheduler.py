@@ -162,30 +162,12 @@ class Scheduler(Generic[BackendT]):
         self.owner = owner or default_owner()
         self.events = EventBus()
         """Every event of this instance (see :meth:`on`); each is logged by default."""
-        self.decider = Decider(
-            self.backend,
-            owner=self.owner,
-            lease=self.lease,
-            clock=clock,
-            events=self.events,
-            retention=retention_s,
-        )
-        self.runner = Runner(
-            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
-            events=self.events, clock=clock,
-        )  # fmt: skip
         self.tasks: dict[str, Handler] = {}
         """The tasks stored schedules may run here, by name (:meth:`task`, :meth:`register`)."""
-        self.feed = (
-            ScheduleFeed(self.decider, self.backend, self._stored_handler, active=False)
-            if stores_schedules(self.backend)
-            else None
-        )
-        self.decider.holding = self.runner.holding
-        self.loop = Loop(
-            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
-            role="scheduler", schedules=self.feed,
-        )  # fmt: skip
+        self._url = backend if isinstance(backend, str) else None
+        """The URL the backend was opened from (``None``: a backend object was given)."""
+        self._clock, self._retention = clock, retention_s
+        self._build()
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)
@@ -198,8 +180,43 @@ class Scheduler(Generic[BackendT]):
         """The event loop :meth:`serve` runs in: coroutine handlers run there as its tasks."""
         self._wake: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
+
+    def _build(self) -> None:
+        """The engine's parts on :attr:`backend`: the decider, the runner, the loop, the feed."""
+        self.decider = Decider(
+            self.backend, owner=self.owner, lease=self.lease, clock=self._clock,
+            events=self.events, retention=self._retention,
+        )  # fmt: skip
+        self.runner = Runner(
+            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
+            events=self.events, clock=self._clock,
+        )  # fmt: skip
+        self.feed = (
+            ScheduleFeed(self.decider, self.backend, self._stored_handler, active=False)
+            if stores_schedules(self.backend)
+            else None
+        )
+        self.decider.holding = self.runner.holding
+        self.loop = Loop(
+            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
+            role="scheduler", schedules=self.feed,
+        )  # fmt: skip
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
         self._dispatcher: Dispatcher | None = dispatcher(self.backend)
+
+    def _move_to(self, backend: ClaimBackend | LeaseBackend, url: str | None = None) -> None:
+        """Decide and run on ``backend`` from now on, with the same jobs, tasks and subscribers
+        (the test kit gives an application's own scheduler each test's fresh store). What the
+        instance knew of its former store is dropped; neither backend is closed by this."""
+        stored = set(self.feed.stored) if self.feed is not None else set()
+        code = [job for name, job in self.decider.jobs.items() if name not in stored]
+        self.backend, self._url, self._owns_backend = backend, url, False
+        self._build()
+        for job in code:
+            self.decider.add(job)
+        tasks, self.tasks = self.tasks, {}
+        for name, handler in tasks.items():
+            self.register(name, handler)
 
     @property
     def jobs(self) -> dict[str, Job]:
