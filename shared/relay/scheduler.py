@@ -373,7 +373,7 @@ class Scheduler(Generic[BackendT]):
             self._close()
             restore()
 
-    async def serve(self) -> None:
+    async def serve(self, *, handle_signals: bool | None = None) -> None:
         """Run this instance inside the running event loop until :meth:`stop` or cancellation.
 
         For asyncio applications (FastAPI, Starlette, aiohttp): the loop is never blocked. Store
@@ -382,12 +382,20 @@ class Scheduler(Generic[BackendT]):
         When the task is cancelled (the application shuts down) or :meth:`stop` is called, it
         stops as :meth:`run` does: runs get ``stop_timeout`` to finish, the rest are handed
         over (coroutines cancelled), and a backend opened from a URL is closed; a cancelled
-        task then raises ``CancelledError``. No signal handler is installed: the app owns them.
+        task then raises ``CancelledError``.
+
+        ``handle_signals``: whether SIGTERM and SIGINT stop it (as :meth:`stop`), their former
+        handlers put back when it returns. By default (``None``) it takes them when it runs in
+        the main thread and nothing owns SIGTERM yet (a plain ``asyncio.run(main())``), and
+        leaves them to a server that installed its own (uvicorn, hypercorn, aiohttp's
+        ``run_app``): stop it from the app's shutdown then (``async with scheduler:`` in a
+        lifespan). ``True`` takes them always (the main thread only), ``False`` never.
         """
         loop = self._serving = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         # A thread of its own for the store's calls: a busy default executor must not delay ticks.
         store = ThreadPoolExecutor(1, thread_name_prefix=f"relay-serve-{self.owner}")
+        restore = self._take_signals(handle_signals)
         try:
             waiting = loop.run_in_executor(store, self._wait_for_store)
             try:
@@ -412,6 +420,20 @@ class Scheduler(Generic[BackendT]):
                 await asyncio.shield(loop.run_in_executor(store, self._close))
             finally:
                 store.shutdown(wait=False)
+                restore()
+
+    def _take_signals(self, handle_signals: bool | None) -> Callable[[], None]:
+        """:meth:`serve`'s SIGTERM and SIGINT handlers, if it takes them; what puts back the
+        former ones."""
+        main = threading.current_thread() is threading.main_thread()
+        if handle_signals is None:
+            handle_signals = main and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+        elif handle_signals and not main:
+            raise ConfigurationError(
+                "serve(handle_signals=True) runs in the main thread only (Python delivers "
+                "signals there): serve there, or stop the scheduler from the app's shutdown"
+            )
+        return self._install_signal_handlers() if handle_signals else lambda: None
 
     async def __aenter__(self) -> Self:
         """Start :meth:`serve` as a task of the running loop (an error it ends with is logged
