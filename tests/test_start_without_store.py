@@ -7,6 +7,7 @@ scheduler processes start behind it; ``relay health`` (the probe) fails until th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+import relay
 from relay import open_backend
 from relay.backends._deferred import DeferredBackend
 from relay.engine.waiting import wait_for_store
@@ -160,3 +162,59 @@ def test_waiting_reports_at_a_steady_interval_not_per_try(tmp_path: Path) -> Non
     stopping.set()
     again = open_backend(f"sqlite:///{tmp_path / 'missing' / 'x.db'}", deferred=True)
     assert not wait_for_store(again, owner="o", events=bus, stopping=stopping)
+
+
+@pytest.mark.redis
+def test_serve_started_with_the_store_down_waits_then_runs(tmp_path: Path) -> None:
+    """``serve()`` waits off the event loop (which keeps running), then runs once it answers."""
+    factory, _ = LEASE_BACKENDS["redis"]
+    with factory(tmp_path) as url, proxied(url) as (proxy, near):
+        proxy.set("reset")
+        scheduler = relay.Scheduler(near, lease=5, tick=0.1)
+        seen: list[object] = []
+        scheduler.on(StoreWaiting, seen.append)
+        scheduler.on(StoreRecovered, seen.append)
+        ran: list[str] = []
+
+        @scheduler.job(every=1, name="tick")
+        async def tick(run: relay.Run) -> None:
+            ran.append(run.id)
+
+        async def main() -> int:
+            serving = asyncio.ensure_future(scheduler.serve(handle_signals=False))
+            beats = 0
+            while not seen:  # the loop is free while serve() waits for the store
+                beats += 1
+                await asyncio.sleep(0.01)
+            assert ran == [] and not serving.done()
+            proxy.set("pass")
+            while not ran:
+                await asyncio.sleep(0.05)
+            scheduler.stop()
+            await serving
+            return beats
+
+        assert asyncio.run(main()) > 0
+    assert isinstance(seen[0], StoreWaiting) and isinstance(seen[-1], StoreRecovered)
+    assert len(set(ran)) == len(ran) >= 1
+
+
+@pytest.mark.redis
+def test_serve_stopped_while_waiting_for_the_store_returns(tmp_path: Path) -> None:
+    factory, _ = LEASE_BACKENDS["redis"]
+    with factory(tmp_path) as url, proxied(url) as (proxy, near):
+        proxy.set("reset")
+        scheduler = relay.Scheduler(near, lease=5)
+        waiting = threading.Event()
+        scheduler.on(StoreWaiting, lambda event: waiting.set())
+
+        async def main() -> None:
+            serving = asyncio.ensure_future(scheduler.serve(handle_signals=False))
+            while not waiting.is_set():
+                await asyncio.sleep(0.01)
+            serving.cancel()  # an application shutting down before the store ever answered
+            with pytest.raises(asyncio.CancelledError):
+                await serving
+
+        asyncio.run(main())
+        assert proxy.accepted >= 1
