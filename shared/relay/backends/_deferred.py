@@ -36,7 +36,7 @@ class DeferredBackend:
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self._url, self._options = url, options
-        self._where = BackendURL(url).redacted()
+        self._where = f"{_kind(self.backend_class)} ({BackendURL(url).redacted()})"
         self._deadline = _deadline(self.backend_class, url)
         self._opening = threading.Lock()
         self._opened: Any = None
@@ -44,7 +44,7 @@ class DeferredBackend:
 
     @property
     def name(self) -> str:
-        """The opened backend's name; before that, its URL (password hidden)."""
+        """The opened backend's name; before that, its kind and URL (password hidden)."""
         opened = self._opened
         return opened.name if opened is not None else self._where
 
@@ -134,6 +134,15 @@ def _reader(attr: str) -> Any:
         return getattr(self.open(), attr)
 
     return read
+
+
+def _kind(factory: type) -> str:
+    """``Redis``, ``PostgreSQL``, ``NATS``… from the backend's class name."""
+    kind = factory.__name__.removesuffix("Backend").removesuffix("Lease").removesuffix("Claim")
+    return _KINDS.get(kind, kind)
+
+
+_KINDS = {"Postgres": "PostgreSQL", "Nats": "NATS", "RabbitMQConsumer": "RabbitMQ"}
 
 
 def _deadline(factory: type, url: str) -> Any:
