@@ -274,7 +274,7 @@ class RunHooks:
         self._owner = ""
         # Made before the pool forks, so each prefork child shares it: set when the worker
         # stops, it bounds the finishes of every process's runners (see stop_finishing).
-        self._stopping = multiprocessing.get_context("fork").Event()
+        self._stopping = multiprocessing.Event()
         self._finish_limit = FinishLimit()
 
     def stop_finishing(self) -> None:
