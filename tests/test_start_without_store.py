@@ -29,8 +29,8 @@ from relay import open_backend
 from relay.backends._deferred import DeferredBackend
 from relay.engine.waiting import wait_for_store
 from relay.errors import BackendUnavailable
-from relay.events import EventBus, StoreRecovered, StoreWaiting
-from tests.support.backends import LEASE_BACKENDS
+from relay.events import EventBus, StoreRecovered, StoreUnavailable, StoreWaiting
+from tests.support.backends import CLAIM_BACKENDS, LEASE_BACKENDS
 from tests.support.event_log import read_events
 from tests.support.fault_proxy import proxied
 from tests.support.procs import ROOT
@@ -218,3 +218,34 @@ def test_serve_stopped_while_waiting_for_the_store_returns(tmp_path: Path) -> No
 
         asyncio.run(main())
         assert proxy.accepted >= 1
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        pytest.param(name, marks=CLAIM_BACKENDS[name][1], id=name)
+        for name in ("redis-script", "nats-dedup")
+    ],
+)
+def test_a_scheduler_on_a_claim_store_that_is_down_is_created_and_wins_once_it_is_up(
+    store: str, tmp_path: Path
+) -> None:
+    factory, _ = CLAIM_BACKENDS[store]
+    with factory(tmp_path) as url, proxied(url) as (proxy, near):
+        proxy.set("reset")
+        scheduler = relay.Scheduler(near)  # before, BackendUnavailable here
+        down: list[object] = []
+        scheduler.on(StoreUnavailable, down.append)
+
+        @scheduler.job(every=1, name="tick")
+        def tick(run: relay.Run) -> None: ...
+
+        try:
+            assert scheduler.backend.capability == "claim"
+            until("the outage reported", lambda: scheduler.run_pending() == [] and down, 10)
+            proxy.set("pass")
+            won = until("a run won", scheduler.run_pending, 10)
+            assert [run.job for run in won] == ["tick"]
+            assert scheduler.join(30)
+        finally:
+            scheduler.backend.close()

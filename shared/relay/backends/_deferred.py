@@ -23,6 +23,8 @@ from relay.errors import BackendUnavailable
 __all__ = ["DeferredBackend", "backend_class", "deferred"]
 
 _OWN = frozenset({"name", "close", "deadline", "open", "is_open", "backend_class"})
+_PROBED = frozenset({"job_options", "now", "heartbeat_many", "readable_runs"})
+"""Optional members the engine and the hosts probe for; when a backend has one, its class does."""
 _STATE = frozenset({"_url", "_options", "_where", "_deadline", "_opening", "_opened", "_closed"})
 _classes: dict[type, type[DeferredBackend]] = {}
 _classes_lock = threading.Lock()
@@ -81,8 +83,10 @@ class DeferredBackend:
             opened.close()
 
     def __getattr__(self, name: str) -> Any:
-        # Instance attributes of the opened backend (its schema, prefix, bucket…).
-        if name.startswith("__") or name in _OWN or name in _STATE:
+        # Instance attributes of the opened backend (its schema, prefix, bucket…). An optional
+        # member its class does not have (probed with getattr(backend, name, default)) is
+        # missing here too, without opening the store.
+        if name.startswith("__") or name in _OWN or name in _STATE or name in _PROBED:
             raise AttributeError(name)
         return getattr(self.open(), name)
 
