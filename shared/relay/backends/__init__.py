@@ -91,7 +91,8 @@ def open_backend(
     ``deferred=True`` connects to nothing yet: the backend is opened by the first call that needs
     the store, and a call made while the store cannot be reached raises
     :class:`~relay.errors.BackendUnavailable` (the next call tries again). So a host starts, and
-    an application imports, while its store is down. The URL is checked now all the same.
+    an application imports, while its store is down. The URL's form is checked now, its options
+    when the store is first opened.
     RabbitMQ consumer mode (``mode=consumer``) opens at once: its broker hands the runs out.
 
     ``read_only=True`` opens a lease store for reading only, as every command that only reads
