@@ -155,7 +155,7 @@ class RelayStep(bootsteps.StartStopStep):
         self._heartbeat: InstanceHeartbeat | None = None
         # Sent in the main process as a warm or cold shutdown begins, before Celery waits for
         # the running tasks: the earliest moment to bound the finishes of every pool process.
-        worker_shutting_down.connect(self._shutting_down, weak=False)
+        worker_shutting_down.connect(self._shutting_down)  # weak: it lives as long as the step
 
     def _shutting_down(self, **_: Any) -> None:
         self._hooks.stop_finishing()
