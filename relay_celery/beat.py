@@ -9,6 +9,7 @@ own and reports nothing itself: the engine emits the events, on :data:`relay_cel
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from typing import Any, cast
 
@@ -19,6 +20,7 @@ from relay import clock as relay_clock
 from relay.backends import LEASE_BACKENDS, Backend
 from relay.engine import Decider, Loop, Won
 from relay.engine.stored import ScheduleFeed
+from relay.engine.waiting import wait_for_store
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import Job, make_job
 from relay.runs import HEADER
@@ -32,11 +34,13 @@ from relay_celery.entries import RELAY_OPTIONS, entry_options, jobs_options
 from relay_celery.events import bus
 from relay_celery.schedules import schedule_options
 from relay_celery.stored import StoredTask, allowed_tasks, stored_task
-from relay_celery.worker import refuse_coroutine_tasks, require_worker_hooks
+from relay_celery.worker import check_scheduled_tasks, require_worker_hooks
 
 __all__ = ["RELAY_OPTIONS", "RelayScheduler"]
 
 log = logging.getLogger("relay.celery.beat")
+_never = threading.Event()
+"""Beat waits for its store until it answers: Celery's signal handlers stop it by raising."""
 
 STORED_TICK = 1.0
 """The longest wait between two steps of a beat that runs stored schedules: each step asks the
@@ -67,7 +71,10 @@ class RelayScheduler(Scheduler):
 
     def setup_schedule(self) -> None:
         """Read the entries, open the backend, make one Relay job per entry, and apply the
-        stored schedules of the allowed tasks (refused: a stored schedule named as an entry)."""
+        stored schedules of the allowed tasks (refused: a stored schedule named as an entry).
+
+        A store that cannot be reached yet is waited for here: beat publishes nothing and
+        records no heartbeat until it answers, reporting ``store_waiting`` every 30 s."""
         super().setup_schedule()
         require_worker_hooks(self.app)
         self._relay_options = jobs_options(
@@ -75,10 +82,11 @@ class RelayScheduler(Scheduler):
         )
         loaded = load_settings(self.app)
         self.allowed = allowed_tasks(self.app, loaded)
-        refuse_coroutine_tasks(self.app, self.allowed)
         backend, settings = open_checked(loaded)
         self._backend, self.settings = backend, settings
         try:
+            # What the worker refuses at start, beat refuses too: it would publish runs for it.
+            check_scheduled_tasks(self.app, self.allowed, settings.capability)
             self.decider = Decider(
                 backend, owner=default_owner(), lease=settings.queue_lease, events=bus
             )
@@ -98,6 +106,8 @@ class RelayScheduler(Scheduler):
             )  # fmt: skip
             if self.loop.instance is not None:  # add_schedule checks a task against these
                 self.loop.instance.info = replace(self.loop.instance.info, tasks=self.allowed)
+            # A store down at start is waited for (SIGTERM / SIGINT still stop beat meanwhile).
+            wait_for_store(backend, owner=self.decider.owner, events=bus, stopping=_never)
             self._start_feed(feed)
         except Exception:
             backend.close()

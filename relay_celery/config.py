@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from celery import Celery
 
-from relay.backends import LEASE_BACKENDS, Backend, one_host_warning, open_backend
+from relay.backends import LEASE_BACKENDS, Backend, one_host_warning, open_or_defer
 from relay.backends._url import BackendURL
 from relay.errors import ConfigurationError, UnsupportedOption
 from relay.jobs import check_scheduler_options
@@ -157,11 +157,13 @@ def _broker_backend(app: Celery) -> str:
 def open_checked(settings: Settings) -> tuple[Backend, CelerySettings]:
     """Open the backend and check the lease settings against it; the caller closes the backend.
 
-    A store that serves one host (SQLite) is logged as a warning: Celery apps span hosts.
+    A store that cannot be reached now is opened deferred (its first use opens it): beat and the
+    worker start and wait for it. A store that serves one host (SQLite) is logged as a warning:
+    Celery apps span hosts.
     """
     if settings.backend is None:
         raise ConfigurationError("Relay has no backend: set app.conf.relay_backend")
-    backend = open_backend(settings.backend)
+    backend = open_or_defer(settings.backend)
     try:
         lease, heartbeat = check_scheduler_options(
             backend, lease=settings.lease, heartbeat=settings.heartbeat

@@ -17,18 +17,20 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
+from celery.signals import worker_shutting_down
 from celery.worker import state as worker_state
 
 from relay.backends import Backend, open_backend
 from relay.durations import Duration
-from relay.engine import ActiveRun, HandBackLater, Renewals, Runner, current_run
+from relay.engine import ActiveRun, FinishLimit, HandBackLater, Renewals, Runner, current_run
 from relay.engine.coroutines import is_coroutine_function, not_awaitable
 from relay.engine.unacknowledged import what_becomes_of
 from relay.errors import ConfigurationError, RelayError
@@ -52,6 +54,7 @@ __all__ = [
     "SCHEDULER",
     "RelayStep",
     "RetryRequested",
+    "check_scheduled_tasks",
     "install",
     "refuse_coroutine_tasks",
     "require_worker_hooks",
@@ -143,19 +146,24 @@ class RelayStep(bootsteps.StartStopStep):
             jobs = None if consumer is None else setup_worker(parent, consumer)
         finally:
             backend.close()
-        refuse_coroutine_tasks(app, allowed)
-        if settings.capability == "lease":
-            _refuse_celery_retries(app, allowed)
+        check_scheduled_tasks(app, allowed, settings.capability)
         hooks = RunHooks(settings, jobs)
         for task in app.tasks.values():
             hooks.wrap(task)
         self._settings = settings
+        self._hooks = hooks
         self._heartbeat: InstanceHeartbeat | None = None
+        # Sent in the main process as a warm or cold shutdown begins, before Celery waits for
+        # the running tasks: the earliest moment to bound the finishes of every pool process.
+        worker_shutting_down.connect(self._shutting_down)  # weak: it lives as long as the step
+
+    def _shutting_down(self, **_: Any) -> None:
+        self._hooks.stop_finishing()
 
     def start(self, parent: Any) -> None:
         """Start the worker's heartbeat, on a backend connection of its own."""
-        try:
-            backend = open_backend(self._settings.backend)
+        try:  # deferred: a store down at start is recorded once it answers
+            backend = open_backend(self._settings.backend, deferred=True)
         except RelayError as exc:
             log.error("relay: the worker's heartbeat will not be recorded: %s", exc)
             return
@@ -174,13 +182,31 @@ class RelayStep(bootsteps.StartStopStep):
             hub.call_repeatedly(POOL_CHECK, maintain)
 
     def stop(self, parent: Any) -> None:
-        """Stop the heartbeat: the record expires on its own."""
+        """Stop the heartbeat (the record expires on its own), and bound the finishes still
+        retried: a finish the store does not answer is given up one lease from now, in every
+        pool process, then reported abandoned (done as the shutdown begins already, on
+        ``worker_shutting_down``: a warm shutdown waits for the running tasks first)."""
+        self._hooks.stop_finishing()
+        worker_shutting_down.disconnect(self._shutting_down)
         heartbeat, self._heartbeat = self._heartbeat, None
         if heartbeat is not None:
             heartbeat.stop()
             heartbeat.backend.close()
 
     terminate = stop
+
+
+def check_scheduled_tasks(
+    app: Celery, allowed: Iterable[str], capability: Literal["claim", "lease"]
+) -> None:
+    """Refuse the scheduled tasks the worker could not run as Relay runs them: ``async def``
+    ones, and on a lease store ones declaring Celery retries (``autoretry_for``).
+
+    Beat and the worker both call it at start, so beat never publishes what the worker refuses.
+    """
+    refuse_coroutine_tasks(app, allowed)
+    if capability == "lease":
+        _refuse_celery_retries(app, allowed)
 
 
 def refuse_coroutine_tasks(app: Celery, allowed: Iterable[str] = ()) -> None:
@@ -246,6 +272,21 @@ class RunHooks:
         self._unanswered: HandBackLater | None = None
         """Hands back the runs whose start the store did not answer, once it answers."""
         self._owner = ""
+        # Made before the pool forks, so each prefork child shares it: set when the worker
+        # stops, it bounds the finishes of every process's runners (see stop_finishing).
+        self._stopping = multiprocessing.Event()
+        self._finish_limit = FinishLimit()
+
+    def stop_finishing(self) -> None:
+        """The worker stops: every process gives up a finish the store has not answered one
+        lease from now (``RunAbandoned``), so a warm shutdown ends."""
+        self._stopping.set()
+        self._finish_limit.stop_within(self.settings.lease)  # this process's runners at once
+
+    def _limit_when_stopping(self, limit: FinishLimit) -> None:
+        """In a pool process: wait for the worker's stop, then bound this process's finishes."""
+        self._stopping.wait()
+        limit.stop_within(self.settings.lease)
 
     def wrap(self, task: Task[Any, Any]) -> None:
         """Replace ``task.run`` with a version that honours a run header (other calls pass)."""
@@ -335,11 +376,18 @@ class RunHooks:
         if runner is None or self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self._backend = open_backend(self.settings.backend)
+                    # Deferred: while the store is down each start is refused (the message is
+                    # dropped, its run dispatched again), and the next one tries it again.
+                    self._backend = open_backend(self.settings.backend, deferred=True)
                     self._renewals = Renewals.of(self._backend)
                     # A run's lease outlives no unanswered start by more than the queue lease.
                     self._unanswered = HandBackLater.of(self._backend, self.settings.queue_lease)
                     self._owner = default_owner()
+                    self._finish_limit = FinishLimit()  # this process's, set by the stop
+                    threading.Thread(
+                        target=self._limit_when_stopping, args=(self._finish_limit,),
+                        name="relay-finish-limit", daemon=True,
+                    ).start()  # fmt: skip
                     self._pid = os.getpid()
                     self._local = threading.local()
                 assert self._backend is not None
@@ -351,6 +399,7 @@ class RunHooks:
                     events=bus,
                     renewals=self._renewals,
                     unanswered=self._unanswered,
+                    finish_limit=self._finish_limit,
                 )
                 self._local.runner = runner
         return runner

@@ -53,12 +53,13 @@ def main(app_module: str, tick: float | None, schedulable: tuple[str, ...], log_
         importlib.import_module(app_module)
         allowed = schedulable_actors(dramatiq.get_broker()) + [_actor(n) for n in schedulable]
         scheduler = Scheduler(periodic_actors(), schedulable=allowed, tick=tick)
-        scheduler.start()  # a periodic actor with a stored schedule's name refuses to start
+        # Waits for a store that is down; a periodic actor with a stored schedule's name
+        # refuses to start.
+        scheduler.run()
     except ImportError as exc:
         raise click.ClickException(f"cannot import {app_module!r}: {exc}") from exc
     except RelayError as exc:
         raise click.ClickException(f"{app_module}: {exc}") from exc
-    scheduler.run()
 
 
 def _actor(name: str) -> dramatiq.Actor[Any, Any]:

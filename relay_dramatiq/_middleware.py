@@ -72,6 +72,11 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
     :func:`relay_dramatiq.schedulable` for actors declared elsewhere; ``relay-dramatiq`` looks
     them up on the broker at start (a lease backend only). A store that serves one host (SQLite)
     is logged as a warning.
+
+    A URL's store is opened at its first use, not here: importing the app connects to nothing
+    (RabbitMQ consumer mode excepted). A worker whose store is down starts, logs that it waits
+    for it and records no heartbeat until it answers; ``relay-dramatiq`` waits for it before
+    its first tick.
     """
 
     schedulable_source = "RelayMiddleware(schedulable=...)"
@@ -123,8 +128,10 @@ class RelayMiddleware(Middleware, Generic[BackendT]):
         owner: str | None = None,
         schedulable: Iterable[str] = (),
     ) -> None:
+        # Deferred: creating the middleware (importing the app) opens nothing, so a process
+        # that only sends messages imports it with the store down; the first use opens it.
         self.backend: ClaimBackend | LeaseBackend = (
-            open_backend(backend) if isinstance(backend, str) else backend
+            open_backend(backend, deferred=True) if isinstance(backend, str) else backend
         )
         try:
             self.lease, self.heartbeat = check_scheduler_options(

@@ -22,6 +22,7 @@ from relay import clock as relay_clock
 from relay.durations import Duration
 from relay.engine import Decider, Loop, Step, Won
 from relay.engine.stored import ScheduleFeed
+from relay.engine.waiting import wait_for_store
 from relay.errors import ConfigurationError
 from relay.jobs import check_tick
 from relay.runs import HEADER
@@ -85,10 +86,17 @@ class _Group:
                 self.loop.instance.info, tasks=tuple(sorted(self.allowed))
             )
 
-    def start(self) -> None:
-        """Apply the stored schedules; refuse a periodic actor that has a stored schedule's name."""
+    def start(self, stopping: threading.Event) -> bool:
+        """Wait for the store, then apply the stored schedules (refused: a periodic actor that
+        has a stored schedule's name); ``False`` if ``stopping`` was set first."""
+        decider = self.loop.decider
+        if not wait_for_store(
+            decider.backend, owner=decider.owner, events=decider.events, stopping=stopping
+        ):
+            return False
         if self.feed is not None:
             self.feed.start_when_reachable()
+        return True
 
     def step(self) -> Step:
         """One step of the loop; each won run is enqueued."""
@@ -159,26 +167,27 @@ class Scheduler:
         self._stopping = threading.Event()
         self._started = False
 
-    def start(self) -> None:
-        """Apply the stored schedules before the first tick (:meth:`run` calls it); a periodic
-        actor with a stored schedule's name refuses to start (``ConfigurationError``)."""
-        if self._started:
-            return
-        for group in self._groups.values():
-            group.start()
-        self._started = True
+    def start(self) -> bool:
+        """Wait for each store to answer (``store_waiting`` is reported every 30 s meanwhile),
+        then apply the stored schedules before the first tick (:meth:`run` calls it); a periodic
+        actor with a stored schedule's name refuses to start (``ConfigurationError``).
+        ``False`` if :meth:`stop` was called before every store answered."""
+        if not self._started:
+            self._started = all(group.start(self._stopping) for group in self._groups.values())
+        return self._started
 
     def run(self) -> None:
         """:meth:`start` (unless called already), then tick until :meth:`stop` (or SIGTERM /
         SIGINT)."""
-        self.start()
         restore = _install_signal_handlers(self.stop)
-        log.info(
-            "deciding %d periodic actor(s), and stored schedules of %d schedulable actor(s)",
-            sum(len(g.actors) for g in self._groups.values()),
-            sum(len(g.allowed) for g in self._groups.values()),
-        )
         try:
+            if not self.start():
+                return
+            log.info(
+                "deciding %d periodic actor(s), and stored schedules of %d schedulable actor(s)",
+                sum(len(g.actors) for g in self._groups.values()),
+                sum(len(g.allowed) for g in self._groups.values()),
+            )
             while not self._stopping.is_set():
                 self._stopping.wait(self.step())
         finally:

@@ -56,6 +56,7 @@ __all__ = [
     "StoreIncompatible",
     "StoreRecovered",
     "StoreUnavailable",
+    "StoreWaiting",
     "Subscribable",
     "log_event",
     "logger_for",
@@ -405,6 +406,28 @@ class StoreIncompatible(Event):
 
     def message(self) -> str:
         return f"this instance can no longer use {self.backend}: {self.error}"
+
+
+@dataclass(frozen=True)
+class StoreWaiting(Event):
+    """The instance is starting and its store has not answered yet: it runs nothing, records no
+    heartbeat, and tries again every ``retry_in`` seconds. Reported when it starts waiting, then
+    every ``report_every`` seconds while it waits (a steady reminder, not one per try)."""
+
+    type: ClassVar[str] = "store_waiting"
+    level: ClassVar[int] = logging.WARNING
+    backend: str
+    owner: str
+    error: str
+    waited: float
+    retry_in: float
+
+    def message(self) -> str:
+        since = f" for {self.waited:.0f}s" if self.waited else ""
+        return (
+            f"waiting{since} for {self.backend} to answer before starting ({self.error}); "
+            f"trying again every {self.retry_in:g}s"
+        )
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ class InstanceHeartbeat:
         )  # fmt: skip
         self._clock = clock
         self._next: float | None = None
+        self._recorded = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -108,8 +109,12 @@ class InstanceHeartbeat:
         try:
             self.backend.record_instance(self.info, self.ttl)
         except BackendError as exc:
-            log.warning("could not record the heartbeat of %s: %s", self.info.owner, exc)
+            if not self._recorded:  # a host started with its store down: not ready yet
+                log.warning("%s waits for the store to answer: %s", self.info.owner, exc)
+            else:
+                log.warning("could not record the heartbeat of %s: %s", self.info.owner, exc)
             return False
+        self._recorded = True
         return True
 
     def start(self) -> None:

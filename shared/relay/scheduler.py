@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 from typing_extensions import Self
 
-from relay.backends import open_backend
+from relay.backends import open_or_defer
 from relay.consumer_mode import dispatcher
 from relay.contract import ClaimBackend, LeaseBackend
 from relay.durations import Duration, seconds
@@ -29,6 +29,7 @@ from relay.engine import ActiveRun, Decider, Loop, Runner, Step, Won
 from relay.engine.coroutines import call_handler, is_coroutine_function
 from relay.engine.dispatching import Dispatcher
 from relay.engine.stored import ScheduleFeed
+from relay.engine.waiting import wait_for_store
 from relay.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -144,7 +145,7 @@ class Scheduler(Generic[BackendT]):
     ) -> None:
         check_instance_options(backend, owner, max_workers, clock)
         self.backend: ClaimBackend | LeaseBackend = (
-            open_backend(backend) if isinstance(backend, str) else backend
+            open_or_defer(backend) if isinstance(backend, str) else backend
         )
         self._owns_backend = isinstance(backend, str)
         try:
@@ -161,30 +162,12 @@ class Scheduler(Generic[BackendT]):
         self.owner = owner or default_owner()
         self.events = EventBus()
         """Every event of this instance (see :meth:`on`); each is logged by default."""
-        self.decider = Decider(
-            self.backend,
-            owner=self.owner,
-            lease=self.lease,
-            clock=clock,
-            events=self.events,
-            retention=retention_s,
-        )
-        self.runner = Runner(
-            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
-            events=self.events, clock=clock,
-        )  # fmt: skip
         self.tasks: dict[str, Handler] = {}
         """The tasks stored schedules may run here, by name (:meth:`task`, :meth:`register`)."""
-        self.feed = (
-            ScheduleFeed(self.decider, self.backend, self._stored_handler, active=False)
-            if stores_schedules(self.backend)
-            else None
-        )
-        self.decider.holding = self.runner.holding
-        self.loop = Loop(
-            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
-            role="scheduler", schedules=self.feed,
-        )  # fmt: skip
+        self._url = backend if isinstance(backend, str) else None
+        """The URL the backend was opened from (``None``: a backend object was given)."""
+        self._clock, self._retention = clock, retention_s
+        self._build()
         # Runs execute on daemon threads, at most max_workers at once: a stopped instance exits
         # without finishing runs it handed over (another instance is running them by then).
         self._workers = threading.BoundedSemaphore(max_workers)
@@ -197,8 +180,43 @@ class Scheduler(Generic[BackendT]):
         """The event loop :meth:`serve` runs in: coroutine handlers run there as its tasks."""
         self._wake: asyncio.Event | None = None
         self._serve_task: asyncio.Task[None] | None = None
+
+    def _build(self) -> None:
+        """The engine's parts on :attr:`backend`: the decider, the runner, the loop, the feed."""
+        self.decider = Decider(
+            self.backend, owner=self.owner, lease=self.lease, clock=self._clock,
+            events=self.events, retention=self._retention,
+        )  # fmt: skip
+        self.runner = Runner(
+            self.backend, owner=self.owner, lease=self.lease, heartbeat=self.heartbeat,
+            events=self.events, clock=self._clock,
+        )  # fmt: skip
+        self.feed = (
+            ScheduleFeed(self.decider, self.backend, self._stored_handler, active=False)
+            if stores_schedules(self.backend)
+            else None
+        )
+        self.decider.holding = self.runner.holding
+        self.loop = Loop(
+            self.decider, interval=self.tick_interval, sweep_every=self.heartbeat,
+            role="scheduler", schedules=self.feed,
+        )  # fmt: skip
         # A backend that hands runs out itself (RabbitMQ consumer mode) runs them, not our pool.
         self._dispatcher: Dispatcher | None = dispatcher(self.backend)
+
+    def _move_to(self, backend: ClaimBackend | LeaseBackend, url: str | None = None) -> None:
+        """Decide and run on ``backend`` from now on, with the same jobs, tasks and subscribers
+        (the test kit gives an application's own scheduler each test's fresh store). What the
+        instance knew of its former store is dropped; neither backend is closed by this."""
+        stored = set(self.feed.stored) if self.feed is not None else set()
+        code = [job for name, job in self.decider.jobs.items() if name not in stored]
+        self.backend, self._url, self._owns_backend = backend, url, False
+        self._build()
+        for job in code:
+            self.decider.add(job)
+        tasks, self.tasks = self.tasks, {}
+        for name, handler in tasks.items():
+            self.register(name, handler)
 
     @property
     def jobs(self) -> dict[str, Job]:
@@ -352,16 +370,19 @@ class Scheduler(Generic[BackendT]):
 
         A backend the scheduler opened from a URL is closed when it returns. An instance whose
         code job has the name of a stored schedule refuses to start (``ConfigurationError``).
+        A store that cannot be reached yet is waited for (``store_waiting`` is reported every
+        30 s): nothing runs and no heartbeat is recorded until it answers.
         """
         restore = self._install_signal_handlers()
         try:
-            self._serve_dispatcher()
-            self._loop()
+            if self._wait_for_store():
+                self._serve_dispatcher()
+                self._loop()
         finally:
             self._close()
             restore()
 
-    async def serve(self) -> None:
+    async def serve(self, *, handle_signals: bool | None = None) -> None:
         """Run this instance inside the running event loop until :meth:`stop` or cancellation.
 
         For asyncio applications (FastAPI, Starlette, aiohttp): the loop is never blocked. Store
@@ -370,13 +391,29 @@ class Scheduler(Generic[BackendT]):
         When the task is cancelled (the application shuts down) or :meth:`stop` is called, it
         stops as :meth:`run` does: runs get ``stop_timeout`` to finish, the rest are handed
         over (coroutines cancelled), and a backend opened from a URL is closed; a cancelled
-        task then raises ``CancelledError``. No signal handler is installed: the app owns them.
+        task then raises ``CancelledError``.
+
+        ``handle_signals``: whether SIGTERM and SIGINT stop it (as :meth:`stop`), their former
+        handlers put back when it returns. By default (``None``) it takes them when it runs in
+        the main thread and nothing owns SIGTERM yet (a plain ``asyncio.run(main())``), and
+        leaves them to a server that installed its own (uvicorn, hypercorn, aiohttp's
+        ``run_app``): stop it from the app's shutdown then (``async with scheduler:`` in a
+        lifespan). ``True`` takes them always (the main thread only), ``False`` never.
         """
         loop = self._serving = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         # A thread of its own for the store's calls: a busy default executor must not delay ticks.
         store = ThreadPoolExecutor(1, thread_name_prefix=f"relay-serve-{self.owner}")
+        restore = self._take_signals(handle_signals)
         try:
+            waiting = loop.run_in_executor(store, self._wait_for_store)
+            try:
+                if not await asyncio.shield(waiting):
+                    return  # stopped before the store answered
+            except asyncio.CancelledError:
+                self._stopping.set()  # the wait returns within one try
+                await asyncio.wait({waiting})
+                raise
             await loop.run_in_executor(store, self._serve_dispatcher)
             while not self._stopping.is_set():
                 step = loop.run_in_executor(store, self._step)
@@ -392,6 +429,20 @@ class Scheduler(Generic[BackendT]):
                 await asyncio.shield(loop.run_in_executor(store, self._close))
             finally:
                 store.shutdown(wait=False)
+                restore()
+
+    def _take_signals(self, handle_signals: bool | None) -> Callable[[], None]:
+        """:meth:`serve`'s SIGTERM and SIGINT handlers, if it takes them; what puts back the
+        former ones."""
+        main = threading.current_thread() is threading.main_thread()
+        if handle_signals is None:
+            handle_signals = main and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+        elif handle_signals and not main:
+            raise ConfigurationError(
+                "serve(handle_signals=True) runs in the main thread only (Python delivers "
+                "signals there): serve there, or stop the scheduler from the app's shutdown"
+            )
+        return self._install_signal_handlers() if handle_signals else lambda: None
 
     async def __aenter__(self) -> Self:
         """Start :meth:`serve` as a task of the running loop (an error it ends with is logged
@@ -476,6 +527,13 @@ class Scheduler(Generic[BackendT]):
         self._start_feed()  # stored schedules first: a clash with a code job refuses to start
         if self._dispatcher is not None:  # RabbitMQ consumer mode: its consumers run the runs
             self._dispatcher.serve(list(self.jobs.values()), self.owner, self.events)
+
+    def _wait_for_store(self) -> bool:
+        """Wait until the store answers (a URL's store may be down at start); ``False`` if the
+        instance was stopped first."""
+        return wait_for_store(
+            self.backend, owner=self.owner, events=self.events, stopping=self._stopping
+        )
 
     def _close(self) -> None:
         self.shutdown()

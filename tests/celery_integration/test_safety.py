@@ -249,6 +249,30 @@ def test_celery_retries_on_a_scheduled_task_are_refused_on_a_lease_store(
     )
 
 
+@pytest.mark.parametrize(
+    ("case", "store", "entry_task", "refused"), RETRY_CASES, ids=[c[0] for c in RETRY_CASES]
+)
+def test_beat_refuses_at_start_the_celery_retries_the_worker_refuses(
+    tmp_path: Path, case: str, store: str, entry_task: str, refused: bool
+) -> None:
+    """One check on both sides: beat never publishes a run the worker would refuse to run."""
+    app = make_app(tmp_path, relay_backend=f"sqlite:///{tmp_path / store}")
+    app.conf.beat_schedule = {"nightly": {"task": entry_task, "schedule": 60}}
+
+    @app.task(name="tick", autoretry_for=(OSError,), shared=False)
+    def tick() -> None: ...
+
+    if not refused:
+        RelayScheduler(app).close()
+        return
+    with pytest.raises(ConfigurationError) as caught:
+        RelayScheduler(app)
+    assert str(caught.value).startswith(
+        "task 'tick' (beat_schedule entry 'nightly') sets autoretry_for, but Relay retries its "
+        "runs itself: drop autoretry_for and set max_attempts in app.conf.relay_jobs['nightly']"
+    )
+
+
 def test_django_relay_with_a_misspelled_key_is_refused(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""

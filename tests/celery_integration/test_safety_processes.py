@@ -79,6 +79,14 @@ def test_a_scheduled_task_with_celery_retries_stops_the_worker(tmp_path: Path) -
     assert "set max_attempts in app.conf.relay_jobs['nightly'] instead" in log
 
 
+def test_a_scheduled_task_with_celery_retries_stops_beat_too(tmp_path: Path) -> None:
+    schedule = {"nightly": {"every": 3600, "task": "autoretrying"}}
+    with cluster(tmp_path, MEMORY, sqlite(tmp_path), schedule) as c:
+        log = refused(c, c.beat())
+    assert "'nightly') sets autoretry_for, but Relay retries its runs itself" in log
+    assert "set max_attempts in app.conf.relay_jobs['nightly'] instead" in log
+
+
 @pytest.mark.redis
 def test_one_install_call_sets_up_beat_and_workers_and_sqlite_warns_once(tmp_path: Path) -> None:
     broker = services.require("redis")

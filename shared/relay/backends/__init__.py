@@ -23,14 +23,26 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from relay.backends._url import BackendURL
 from relay.contract import ClaimBackend, LeaseBackend
-from relay.errors import ConfigurationError, MissingDependency, UnknownBackend
+from relay.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    MissingDependency,
+    UnknownBackend,
+)
 from relay.jobs import LEASE_BACKENDS  # re-exported: the integrations name it from here
 
-__all__ = ["LEASE_BACKENDS", "Backend", "capability_of", "one_host_warning", "open_backend"]
+__all__ = [
+    "LEASE_BACKENDS",
+    "Backend",
+    "capability_of",
+    "one_host_warning",
+    "open_backend",
+    "open_or_defer",
+]
 
 Backend: TypeAlias = "ClaimBackend | LeaseBackend"
 
@@ -71,8 +83,17 @@ _MULTI_HOST_MODULES = {"postgres", "nats_kv", "nats_dedup"}
 _MULTI_HOST_SCHEMES = {"redis+sentinel"}
 
 
-def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backend:
+def open_backend(
+    url: str, *, read_only: bool = False, deferred: bool = False, **options: Any
+) -> Backend:
     """Open the backend a URL names; ``options`` go to its ``from_url`` (e.g. an injected clock).
+
+    ``deferred=True`` connects to nothing yet: the backend is opened by the first call that needs
+    the store, and a call made while the store cannot be reached raises
+    :class:`~relay.errors.BackendUnavailable` (the next call tries again). So a host starts, and
+    an application imports, while its store is down. The URL's form is checked now, its options
+    when the store is first opened.
+    RabbitMQ consumer mode (``mode=consumer``) opens at once: its broker hands the runs out.
 
     ``read_only=True`` opens a lease store for reading only, as every command that only reads
     does: nothing is created or migrated, and a store that does not exist (no file, schema, key
@@ -90,8 +111,23 @@ def open_backend(url: str, *, read_only: bool = False, **options: Any) -> Backen
                 "(sqlite, postgresql, redis, nats)"
             )
         options["read_only"] = True
+    if deferred and getattr(factory, "deferrable", True):
+        from relay.backends._deferred import deferred as deferred_backend
+
+        stand_in: Backend = cast("Backend", deferred_backend(factory, url, options))
+        return stand_in
     backend: Backend = factory.from_url(url, **options)
     return backend
+
+
+def open_or_defer(url: str) -> Backend:
+    """:func:`open_backend` now, or deferred (``deferred=True``) if the store cannot be reached
+    now: what a host opens at start, so it starts with its store down (and waits for it) but
+    still refuses a bad option or a schema to migrate at once when the store is up."""
+    try:
+        return open_backend(url)
+    except BackendUnavailable:
+        return open_backend(url, deferred=True)
 
 
 def capability_of(url: str) -> Literal["claim", "lease"]:
@@ -155,10 +191,11 @@ def one_host_warning(backend: Backend) -> str | None:
     Task-queue integrations run on many hosts: each host would decide on a file of its own and
     publish every run again, so they log this once when they start on such a store.
     """
+    from relay.backends._deferred import backend_class
     from relay.backends.sqlite import SQLiteLeaseBackend
     from relay.backends.sqlite_claim import SQLiteClaimBackend
 
-    if not isinstance(backend, SQLiteLeaseBackend | SQLiteClaimBackend):
+    if not issubclass(backend_class(backend), SQLiteLeaseBackend | SQLiteClaimBackend):
         return None
     return (
         f"{backend.name} serves one host only: processes on other hosts would each decide on "

@@ -207,11 +207,16 @@ class NatsLeaseBackend(NatsSchedules):
             "replicas": _int_option(parsed, "replicas", 1, 1, 5),
             "history": _int_option(parsed, "history", 5, 1, 64),
             "timeout": parsed.float_option("timeout", DEFAULT_TIMEOUT),
-            "deadline": deadline_of(parsed, calls=3),  # see _call
+            "deadline": cls.deadline_for(parsed),
             "tls": tls_context(parsed),
         }
         servers = parsed.without_options([*_OPTIONS, *TLS_OPTIONS, "strategy"])
         return cls(servers, **options, **kwargs)
+
+    @classmethod
+    def deadline_for(cls, parsed: BackendURL) -> Deadline:
+        """How long one call may wait, as the URL's ``timeout`` sets it (known before opening)."""
+        return deadline_of(parsed, calls=3)  # see _call
 
     @property
     def name(self) -> str:

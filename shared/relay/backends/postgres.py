@@ -179,8 +179,7 @@ class PostgresLeaseBackend(PostgresSchedules):
         parsed = BackendURL(url)
         parsed.check_options([*_OWN_OPTIONS, *_libpq_keywords()], "the PostgreSQL backend")
         libpq = {k: v for k, v in parsed.options.items() if k not in _OWN_OPTIONS}
-        # A call waits for a pooled connection, then for its statement: each up to timeout.
-        deadline = deadline_of(parsed, calls=2)
+        deadline = cls.deadline_for(parsed)
         libpq.setdefault("connect_timeout", str(max(2, math.ceil(deadline.timeout))))
         if "tcp_user_timeout" in _libpq_keywords():  # unacknowledged data ends the connection
             libpq.setdefault("tcp_user_timeout", str(math.ceil(deadline.timeout * 1000)))
@@ -206,6 +205,12 @@ class PostgresLeaseBackend(PostgresSchedules):
             require_sync=_flag(parsed, "require_sync"),
             **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
+
+    @classmethod
+    def deadline_for(cls, parsed: BackendURL) -> Deadline:
+        """How long one call may wait, as the URL's ``timeout`` sets it (known before opening)."""
+        # A call waits for a pooled connection, then for its statement: each up to timeout.
+        return deadline_of(parsed, calls=2)
 
     @property
     def name(self) -> str:

@@ -88,6 +88,8 @@ class RabbitMQConsumerBackend:
     capability: Literal["claim"] = "claim"
     job_options = frozenset({"max_attempts"})
     """Lease-only job options this claim backend honours: ``max_attempts``, per run queue."""
+    deferrable = False
+    """Opened at once even by ``open_backend(url, deferred=True)``: hosts hand it their runs."""
     readable_runs = True
     """``open_backend(url, read_only=True)`` may open it: :meth:`runs` reads the outcomes."""
 

@@ -209,10 +209,8 @@ class RedisLeaseBackend(RedisSchedules):
         wait = WaitFor.from_url(parsed)
         kwargs.setdefault("wait_replicas", wait.replicas)
         kwargs.setdefault("wait_timeout", wait.timeout)
-        # A call may find its pooled connection broken, then connect and send again (one retry),
-        # and wait for its replicas behind each step (WAIT).
         waits = wait.timeout if wait.replicas else 0.0
-        deadline = deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
+        deadline = cls.deadline_for(parsed)
         backend = cls(
             _connect(parsed, cluster, f"{kind} at {where}", deadline.timeout, waits),
             prefix=prefix,
@@ -225,6 +223,15 @@ class RedisLeaseBackend(RedisSchedules):
             parsed, cluster, f"{kind} at {where}", deadline.timeout, waits + extra
         )
         return backend
+
+    @classmethod
+    def deadline_for(cls, parsed: BackendURL) -> Deadline:
+        """How long one call may wait, as the URL's options set it (known before opening)."""
+        # A call may find its pooled connection broken, then connect and send again (one retry),
+        # and wait for its replicas behind each step (WAIT).
+        wait = WaitFor.from_url(parsed)
+        waits = wait.timeout if wait.replicas else 0.0
+        return deadline_of(parsed, calls=2, extra=_RETRY_CAP + waits)
 
     @property
     def name(self) -> str:

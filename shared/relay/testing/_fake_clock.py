@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from relay import clock as relay_clock
+from relay.backends import open_backend
 from relay.errors import ConfigurationError
 from relay.runs import AWARE_HINT
 from relay.scheduler import Scheduler
@@ -40,6 +41,11 @@ class FakeClock:
         self._now = _seconds(start, "start")
         self._hosts: list[Host] = []
         self._advancing = False
+        self.test_store: str | None = None
+        """The URL of the test's fresh store (the ``relay_clock`` fixture sets it): a driven
+        scheduler that opened another store from a URL (an application's own) is moved onto it,
+        so each test, and each run of a test, starts from an empty store."""
+        self._opened: list[Any] = []
 
     def __call__(self) -> float:
         """The fake time in seconds since the epoch: what Relay reads."""
@@ -53,13 +59,16 @@ class FakeClock:
         """Step ``host`` as fake time passes; returns it.
 
         ``host`` is a :class:`relay.Scheduler` (its engine then reads this clock, and each run it
-        wins is run here, in order, before the clock moves on), or a function that steps a host
+        wins is run here, in order, before the clock moves on; with a :attr:`test_store`, a
+        scheduler opened from another URL, such as an application's own, is moved onto the
+        test's store first, keeping its jobs and tasks), or a function that steps a host
         and returns the seconds until it wants to be stepped again: Celery beat's
         ``RelayScheduler.tick``, the Dramatiq scheduler's ``step``. ``settle``, called after each
         step of such a function, waits for what the step dispatched (see
         :func:`relay.testing.settle`).
         """
         if isinstance(host, Scheduler):
+            self._onto_test_store(host)
             self._hosts.append(InlineScheduler(host, self))
         elif callable(host):
             self._hosts.append(SteppedHost(host, settle))
@@ -118,6 +127,18 @@ class FakeClock:
             yield self
         finally:
             uninstall()
+            opened, self._opened = self._opened, []
+            for backend in opened:  # the test stores drive() opened
+                backend.close()
+
+    def _onto_test_store(self, scheduler: Scheduler[Any]) -> None:
+        """Move a scheduler opened from another URL onto :attr:`test_store` (lease stores)."""
+        url = self.test_store
+        if url is None or scheduler._url == url or scheduler.backend.capability != "lease":
+            return
+        backend = open_backend(url)
+        self._opened.append(backend)
+        scheduler._move_to(backend, url)
 
     def _move_to(self, target: float) -> None:
         if self._advancing:

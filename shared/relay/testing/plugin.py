@@ -27,22 +27,28 @@ def relay_clock_start() -> datetime:
 
 
 @pytest.fixture
-def relay_clock(relay_clock_start: datetime) -> Iterator[FakeClock]:
+def relay_clock(relay_clock_start: datetime, tmp_path: Path) -> Iterator[FakeClock]:
     """A :class:`~relay.testing.FakeClock` that Relay reads in this process for the test:
-    the engine, the schedulers, Celery beat and the SQLite store."""
+    the engine, the schedulers, Celery beat and the SQLite store.
+
+    Its ``test_store`` is the test's fresh store (``relay_store``'s URL): a scheduler it drives
+    that was opened on another store (an application's own ``relay.Scheduler(url)``) is moved
+    onto it, so a test run twice runs its jobs twice."""
     clock = FakeClock(relay_clock_start)
+    clock.test_store = f"sqlite:///{tmp_path / 'relay-test.db'}?durability=fast"
     with clock.installed():
         yield clock
 
 
 @pytest.fixture
-def relay_store(relay_clock: FakeClock, tmp_path: Path) -> Iterator[str]:
+def relay_store(relay_clock: FakeClock) -> Iterator[str]:
     """The URL of a fresh SQLite lease store for the test, on its fake clock.
 
     It commits without waiting for the disk (``durability=fast``): a test's store need not
     survive a power cut. :func:`relay.testing.runs_of` reads it by default.
     """
-    url = f"sqlite:///{tmp_path / 'relay-test.db'}?durability=fast"
+    url = relay_clock.test_store
+    assert url is not None
     use_store(url)
     try:
         yield url

@@ -123,7 +123,10 @@ def _probe(url: str, outcome: list[checks.CheckMessage]) -> None:
 def _unreachable(message: str) -> checks.CheckMessage:
     return checks.Warning(
         f"Relay's store is unreachable: {message}",
-        hint="schedulers and workers will retry until it answers; check RELAY['BACKEND']",
+        hint=(
+            "schedulers and workers start and wait for it (logging store_waiting), running "
+            "nothing until it answers; check RELAY['BACKEND']"
+        ),
         obj="settings.RELAY",
         id="relay.W001",
     )
