@@ -60,9 +60,9 @@ class FakeClock:
 
         ``host`` is a :class:`relay.Scheduler` (its engine then reads this clock, and each run it
         wins is run here, in order, before the clock moves on; with a :attr:`test_store`, a
-        scheduler opened from another URL, such as an application's own, is moved onto the
-        test's store first, keeping its jobs and tasks), or a function that steps a host
-        and returns the seconds until it wants to be stepped again: Celery beat's
+        scheduler opened from another URL without this clock, such as an application's own, is
+        moved onto the test's store first, keeping its jobs and tasks), or a function that steps
+        a host and returns the seconds until it wants to be stepped again: Celery beat's
         ``RelayScheduler.tick``, the Dramatiq scheduler's ``step``. ``settle``, called after each
         step of such a function, waits for what the step dispatched (see
         :func:`relay.testing.settle`).
@@ -132,9 +132,15 @@ class FakeClock:
                 backend.close()
 
     def _onto_test_store(self, scheduler: Scheduler[Any]) -> None:
-        """Move a scheduler opened from another URL onto :attr:`test_store` (lease stores)."""
+        """Move a scheduler opened from another URL onto :attr:`test_store` (lease stores).
+
+        A scheduler built with this clock (``relay.Scheduler(url, clock=fake)``) was built by the
+        test, on the store it chose (a fleet on one shared store, a store of each kind): it stays
+        there. Only one built without it, an application's own, is moved."""
         url = self.test_store
         if url is None or scheduler._url == url or scheduler.backend.capability != "lease":
+            return
+        if scheduler._clock is self:
             return
         backend = open_backend(url)
         self._opened.append(backend)

@@ -32,8 +32,8 @@ def relay_clock(relay_clock_start: datetime, tmp_path: Path) -> Iterator[FakeClo
     the engine, the schedulers, Celery beat and the SQLite store.
 
     Its ``test_store`` is the test's fresh store (``relay_store``'s URL): a scheduler it drives
-    that was opened on another store (an application's own ``relay.Scheduler(url)``) is moved
-    onto it, so a test run twice runs its jobs twice."""
+    that was opened on another store without this clock (an application's own
+    ``relay.Scheduler(url)``) is moved onto it, so a test run twice runs its jobs twice."""
     clock = FakeClock(relay_clock_start)
     clock.test_store = f"sqlite:///{tmp_path / 'relay-test.db'}?durability=fast"
     with clock.installed():
