@@ -116,7 +116,9 @@ def test_bad_requests_name_the_fix(
 
     relay_clock.advance(1)
     with relay.Control(relay_store) as control:
-        with pytest.raises(ConfigurationError, match="1 to 1000 coming runs"):
+        with pytest.raises(
+            ConfigurationError, match="count=0 is not valid: give a whole number from 1 to 1000"
+        ):
             control.next_runs("minute", 0)
         with pytest.raises(ConfigurationError, match="known jobs: minute"):
             control.next_runs("minuet", 1)

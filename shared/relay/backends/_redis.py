@@ -36,7 +36,7 @@ ACL_COMMANDS = (
     "ping", "select",
     # the backends' own calls
     "evalsha", "eval", "script|load", "time", "info", "wait", "scan", "exists", "get", "set",
-    "sadd", "srem", "smembers", "multi", "exec", "xadd", "xrevrange",
+    "sadd", "srem", "smembers", "sismember", "multi", "exec", "xadd", "xrevrange",
     # the commands the Lua scripts call (Redis checks them against the user too)
     "del", "hdel", "hexists", "hgetall", "hmget", "hset", "pexpire", "pexpireat", "pttl",
     "zadd", "zrange", "zrangebyscore", "zrem", "zrevrange", "zscore",
