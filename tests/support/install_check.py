@@ -223,10 +223,16 @@ def check_console() -> None:
 
 
 def _one_run_of(path: str) -> Any:
-    """A scheduler on a fresh SQLite store with one five-minute job ``refresh``."""
-    import relay
+    """A scheduler on a fresh SQLite store with one five-minute job ``refresh``, its clock
+    stopped at the start of a slot (so that ``run_pending`` runs it)."""
+    import time
 
-    scheduler = relay.Scheduler(f"sqlite:///{TMP / path}", lease=30, heartbeat=10)
+    import relay
+    from relay.backends.sqlite import SQLiteLeaseBackend
+
+    slot = time.time() // 300 * 300
+    store = SQLiteLeaseBackend(TMP / path, clock=lambda: slot)
+    scheduler = relay.Scheduler(store, lease=30, heartbeat=10, clock=lambda: slot)
     scheduler.job(every=300, name="refresh")(lambda run: None)
     return scheduler
 
