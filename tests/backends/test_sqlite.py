@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.backends._sqlite_connection import SharedConnection
 from relay.backends._sqlite_layout import LEGACY_VERSION
 from relay.backends.sqlite import SCHEMA_VERSION, SQLiteLeaseBackend
 from relay.contract import AcquireRequest, Outcome
@@ -360,6 +361,33 @@ def test_a_process_forked_while_another_thread_is_inside_a_step_can_use_the_stor
     assert backend.acquire(request("parent", SLOT + timedelta(minutes=1))).outcome is Outcome.WON
     assert backend.runs("child", limit=10)[0].state is RunState.RUNNING
     backend.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_while_another_thread_opens_the_store_can_use_it(tmp_path: Path) -> None:
+    # A deferred backend opens at its first use, in whichever thread comes first: a Celery
+    # worker's heartbeat thread opened its SQLite file while the worker forked its embedded beat,
+    # whose store then hung. The fork now waits for a connection being opened too.
+    path = tmp_path / "relay.db"
+    SQLiteLeaseBackend(path).close()  # the schema, so that the children only lease
+    inside, leave, opened = threading.Event(), threading.Event(), []
+
+    def connect() -> sqlite3.Connection:  # an open that writes (as switching to WAL may)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("BEGIN IMMEDIATE")
+        inside.set()
+        leave.wait(10)
+        conn.execute("COMMIT")
+        return conn
+
+    opener = threading.Thread(target=lambda: opened.append(SharedConnection(connect)))
+    opener.start()
+    assert inside.wait(10)
+    threading.Timer(0.3, leave.set).start()  # the open ends a moment after the fork began
+    statuses = [_acquire_in_child(path, SLOT + timedelta(minutes=n)) for n in range(3)]
+    opener.join(10)
+    assert statuses == [0, 0, 0]
+    opened[0].close()
 
 
 def test_a_file_locked_past_busy_timeout_at_open_names_the_lock_not_the_folder(

@@ -11,10 +11,11 @@ import secrets
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 EVERYTHING = {
     "redis", "postgres", "rabbitmq", "nats", "celery", "dramatiq", "django", "metrics", "otel",
-    "console",
+    "console", "sentry",
 }  # fmt: skip
 REDIS = os.environ.get("RELAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -219,6 +220,95 @@ def check_console() -> None:
     statuses: list[str] = []
     body = b"".join(wsgi_app(url)(environ, lambda status, headers, *a: statuses.append(status)))
     assert statuses[0].startswith("200") and b"Jobs" in body, (statuses, body[:200])
+
+
+def _one_run_of(path: str) -> Any:
+    """A scheduler on a fresh SQLite store with one five-minute job ``refresh``, its clock
+    stopped at the start of a slot (so that ``run_pending`` runs it)."""
+    import time
+
+    import relay
+    from relay.backends.sqlite import SQLiteLeaseBackend
+
+    slot = time.time() // 300 * 300
+    store = SQLiteLeaseBackend(TMP / path, clock=lambda: slot)
+    scheduler = relay.Scheduler(store, lease=30, heartbeat=10, clock=lambda: slot)
+    scheduler.job(every=300, name="refresh")(lambda run: None)
+    return scheduler
+
+
+def check_healthchecks() -> None:
+    """The Healthchecks monitor, with no dependency of its own: a job registered as a check over
+    HTTP (a stand-in on loopback answering the management API) and pinged at its run's start and
+    success."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from relay.monitors.healthchecks import Healthchecks
+
+    seen: list[tuple[str, str]] = []
+
+    class Service(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.path, self.headers.get("X-Api-Key") or ""))
+            answer = b""
+            if self.path == "/api/v3/checks/":
+                name = json.loads(body)["name"]
+                answer = json.dumps({"ping_url": f"{base}/ping/{name}"}).encode()
+            self.send_response(201 if answer else 200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    scheduler = _one_run_of("healthchecks.db")
+    monitor = Healthchecks(api_key="install-check", api_url=base)
+    assert monitor.register(scheduler.jobs.values()) == {"refresh": f"{base}/ping/refresh"}
+    monitor.send_pings(scheduler.on)
+    scheduler.run_pending()
+    assert scheduler.join(30) and monitor.flush(30)
+    paths = [path.split("?")[0] for path, _ in seen]
+    assert paths == ["/api/v3/checks/", "/ping/refresh/start", "/ping/refresh"], seen
+    assert seen[0][1] == "install-check", seen
+    server.shutdown()
+    scheduler.backend.close()
+
+
+def check_sentry() -> None:
+    """Sentry Crons through sentry-sdk: a run's ``in_progress`` and ``ok`` check-ins, the first
+    carrying the job's monitor configuration (kept by a transport instead of sent)."""
+    import sentry_sdk
+    from sentry_sdk.envelope import Envelope
+    from sentry_sdk.transport import Transport
+
+    from relay.monitors.sentry import send_checkins
+
+    checkins: list[dict[str, Any]] = []
+
+    class Recording(Transport):
+        def capture_envelope(self, envelope: Envelope) -> None:
+            checkins.extend(i.payload.json or {} for i in envelope.items if i.type == "check_in")
+
+    sentry_sdk.init(
+        dsn="https://key@sentry.invalid/1", transport=Recording(), default_integrations=False
+    )
+    scheduler = _one_run_of("sentry.db")
+    send_checkins(scheduler.on, scheduler.jobs.values())
+    scheduler.run_pending()
+    assert scheduler.join(30)
+    sentry_sdk.get_client().close()
+    assert [(c["monitor_slug"], c["status"]) for c in checkins] == [
+        ("refresh", "in_progress"), ("refresh", "ok"),
+    ], checkins  # fmt: skip
+    assert checkins[0]["monitor_config"]["schedule"]["unit"] == "minute", checkins
+    scheduler.backend.close()
 
 
 def check_bench() -> None:

@@ -8,7 +8,8 @@ hosts' loops already back off and report on that error.
 
 The stand-in has the opened backend's class attributes and methods (so the engine's checks,
 ``capability`` and the optional protocols, answer without opening it) and its :attr:`name` and
-``deadline`` come from the URL until it is open.
+``deadline`` come from the URL until it is open (the name as the opened backend gives it, where
+the backend class says so with ``name_for(url)``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class DeferredBackend:
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self._url, self._options = url, options
-        self._where = f"{_kind(self.backend_class)} ({BackendURL(url).redacted()})"
+        self._where = _name_for(self.backend_class, url)
         self._deadline = _deadline(self.backend_class, url)
         self._opening = threading.Lock()
         self._opened: Any = None
@@ -138,6 +139,15 @@ def _reader(attr: str) -> Any:
         return getattr(self.open(), attr)
 
     return read
+
+
+def _name_for(factory: type, url: str) -> str:
+    """The name the backend would have once open: its own ``name_for(url)`` if it has one (a
+    file's backend names its path), else its kind and URL, password hidden."""
+    name_for = getattr(factory, "name_for", None)
+    if name_for is not None:
+        return str(name_for(url))
+    return f"{_kind(factory)} ({BackendURL(url).redacted()})"
 
 
 def _kind(factory: type) -> str:

@@ -36,10 +36,19 @@ class SharedConnection:
     def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
         self.lock = threading.Lock()
         self._connect = connect
-        self._conn: sqlite3.Connection | None = connect()
+        self._conn: sqlite3.Connection | None = None
         self._closed = False
+        # Known to the fork hooks before it opens, and opened under its lock: a fork while
+        # another thread opens it (a deferred backend's first use) waits for the open to end.
         with _OPEN_LOCK:
             _OPEN.add(self)
+        try:
+            with self.lock:
+                self._conn = connect()
+        except BaseException:
+            with _OPEN_LOCK:
+                _OPEN.discard(self)
+            raise
 
     def get(self) -> sqlite3.Connection:
         """The open connection, reopened first if a fork closed it (call with :attr:`lock`)."""

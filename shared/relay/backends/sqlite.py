@@ -203,7 +203,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             raise ConfigurationError(
                 f"SQLite URL {parsed.redacted()!r} has a host; use sqlite:///relative.db or sqlite:////abs/path.db"
             )
-        path = parsed.parts.path[1:] if parsed.parts.path.startswith("/") else parsed.parts.path
+        path = _path_of(parsed)
         if not path:
             raise ConfigurationError(
                 f"SQLite URL {parsed.redacted()!r} names no file: use sqlite:///relay.db"
@@ -215,6 +215,11 @@ class SQLiteLeaseBackend(SQLiteSchedules):
             durability=durability,
             **{"migrate": parsed.flag_option("migrate", True), **kwargs},
         )
+
+    @classmethod
+    def name_for(cls, url: str) -> str:
+        """The :attr:`name` of the backend ``url`` opens, without opening it (a deferred one's)."""
+        return f"SQLite ({Path(_path_of(BackendURL(url)))})"
 
     @property
     def name(self) -> str:
@@ -1113,3 +1118,8 @@ def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
             if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
+
+
+def _path_of(parsed: BackendURL) -> str:
+    """The file a ``sqlite:///…`` URL names (``sqlite:///a.db``: relative, ``////``: absolute)."""
+    return parsed.parts.path[1:] if parsed.parts.path.startswith("/") else parsed.parts.path

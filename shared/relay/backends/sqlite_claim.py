@@ -49,6 +49,11 @@ class SQLiteClaimBackend:
             )
         return cls(path, busy_timeout=parsed.float_option("busy_timeout", 30.0), **kwargs)
 
+    @classmethod
+    def name_for(cls, url: str) -> str:
+        """The :attr:`name` of the backend ``url`` opens, without opening it (a deferred one's)."""
+        return f"SQLite claims ({Path(BackendURL(url).parts.path[1:])})"
+
     @property
     def name(self) -> str:
         return f"SQLite claims ({self.path})"
