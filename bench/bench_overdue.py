@@ -110,7 +110,7 @@ def measure(name: str, jobs: int) -> list[Row]:
         try:
             fill(backend, jobs)
             counting = Counting(backend)
-            seconds, found = timed(lambda: read_health(counting))  # type: ignore[arg-type]
+            seconds, found = timed(lambda: read_health(counting))
             assert len(found) == jobs
             raw_seconds, read = timed(lambda: raw(backend))
             assert read == jobs
