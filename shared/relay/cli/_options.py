@@ -199,9 +199,17 @@ class OutputFile(_ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         """The path, or a usage error saying what is wrong with it."""
         text = os.fspath(value)
-        path = Path(text)
         if not text or "\0" in str(text):
             self.fail(f"{text!r} is not a file name", param, ctx)
+        try:
+            return self._checked(Path(text), text, param, ctx)
+        except OSError as exc:  # a name too long for the file system, a loop of links...
+            shown = text if len(text) <= 80 else f"{text[:80]}..."
+            self.fail(f"{shown!r} cannot be used: {exc.strerror or exc}", param, ctx)
+
+    def _checked(
+        self, path: Path, text: str, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Path:
         if path.is_dir():
             self.fail(f"{text!r} is a folder: name a file in it", param, ctx)
         folder = path.absolute().parent
