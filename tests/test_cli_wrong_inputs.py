@@ -393,6 +393,11 @@ def test_the_wrong_inputs_of_the_issue_exit_with_a_line_naming_the_fix(
         (["timeline", *b, "--html", files.write[0]], 2, "does not exist: create it first"),
         (["timeline", *b, "--html", str(tmp_path)], 2, "is a folder"),
         (["schedules", "export", *b, "x" * 5000], 2, "File name too long"),
+        (
+            ["migrate", "--backend", f"sqlite:///{tmp_path}/c.db?strategy=claim", "--contract"],
+            1,
+            "is a claim store",
+        ),
         (["runs", *b, "--since", "99999999999d"], 2, "before the year 1"),
         (["runs", *b, "--limit", "99999999999999999999999"], 2, "--limit"),
         (["jobs", "--backend", "gopher://localhost/x"], 1, "gopher"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from relay.backends import Backend, open_backend
 from relay.backends._url import BackendURL
 from relay.contract import LeaseBackend, is_lease
-from relay.errors import InstancesTooOld, StoreNotFound, StoreTooNew
+from relay.errors import ConfigurationError, InstancesTooOld, StoreNotFound, StoreTooNew
 from relay.instances import InstanceInfo, is_alive
 from relay.layout import CONTRACT_FLOOR, FLOOR, Layout, LayoutStore, running, version_key
 
@@ -59,6 +59,7 @@ def plan(url: str) -> str:
     except StoreTooNew as exc:
         return f"this Relay ({running()}) cannot use the store: {exc}"
     try:
+        _refuse_claim(backend, "--plan")
         assert isinstance(backend, LayoutStore) and is_lease(backend)
         found = backend.layout() or Layout(1, FLOOR)
         own, steps = _own_layout(backend, found.layout)
@@ -85,6 +86,7 @@ def contract(url: str) -> str:
     """
     backend = _open_to_change(url)
     try:
+        _refuse_claim(backend, "--contract")
         assert isinstance(backend, LayoutStore) and is_lease(backend)
         older = [i for i in _live(backend) if _older(i.version, CONTRACT_FLOOR)]
         if older:
@@ -104,6 +106,18 @@ def contract(url: str) -> str:
     return (
         f"{backend.name}: {what}; it now needs Relay {CONTRACT_FLOOR} or newer "
         "(older instances refuse it at start)"
+    )
+
+
+def _refuse_claim(backend: Backend, flag: str) -> None:
+    """A :class:`ConfigurationError` for a claim store: it keeps no layout, so ``relay migrate
+    --plan`` and ``--contract`` have nothing to read or change there."""
+    if is_lease(backend):
+        return
+    name = getattr(backend, "name", "this store")
+    raise ConfigurationError(
+        f"relay migrate {flag} works on a lease store; {name} is a claim store, which keeps no "
+        "layout and needs no migration"
     )
 
 
