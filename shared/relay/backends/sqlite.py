@@ -504,6 +504,28 @@ class SQLiteLeaseBackend(SQLiteSchedules):
                 )
 
     def jobs(self) -> list[JobInfo]:
+        return self._job_rows("ORDER BY job")
+
+    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
+        # The partial index of job rows gives them in name order: one range of it, whose lower
+        # bound is one term (given two, SQLite bounds the range by one and filters by the other).
+        lower = "job > ?" if after >= prefix else "job >= ?"
+        return self._job_rows(
+            f"AND {lower} AND job < ? ORDER BY job LIMIT ?",
+            (max(after, prefix), prefix + _LAST, limit),
+        )
+
+    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
+        found: list[JobInfo] = []
+        for start in range(0, len(names), 500):
+            part = list(names[start : start + 500])
+            marks = ", ".join("?" * len(part))
+            ids = tuple(_job_row_id(job) for job in part)
+            found += self._job_rows(f"AND run_id IN ({marks})", ids)
+        return sorted(found, key=lambda info: info.name)
+
+    def _job_rows(self, rest: str, params: tuple[object, ...] = ()) -> list[JobInfo]:
+        """The job rows that ``rest`` (more conditions, an order, a limit) selects."""
         # Read-only on a file no scheduler of this version opened yet: no definitions, no pauses.
         columns = (
             "spec, paused_ms, paused_by, paused_reason"
@@ -512,38 +534,7 @@ class SQLiteLeaseBackend(SQLiteSchedules):
         )
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' ORDER BY job"
-            ).fetchall()
-        return [
-            JobInfo(job, spec, None if at is None else from_ms(at), by, why)
-            for job, spec, at, by, why in rows
-        ]
-
-    def job_page(self, after: str = "", limit: int = 50, prefix: str = "") -> list[JobInfo]:
-        # The partial index of job rows gives them in name order: one range of it, whose lower
-        # bound is one term (given two, SQLite bounds the range by one and filters by the other).
-        lower = "job > ?" if after >= prefix else "job >= ?"
-        return self._job_rows(
-            f"{lower} AND job < ? ORDER BY job LIMIT ?", (max(after, prefix), prefix + _LAST, limit)
-        )
-
-    def job_infos(self, names: Sequence[str]) -> list[JobInfo]:
-        found: list[JobInfo] = []
-        for start in range(0, len(names), 500):
-            part = list(names[start : start + 500])
-            marks = ", ".join("?" * len(part))
-            found += self._job_rows(f"run_id IN ({marks})", tuple(_job_row_id(job) for job in part))
-        return sorted(found, key=lambda info: info.name)
-
-    def _job_rows(self, where: str, params: tuple[object, ...]) -> list[JobInfo]:
-        columns = (
-            "spec, paused_ms, paused_by, paused_reason"
-            if self._version >= 5
-            else ("NULL, NULL, NULL, NULL")
-        )
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' AND {where}", params
+                f"SELECT job, {columns} FROM relay_runs WHERE state = 'job' {rest}", params
             ).fetchall()
         return [
             JobInfo(job, spec, None if at is None else from_ms(at), by, why)
